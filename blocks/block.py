@@ -1,0 +1,330 @@
+"""The `Block` base class: typed input and output, a parent, a path, and evaluation.
+
+Type inference is eager and incremental. Each block (and each `Layer` and
+`ForwardDeclaration`) holds an input type and an output type, each unknown
+(`None`) until something determines it; once set, a type never changes, and
+setting a different one raises a `TypeError` that names the block path and
+shows the expected and the actual type. Whenever one of a block's types is
+learned, the block's `_infer()` runs, and so does its parent's; `_infer` holds the
+whole type logic of a block in one place and pushes whatever the known types
+imply to the block itself and to its children. Because types only ever go from
+unknown to known, propagation terminates.
+
+>>> from blocks import InputTransform, Scalar, Map, Length
+>>> m = InputTransform(sorted) >> Map(Scalar()) >> Length()
+>>> m.children[1].input_type
+SequenceType(TensorType((), 'float32'))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from blocks.errors import InputError, InputKeyError
+from blocks.types import (
+    PyObjectType,
+    ResultType,
+    TupleType,
+    canonicalize_type,
+    convert_to_type,
+)
+
+
+def _class_names(classes: Iterable[type]) -> str:
+    return " or ".join(c.__name__ for c in classes)
+
+
+class IOBase:
+    """Anything with an input type and an output type that inference can set."""
+
+    _expected_input_types: tuple[type, ...] = (ResultType,)
+    _expected_output_types: tuple[type, ...] = (ResultType,)
+
+    def __init__(self, input_type: Any = None, output_type: Any = None, name: str | None = None):
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a string, got {name!r}")
+        self._name = name
+        self._input_type: ResultType | None = None
+        self._output_type: ResultType | None = None
+        self._input_classes = type(self)._expected_input_types
+        self._output_classes = type(self)._expected_output_types
+        self.set_input_type(input_type)
+        self.set_output_type(output_type)
+
+    # --- naming --------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str | None:
+        return self._name
+
+    def _label(self) -> str:
+        """How this block is named in a block path: `Function 'cell'`."""
+        label = getattr(self, "_constructor_name", type(self).__name__)
+        return label if self._name is None else f"{label} {self._name!r}"
+
+    def _path_parent(self) -> tuple[IOBase, str] | None:
+        """The container this block sits in and the key under which it sits there."""
+        return None
+
+    @property
+    def path(self) -> str:
+        """Where this block sits in the expression: `Pipe[2] > Map > Function 'cell'`."""
+        parts = [self._label()]
+        node, seen = self, {id(self)}
+        while (up := node._path_parent()) is not None:
+            node, key = up
+            if id(node) in seen:  # a recursive definition: stop at the cycle
+                break
+            seen.add(id(node))
+            parts.append(node._label() + key)
+        return " > ".join(reversed(parts))
+
+    # --- types ---------------------------------------------------------------------------
+
+    @property
+    def input_type(self) -> ResultType | None:
+        return self._input_type
+
+    @property
+    def output_type(self) -> ResultType | None:
+        return self._output_type
+
+    def set_input_type(self, input_type: Any) -> IOBase:
+        """Sets the input type (shorthand allowed); `None` does nothing. Returns self."""
+        return self._set_type("input", input_type)
+
+    def set_output_type(self, output_type: Any) -> IOBase:
+        """Sets the output type (shorthand allowed); `None` does nothing. Returns self."""
+        return self._set_type("output", output_type)
+
+    def set_io_types(self, other: IOBase) -> IOBase:
+        """Gives this block the input and output types of `other`."""
+        self.set_input_type(other.input_type)
+        self.set_output_type(other.output_type)
+        return self
+
+    def _set_type(self, which: str, t: Any) -> IOBase:
+        if t is None:
+            return self
+        t = canonicalize_type(convert_to_type(t))
+        old = getattr(self, f"_{which}_type")
+        if old is not None:
+            if old != t:
+                raise TypeError(
+                    f"{self.path}: {which} type mismatch: expected {old}, got {t}")
+            return self
+        allowed = getattr(self, f"_{which}_classes")
+        if not isinstance(t, allowed):
+            raise TypeError(
+                f"{self.path}: bad {which} type {t}: expected {_class_names(allowed)}")
+        setattr(self, f"_{which}_type", t)
+        setattr(self, f"_{which}_classes", (type(t),))
+        self._types_changed()
+        return self
+
+    def set_input_type_classes(self, *classes: type) -> IOBase:
+        """Restricts the classes the input type may have (e.g. `TupleType`)."""
+        return self._restrict("input", classes)
+
+    def set_output_type_classes(self, *classes: type) -> IOBase:
+        """Restricts the classes the output type may have."""
+        return self._restrict("output", classes)
+
+    def _restrict(self, which: str, classes: tuple[type, ...]) -> IOBase:
+        old = getattr(self, f"_{which}_classes")
+        new = [c for c in classes if issubclass(c, old)]
+        new += [c for c in old if issubclass(c, classes)]
+        if not new:
+            raise TypeError(
+                f"{self.path}: bad {which} type {_class_names(classes)}: "
+                f"expected {_class_names(old)}")
+        setattr(self, f"_{which}_classes", tuple(dict.fromkeys(new)))
+        return self
+
+    def _types_changed(self) -> None:
+        """Runs inference here and in whatever contains this block."""
+        self._infer()
+        self._notify_container()
+
+    def _notify_container(self) -> None:
+        for container in self._containers():
+            container._infer()
+
+    def _containers(self) -> tuple[IOBase, ...]:
+        """Whatever holds this block and must re-run inference when its types change."""
+        return ()
+
+    def _infer(self) -> None:
+        """Pushes what the known types imply. Overridden by blocks with type logic."""
+
+
+class Block(IOBase):
+    """Base class of all blocks.
+
+    A block maps one input (a Python object, a tensor, a tuple, a sequence) to one
+    output. Blocks compose with `>>` (`a >> b` feeds `a`'s output to `b`), with
+    `Record`, `AllOf`, `Map`, `Fold`, ..., and inside a `Composition` with `.reads()`.
+    Each block instance has at most one parent: weights are shared through layers,
+    not by reusing blocks.
+    """
+
+    def __init__(self, children: Iterable[Block] = (), input_type: Any = None,
+                 output_type: Any = None, name: str | None = None):
+        self._parent: Block | None = None
+        self._owner: IOBase | None = None  # the ForwardDeclaration this block resolves
+        self._children: list[Block] = []
+        super().__init__(None, None, name)
+        for child in children:
+            self._add_child(child)
+        self.set_input_type(input_type)
+        self.set_output_type(output_type)
+
+    # --- structure -------------------------------------------------------------------
+
+    @property
+    def parent(self) -> Block | None:
+        return self._parent
+
+    @property
+    def children(self) -> list[Block]:
+        return list(self._children)
+
+    def _add_child(self, child: Block) -> Block:
+        if not isinstance(child, Block):
+            raise TypeError(f"{self.path}: child is not a block: {child!r}")
+        if child._parent is not None and child._parent is not self:
+            raise TypeError(
+                f"block {child!r} is already a child of {child._parent!r} "
+                f"(at {child.path}); a block can be used in one place only. "
+                "To share weights, use the same layer in two blocks.")
+        if child._parent is None:
+            child._parent = self
+            self._children.append(child)
+        return child
+
+    def _containers(self):
+        return tuple(c for c in (self._parent, self._owner) if c is not None)
+
+    def _path_parent(self):
+        if self._parent is not None:
+            return self._parent._locate_child(self)
+        if self._owner is not None:
+            return self._owner, ""
+        return None
+
+    def _locate_child(self, child: Block) -> tuple[IOBase, str]:
+        """The container shown in `child`'s path and the key that tells it apart there."""
+        return self, self._child_key(child)
+
+    def _child_key(self, child: Block) -> str:
+        """How a child is told apart from its siblings in a path (`[2]`, `['left']`)."""
+        return ""
+
+    def is_forward_declaration_ref(self) -> bool:
+        return False
+
+    # --- repr ---------------------------------------------------------------------------
+
+    def _repr_args(self) -> dict[str, Any]:
+        """Constructor arguments shown by `repr` (sorted by name)."""
+        return {}
+
+    def __repr__(self) -> str:
+        label = getattr(self, "_constructor_name", type(self).__name__)
+        parts = [f"<td.{label}"]
+        if self._name is not None:
+            parts.append(repr(self._name))
+        for k, v in sorted(self._repr_args().items()):
+            parts.append(f"{k}={v!r}")
+        return " ".join(parts) + ">"
+
+    # --- composition ------------------------------------------------------------------
+
+    def __rshift__(self, rhs: Any) -> Block:
+        from blocks.composition import Pipe
+        return Pipe(self, rhs, _from_rshift=True)
+
+    def __rrshift__(self, lhs: Any) -> Block:
+        from blocks.composition import Pipe
+        return Pipe(lhs, self, _from_rshift=True)
+
+    def reads(self, *others: Any) -> Block:
+        """Inside `Composition.scope()`: this block reads the outputs of `others`."""
+        from blocks.composition import current_composition
+        comp = current_composition()
+        if comp is None:
+            raise ValueError(f"{self.path}: reads() was called outside of a Composition scope")
+        comp.connect(others[0] if len(others) == 1 else others, self)
+        return self
+
+    def __getitem__(self, key: Any):
+        """`block[i]` is a wire to the i-th item of the output (for `reads`/`connect`);
+        `block[a:b]` is a `GetItem` block reading this block (inside a scope)."""
+        from blocks.composition import Wire, current_composition
+        if isinstance(key, slice):
+            comp = current_composition()
+            if comp is None:
+                raise ValueError(
+                    f"{self.path}: slicing a block's output needs a Composition scope")
+            from blocks.tensors import GetItem
+            return GetItem(key).reads(self)
+        return Wire(self, key)
+
+    # --- evaluation ---------------------------------------------------------------------
+
+    def _evaluate(self, ctx, x):
+        """Evaluates this block on one input `x` in context `ctx` (see `blocks.evaluation`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define _evaluate")
+
+    def _eval(self, ctx, x):
+        """`_evaluate` with errors turned into `InputError`s that name this block."""
+        try:
+            return self._evaluate(ctx, x)
+        except InputError:
+            raise
+        except KeyError as e:
+            raise InputKeyError(self.path, f"missing key or index {e}") from e
+        except RecursionError:
+            raise
+        except Exception as e:  # a user function or TF op failed on this input
+            raise InputError(self.path, f"{type(e).__name__}: {e}") from e
+
+    def eval(self, inp: Any = None, tolist: bool = False):
+        """Evaluates the block on one input, with no batching.
+
+        Returns numpy arrays for tensors, tuples for tuples, lists for sequences, an
+        `itertools.repeat` for a broadcast sequence, `None` for void, the object itself
+        for a Python object output, and `(result, {metric_name: array})` when the
+        expression emits metrics. `tolist=True` turns arrays into Python values.
+
+        >>> from blocks import Scalar, Function
+        >>> import tensorflow as tf
+        >>> float((Scalar() >> Function(tf.negative)).eval(3))
+        -3.0
+        """
+        from blocks.evaluation import evaluate
+        return evaluate(self, inp, tolist=tolist)
+
+    def max_depth(self, inp: Any = None) -> int:
+        """The number of dependent op layers this input needs (Fold's count).
+
+        >>> from blocks import Scalar
+        >>> Scalar().max_depth(42)
+        0
+        """
+        from blocks.evaluation import max_depth
+        return max_depth(self, inp)
+
+
+def bad_input(block: IOBase, reason: str) -> InputError:
+    """An `InputError` at `block` (for `_evaluate` implementations to raise)."""
+    return InputError(block.path, reason)
+
+
+def tuple_or_none(types: list[ResultType | None]) -> TupleType | None:
+    """A `TupleType` of `types`, or None while any is unknown."""
+    return None if any(t is None for t in types) else TupleType(*types)
+
+
+PY = PyObjectType()

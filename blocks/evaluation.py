@@ -1,0 +1,201 @@
+"""Evaluating a block expression on one input: the contexts blocks evaluate in.
+
+A block's `_evaluate(ctx, x)` never computes tensors itself: it asks its context
+for constants (`ctx.constant`), op calls (`ctx.op`) and metrics (`ctx.metric`),
+and passes the handles it gets back along. Python values (PyObjects), tuples,
+lists (sequences) and `itertools.repeat` (broadcast sequences) hold the handles.
+Three contexts give the handles a meaning:
+
+- `ReferenceContext`: handles are eager tensors, computed op by op with batch
+  size 1. It is the unbatched reference evaluator: slow, simple, and the oracle
+  the batching engine is tested against.
+- `DepthContext`: handles are depths (a constant is at depth 0, an op call at
+  1 + the deepest of its inputs), for `max_depth`.
+- the compiler's expansion context (in `compiler/`), where handles are node ids
+  of an op graph.
+
+Evaluation recurses through the block expression, and recursive models recurse
+as deep as their inputs; it runs on a thread with a large stack so that inputs
+nested 10,000 deep do not hit Python's recursion limit.
+
+>>> from blocks import Scalar, Map
+>>> Map(Scalar('int32')).eval([1, 2])
+[array(1, dtype=int32), array(2, dtype=int32)]
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from blocks.errors import InputError
+from blocks.op import Op
+from blocks.types import (
+    ResultType,
+    TensorType,
+    VoidType,
+)
+
+_STACK_BYTES = 512 * 1024 * 1024
+_RECURSION_LIMIT = 1_000_000
+
+
+def call_with_deep_stack(fn: Callable, *args: Any) -> Any:
+    """Calls `fn(*args)` on a thread with a large stack and a high recursion limit."""
+    if getattr(_deep, "active", False):
+        return fn(*args)
+    result: dict[str, Any] = {}
+
+    def run():
+        _deep.active = True
+        try:
+            result["value"] = fn(*args)
+        except BaseException as e:  # re-raised in the calling thread
+            result["error"] = e
+
+    with _deep_lock:
+        old_size = threading.stack_size(_STACK_BYTES)
+        try:
+            if sys.getrecursionlimit() < _RECURSION_LIMIT:
+                sys.setrecursionlimit(_RECURSION_LIMIT)
+            thread = threading.Thread(target=run, name="refold-eval")
+            thread.start()
+        finally:
+            threading.stack_size(old_size)
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
+_deep = threading.local()
+_deep_lock = threading.Lock()
+
+
+class ReferenceContext:
+    """Computes every op at once, eagerly, with batch size 1 (the oracle)."""
+
+    def __init__(self):
+        import tensorflow as tf
+        self._tf = tf
+        self.metrics: dict[str, list] = {}
+        self.metric_labels: dict[str, list] = {}
+
+    def constant(self, value: np.ndarray, ttype: TensorType):
+        return self._tf.constant(value, dtype=ttype.dtype)
+
+    def op(self, op: Op, args: list) -> list:
+        tf = self._tf
+        if args:
+            outs = op.fn(*[tf.expand_dims(a, 0) for a in args])
+        else:
+            outs = op.fn(tf.constant(1, tf.int32))
+        if not isinstance(outs, (list, tuple)):
+            outs = [outs]
+        if len(outs) != len(op.output_types):
+            raise ValueError(
+                f"op {op.name!r} returned {len(outs)} outputs, expected {len(op.output_types)}")
+        results = []
+        for i, (o, t) in enumerate(zip(outs, op.output_types)):
+            o = tf.convert_to_tensor(o)
+            if tuple(o.shape) != (1, *t.shape) or o.dtype.name != t.dtype:
+                raise ValueError(
+                    f"op {op.name!r} output {i}: expected {t} per example, got shape "
+                    f"{tuple(o.shape)[1:]} and dtype {o.dtype.name}")
+            results.append(o[0])
+        return results
+
+    def metric(self, name: str, value, label: Any = None) -> None:
+        self.metrics.setdefault(name, []).append(value)
+        self.metric_labels.setdefault(name, []).append(label)
+
+
+class DepthContext:
+    """Tracks only depths: constants at 0, an op call at 1 + its deepest input."""
+
+    def __init__(self):
+        self.deepest = 0
+        self.metrics: dict[str, list] = {}
+
+    def constant(self, value, ttype):
+        return 0
+
+    def op(self, op: Op, args: list) -> list:
+        depth = 1 + max(args) if args else 0
+        self.deepest = max(self.deepest, depth)
+        return [depth] * len(op.output_types)
+
+    def metric(self, name: str, value, label: Any = None) -> None:
+        self.metrics.setdefault(name, []).append(value)
+
+
+def to_numpy(value_type: ResultType, value: Any, tolist: bool = False) -> Any:
+    """Turns a result holding eager tensors into numpy arrays (or Python values)."""
+    def convert(t, v):
+        if isinstance(t, TensorType):
+            arr = np.asarray(v)
+            return arr.tolist() if tolist else arr
+        return v
+    return value_type.for_each_terminal(convert, value)
+
+
+def root_input(block, ctx, inp: Any) -> Any:
+    """The root's input as the blocks see it: tensors where the input type has them."""
+    t = block.input_type
+    if isinstance(t, VoidType):
+        return None
+    if not any(isinstance(x, TensorType) for x in t.terminal_types()):
+        return inp
+
+    def convert(tt, v):
+        if not isinstance(tt, TensorType):
+            return v
+        try:
+            arr = np.asarray(v, dtype=tt.dtype)
+        except (TypeError, ValueError) as e:
+            raise InputError(block.path, f"the input is not a {tt}: {e}") from None
+        if arr.shape != tt.shape:
+            raise InputError(block.path, f"expected an input of shape {tt.shape}, got "
+                                         f"{arr.shape}")
+        return ctx.constant(arr, tt)
+    try:
+        return t.for_each_terminal(convert, inp)
+    except (TypeError, ValueError, StopIteration) as e:
+        if isinstance(e, InputError):
+            raise
+        raise InputError(block.path, f"the input does not have type {t}: {inp!r:.60}") from None
+
+
+def evaluate(block, inp: Any, tolist: bool = False) -> Any:
+    """`block.eval(inp)`: validates the expression and runs the reference evaluator."""
+    from blocks.validation import metric_types, validate
+    metrics_of = metric_types(validate(block))
+    ctx = ReferenceContext()
+    result = call_with_deep_stack(lambda: block._eval(ctx, root_input(block, ctx, inp)))
+    result = to_numpy(block.output_type, result, tolist)
+    if not metrics_of:
+        return result
+    metrics = {}
+    for name, vtype in metrics_of.items():
+        values = ctx.metrics.get(name, [])
+        arr = np.stack([np.asarray(v) for v in values]) if values else np.zeros(
+            (0, *vtype.shape), vtype.dtype)
+        metrics[name] = arr.tolist() if tolist else arr
+    return result, metrics
+
+
+def max_depth(block, inp: Any) -> int:
+    """`block.max_depth(inp)`: the deepest op call the input needs."""
+    from blocks.validation import validate
+    validate(block)
+    ctx = DepthContext()
+    call_with_deep_stack(lambda: block._eval(ctx, root_input(block, ctx, inp)))
+    return ctx.deepest
+
+
+__all__ = ["ReferenceContext", "DepthContext", "evaluate", "max_depth", "call_with_deep_stack",
+           "InputError"]

@@ -1,0 +1,279 @@
+"""Blocks that read Python inputs: constants, transforms, items, lengths, one-hots.
+
+These blocks run on the Python side of evaluation (they add no op to the graph),
+except that `Tensor`, `Length` and the one-hot blocks emit constants.
+
+>>> from blocks import Scalar, Vector, GetItem, Length, OneHot
+>>> Scalar('int32').eval(7)
+array(7, dtype=int32)
+>>> (GetItem('xs') >> Length()).eval({'xs': [1, 2, 3]})
+array(3., dtype=float32)
+>>> OneHot(3).eval(1)
+array([0., 1., 0.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from blocks.block import PY, Block, bad_input
+from blocks.errors import InputKeyError
+from blocks.types import (
+    BroadcastSequenceType,
+    PyObjectType,
+    SequenceType,
+    TensorType,
+    TupleType,
+    VoidType,
+)
+
+
+def _describe(x: Any) -> str:
+    text = repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class Tensor(Block):
+    """Converts a Python value (a number, a nested list, an array) to a tensor.
+
+    Args:
+        shape: the tensor's shape, e.g. `[3]` (the batch dimension excluded).
+        dtype: its dtype, e.g. `'float32'` or `'int32'`.
+    """
+
+    _expected_input_types = (PyObjectType,)
+    _expected_output_types = (TensorType,)
+
+    def __init__(self, shape: Sequence[int], dtype: Any = "float32", name: str | None = None):
+        ttype = TensorType(shape, dtype)
+        super().__init__(input_type=PY, output_type=ttype, name=name)
+        self._ttype = ttype
+
+    @property
+    def shape(self):
+        return self._ttype.shape
+
+    @property
+    def dtype(self):
+        return self._ttype.dtype
+
+    def _repr_args(self):
+        return {"dtype": self.dtype, "shape": self.shape}
+
+    def _evaluate(self, ctx, x):
+        t = self._ttype
+        if x is None:
+            raise bad_input(self, f"expected a value for a {t}, got None")
+        try:
+            arr = np.asarray(x, dtype=t.dtype)
+        except (ValueError, TypeError, OverflowError):
+            raise bad_input(self, f"expected a {t}, got {_describe(x)}") from None
+        if arr.shape != t.shape:
+            raise bad_input(self, f"expected shape {t.shape}, got shape {arr.shape}: "
+                                  f"{_describe(x)}")
+        return ctx.constant(arr, t)
+
+
+def Scalar(dtype: Any = "float32", name: str | None = None) -> Tensor:  # noqa: N802
+    """A scalar tensor from a Python number. `Scalar('int32').eval(3)` is `array(3)`."""
+    block = Tensor((), dtype, name=name)
+    block._constructor_name = "Scalar"
+    block._repr_args = lambda: {"dtype": block.dtype}
+    return block
+
+
+def Vector(size: int, dtype: Any = "float32", name: str | None = None) -> Tensor:  # noqa: N802
+    """A vector tensor of `size` items from a Python list."""
+    block = Tensor((size,), dtype, name=name)
+    block._constructor_name = "Vector"
+    block._repr_args = lambda: {"dtype": block.dtype, "size": size}
+    return block
+
+
+class InputTransform(Block):
+    """Applies a Python function to a Python input: `InputTransform(str.split)`."""
+
+    _expected_input_types = (PyObjectType,)
+    _expected_output_types = (PyObjectType,)
+
+    def __init__(self, py_fn: Callable[[Any], Any], name: str | None = None):
+        if not callable(py_fn):
+            raise TypeError(f"py_fn is not callable: {py_fn!r}")
+        self._py_fn = py_fn
+        super().__init__(input_type=PY, output_type=PY, name=name)
+
+    @property
+    def py_fn(self):
+        return self._py_fn
+
+    def _repr_args(self):
+        return {"py_fn": getattr(self._py_fn, "__name__", self._py_fn)}
+
+    def _evaluate(self, ctx, x):
+        return self._py_fn(x)
+
+
+class GetItem(Block):
+    """`x[key]`: an item of a Python object, tuple or sequence (a slice keeps the kind)."""
+
+    _expected_input_types = (PyObjectType, TupleType, SequenceType)
+
+    def __init__(self, key: Any, name: str | None = None):
+        self._key = key
+        super().__init__(name=name)
+
+    @property
+    def key(self):
+        return self._key
+
+    def _repr_args(self):
+        return {"key": self._key}
+
+    def _infer(self):
+        t = self.input_type
+        if t is None:
+            return
+        if isinstance(t, BroadcastSequenceType):
+            raise TypeError(f"{self.path}: cannot get an item from an infinite sequence: {t}")
+        if isinstance(t, PyObjectType):
+            self.set_output_type(PY)
+        elif isinstance(t, TupleType):
+            try:
+                self.set_output_type(t[self._key])
+            except (IndexError, TypeError):
+                raise TypeError(
+                    f"{self.path}: cannot take item {self._key!r} of {t}") from None
+        elif isinstance(t, SequenceType):
+            self.set_output_type(t if isinstance(self._key, slice) else t.element_type)
+
+    def _evaluate(self, ctx, x):
+        try:
+            return x[self._key]
+        except (KeyError, IndexError):
+            keys = ""
+            if isinstance(x, dict):
+                keys = f"; the input has keys {sorted(map(repr, x))}"
+            elif hasattr(x, "__len__"):
+                keys = f"; the input has length {len(x)}"
+            raise InputKeyError(self.path, f"missing key {self._key!r}{keys}") from None
+        except TypeError:
+            raise bad_input(self, f"cannot take item {self._key!r} of {_describe(x)}") from None
+
+
+def Slice(*args, start=None, stop=None, step=None, name: str | None = None) -> GetItem:  # noqa: N802
+    """`x[start:stop:step]` of a tuple, sequence or Python object (keywords only)."""
+    if args:
+        raise TypeError("Slice does not accept positional arguments; allowed keyword "
+                        "arguments are start, stop, and step")
+    block = GetItem(slice(start, stop, step), name=name)
+    block._constructor_name = "Slice"
+    return block
+
+
+class Length(Block):
+    """The length of a sequence, tuple or Python object, as a scalar tensor."""
+
+    _expected_input_types = (PyObjectType, SequenceType, TupleType)
+    _expected_output_types = (TensorType,)
+
+    def __init__(self, dtype: Any = "float32", name: str | None = None):
+        self._ttype = TensorType((), dtype)
+        super().__init__(output_type=self._ttype, name=name)
+
+    def _repr_args(self):
+        return {"dtype": self._ttype.dtype}
+
+    def _infer(self):
+        if isinstance(self.input_type, BroadcastSequenceType):
+            raise TypeError(f"{self.path}: cannot get the length of an infinite sequence: "
+                            f"{self.input_type}")
+
+    def _evaluate(self, ctx, x):
+        try:
+            n = len(x)
+        except TypeError:
+            raise bad_input(self, f"expected something with a length, got {_describe(x)}") \
+                from None
+        return ctx.constant(np.asarray(n, self._ttype.dtype), self._ttype)
+
+
+class OneHot(Block):
+    """A one-hot vector for an integer in `[start, stop)` (or `[0, start)`)."""
+
+    _expected_input_types = (PyObjectType,)
+    _expected_output_types = (TensorType,)
+
+    def __init__(self, start: int, stop: int | None = None, dtype: Any = "float32",
+                 name: str | None = None):
+        if stop is None:
+            start, stop = 0, start
+        if stop <= start:
+            raise IndexError(f"range [{start}, {stop}) is empty.")
+        self._start, self._stop = int(start), int(stop)
+        self._ttype = TensorType((stop - start,), dtype)
+        super().__init__(input_type=PY, output_type=self._ttype, name=name)
+
+    def _repr_args(self):
+        return {"dtype": self._ttype.dtype, "start": self._start, "stop": self._stop}
+
+    def _evaluate(self, ctx, x):
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+            raise bad_input(self, f"expected an integer in [{self._start}, {self._stop}), "
+                                  f"got {_describe(x)}")
+        if not self._start <= x < self._stop:
+            raise InputKeyError(self.path, f"{x} is outside [{self._start}, {self._stop})")
+        vec = np.zeros(self._ttype.shape, self._ttype.dtype)
+        vec[x - self._start] = 1
+        return ctx.constant(vec, self._ttype)
+
+
+class OneHotFromList(Block):
+    """A one-hot vector for one of a list of hashable `elements`.
+
+    With `strict=False`, an element not in the list gives the zero vector.
+    """
+
+    _expected_input_types = (PyObjectType,)
+    _expected_output_types = (TensorType,)
+
+    def __init__(self, elements: Sequence[Any], dtype: Any = "float32", strict: bool = True,
+                 name: str | None = None):
+        elements = list(elements)
+        self._index = {e: i for i, e in enumerate(elements)}
+        if len(self._index) != len(elements):
+            raise ValueError("OneHotFromList was passed duplicate elements.")
+        if not elements:
+            raise ValueError("OneHotFromList needs at least one element.")
+        self._strict = strict
+        self._ttype = TensorType((len(elements),), dtype)
+        super().__init__(input_type=PY, output_type=self._ttype, name=name)
+
+    def _repr_args(self):
+        return {"dtype": self._ttype.dtype, "strict": self._strict}
+
+    def _evaluate(self, ctx, x):
+        vec = np.zeros(self._ttype.shape, self._ttype.dtype)
+        try:
+            vec[self._index[x]] = 1
+        except KeyError:
+            if self._strict:
+                raise InputKeyError(self.path, f"{_describe(x)} is not one of the elements") \
+                    from None
+        except TypeError:
+            raise bad_input(self, f"unhashable input {_describe(x)}") from None
+        return ctx.constant(vec, self._ttype)
+
+
+class Void(Block):
+    """Discards its input; outputs nothing (`VoidType`)."""
+
+    _expected_output_types = (VoidType,)
+
+    def __init__(self, name: str | None = None):
+        super().__init__(output_type=VoidType(), name=name)
+
+    def _evaluate(self, ctx, x):
+        return None

@@ -1,0 +1,267 @@
+"""Layers: weights shared by every block that uses them (`FC`, `Embedding`, `ScopedLayer`).
+
+A layer is a callable over *batches* with a typed input and output, like a
+`Function`'s `tf_fn`; unlike a block it may be used in many places, and every use
+shares its weights. `layer >> block` and `block >> layer` wrap it in a `Function`.
+Keras 3 layers do the work underneath; `layer.weights` lists the variables.
+
+>>> from blocks import Vector, FC
+>>> fc = FC(3, activation=None)
+>>> a, b = Vector(2) >> fc, Vector(2) >> fc   # one set of weights, used twice
+>>> bool((a.eval([1, 2]) == b.eval([1, 2])).all())
+True
+>>> fc.output_type
+TensorType((3,), 'float32')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from blocks.block import IOBase
+from blocks.types import TensorType, TupleType
+
+
+def _keras():
+    import keras
+    return keras
+
+
+def is_keras_layer(x: Any) -> bool:
+    """Whether `x` is a Keras layer (without importing Keras if it is not loaded)."""
+    import sys
+    keras = sys.modules.get("keras")
+    return keras is not None and isinstance(x, keras.layers.Layer)
+
+
+class Layer(IOBase):
+    """Base class: a typed callable over batch tensors that owns weights.
+
+    Subclasses implement `_call(*batch_tensors)` and may fix types in `__init__`.
+    Every `Function` block wrapping the layer has the layer's input and output types.
+    """
+
+    def __init__(self, input_type: Any = None, output_type: Any = None,
+                 name: str | None = None):
+        self._functions: list = []
+        super().__init__(input_type, output_type, name)
+
+    def __call__(self, *args):
+        return self._call(*args)
+
+    def _call(self, *args):
+        raise NotImplementedError
+
+    @property
+    def __name__(self) -> str:
+        return self.name or type(self).__name__
+
+    @property
+    def weights(self) -> list:
+        """The layer's variables (empty until the layer has been called or built)."""
+        return list(self._keras_layer().weights) if self._keras_layer() is not None else []
+
+    def _keras_layer(self):
+        return None
+
+    def _attach(self, function_block) -> None:
+        self._functions.append(function_block)
+        self._infer()
+
+    def _infer(self) -> None:
+        for f in self._functions:
+            f.set_input_type(self.input_type)
+            f.set_output_type(self.output_type)
+            self.set_input_type(f.input_type)
+            self.set_output_type(f.output_type)
+
+    def _label(self) -> str:
+        return type(self).__name__ if self._name is None else \
+            f"{type(self).__name__} {self._name!r}"
+
+    def __repr__(self) -> str:
+        return f"<td.{self._label()}>"
+
+    def __rshift__(self, rhs: Any):
+        from blocks.tensors import Function
+        return Function(self) >> rhs
+
+    def __rrshift__(self, lhs: Any):
+        from blocks.composition import Pipe
+        from blocks.tensors import Function
+        return Pipe(lhs, Function(self), _from_rshift=True)
+
+
+class FC(Layer):
+    """A fully connected layer: `activation(x @ W + b)` on float32 vectors.
+
+    Args:
+        num_units_out: the output size.
+        activation: a callable or Keras activation name; `None` for linear.
+            Defaults to ReLU, as in Fold.
+        initializer: a Keras initializer for the weights (Glorot uniform by default).
+        name: a name for the layer and its variables.
+    """
+
+    def __init__(self, num_units_out: int, activation: Any = "relu",
+                 initializer: Any = None, name: str | None = None):
+        if isinstance(num_units_out, bool) or not isinstance(num_units_out, int) \
+                or num_units_out <= 0:
+            raise ValueError(f"FC: num_units_out must be a positive int, got {num_units_out!r}")
+        keras = _keras()
+        self._num_units_out = num_units_out
+        self._dense = keras.layers.Dense(
+            num_units_out, activation=activation,
+            kernel_initializer=initializer or "glorot_uniform",
+            name=name or f"FC_{num_units_out}")
+        super().__init__(output_type=TensorType((num_units_out,)), name=name)
+
+    @property
+    def output_size(self) -> int:
+        return self._num_units_out
+
+    def _keras_layer(self):
+        return self._dense
+
+    def _infer(self):
+        t = self.input_type
+        if t is not None:
+            if not isinstance(t, TensorType) or t.ndim != 1:
+                raise TypeError(f"{self._label()}: FC input shape must be 1D: {t}")
+            if t.dtype != "float32":
+                raise TypeError(f"{self._label()}: FC input dtype must be float32: {t}")
+        super()._infer()
+
+    def _call(self, x):
+        return self._dense(x)
+
+
+class Embedding(Layer):
+    """A lookup table: an integer id gives a row of a trainable `[num_buckets, units]` matrix.
+
+    Ids are taken modulo `num_buckets` (after `abs`) unless `mod_inputs=False`.
+
+    Args:
+        num_buckets: the number of rows.
+        num_units_out: the size of each row.
+        initializer: a Keras initializer, or an array of shape `[num_buckets, units]`
+            (e.g. pretrained word vectors).
+        trainable: whether the table is trained.
+        mod_inputs: whether to wrap ids into range.
+    """
+
+    def __init__(self, num_buckets: int, num_units_out: int, initializer: Any = None,
+                 name: str | None = None, trainable: bool = True, mod_inputs: bool = True):
+        import numpy as np
+        keras = _keras()
+        for arg, v in (("num_buckets", num_buckets), ("num_units_out", num_units_out)):
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"Embedding: {arg} must be a positive int, got {v!r}")
+        if initializer is not None and not isinstance(initializer, (str, Callable)) \
+                and hasattr(initializer, "shape"):
+            array = np.asarray(initializer, dtype="float32")
+            if array.shape != (num_buckets, num_units_out):
+                raise ValueError(f"Embedding: initializer has shape {array.shape}, expected "
+                                 f"{(num_buckets, num_units_out)}")
+            initializer = keras.initializers.Constant(array)
+        self._num_buckets, self._num_units_out = num_buckets, num_units_out
+        self._mod_inputs = mod_inputs
+        self._table = keras.layers.Embedding(
+            num_buckets, num_units_out,
+            embeddings_initializer=initializer or "uniform", trainable=trainable,
+            name=name or f"Embedding_{num_buckets}_{num_units_out}")
+        self._table.build((None,))
+        super().__init__(output_type=TensorType((num_units_out,)), name=name)
+
+    @property
+    def num_buckets(self) -> int:
+        return self._num_buckets
+
+    @property
+    def num_units_out(self) -> int:
+        return self._num_units_out
+
+    @property
+    def embeddings(self):
+        """The table variable, `[num_buckets, num_units_out]`."""
+        return self._table.embeddings
+
+    def _keras_layer(self):
+        return self._table
+
+    def _infer(self):
+        t = self.input_type
+        if t is not None:
+            if not isinstance(t, TensorType) or t.ndim != 0:
+                raise TypeError(f"{self._label()}: Embeddings take scalar inputs, got {t}")
+            if not t.dtype.startswith(("int", "uint")):
+                raise TypeError(f"{self._label()}: Embeddings take integer inputs, got {t}")
+        super()._infer()
+
+    def _call(self, ids):
+        import tensorflow as tf
+        if ids.dtype not in (tf.int32, tf.int64):
+            ids = tf.cast(ids, tf.int32)
+        if self._mod_inputs:
+            ids = tf.math.floormod(tf.abs(ids), self._num_buckets)
+        return tf.gather(self._table.embeddings, ids)
+
+
+class ScopedLayer(Layer):
+    """Wraps any Keras layer or RNN cell (or a callable) as a weight-sharing layer.
+
+    For an RNN cell (anything with `state_size`, such as `keras.layers.LSTMCell`)
+    the layer takes `(input, state)` and returns `(output, state)`, ready for `RNN`
+    and `Fold`; the types of output and state are known from the cell.
+
+    >>> import keras
+    >>> from blocks import ScopedLayer
+    >>> ScopedLayer(keras.layers.LSTMCell(4)).output_type  # (output, (h, c))
+    TupleType(TensorType((4,), 'float32'),
+              TupleType(TensorType((4,), 'float32'), TensorType((4,), 'float32')))
+    """
+
+    def __init__(self, layer_fn: Callable, name_or_scope: str | None = None):
+        if not callable(layer_fn):
+            raise TypeError(f"ScopedLayer: layer_fn is not callable: {layer_fn!r}")
+        self._layer = layer_fn
+        self._is_cell = hasattr(layer_fn, "state_size")
+        output_type = None
+        if self._is_cell:
+            output_type = TupleType(_size_type(getattr(layer_fn, "output_size", None)
+                                               or _first(layer_fn.state_size)),
+                                    _size_type(layer_fn.state_size))
+        super().__init__(output_type=output_type, name=name_or_scope)
+
+    @property
+    def state_size(self):
+        return getattr(self._layer, "state_size", None)
+
+    @property
+    def output_size(self):
+        return getattr(self._layer, "output_size", None)
+
+    def _keras_layer(self):
+        return self._layer if is_keras_layer(self._layer) else None
+
+    def _call(self, *args):
+        if self._is_cell:
+            x, state = args
+            state_arg = list(state) if isinstance(state, tuple) else state
+            out, new_state = self._layer(x, state_arg)
+            if isinstance(new_state, list):
+                new_state = tuple(new_state)
+            return out, new_state
+        return self._layer(*args)
+
+
+def _first(size):
+    return size[0] if isinstance(size, (list, tuple)) else size
+
+
+def _size_type(size):
+    if isinstance(size, (list, tuple)):
+        items = [_size_type(s) for s in size]
+        return TupleType(*items) if len(items) > 1 else items[0]
+    return TensorType((int(size),))

@@ -1,0 +1,53 @@
+"""`Op`: one batched TensorFlow computation with a fixed tensor signature.
+
+Blocks do not compute anything themselves: evaluating a block on an input calls
+ops (one per `Function` block, layer or `FromTensor`) on tensor handles. An op's
+function always works on *batches*: each input is a tensor `[batch, *shape]`, and
+so is each output. The reference evaluator calls it with batch size 1; the
+batching engine calls it once for every group of nodes it schedules together.
+
+>>> import tensorflow as tf
+>>> from blocks.types import TensorType
+>>> neg = Op("neg", lambda x: [tf.negative(x)], [TensorType(())], [TensorType(())])
+>>> neg
+Op('neg', (TensorType((), 'float32'),) -> (TensorType((), 'float32'),))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+
+from blocks.types import TensorType
+
+
+class Op:
+    """A batched function from a flat list of tensors to a flat list of tensors.
+
+    Args:
+        name: a readable name, used in errors and statistics.
+        fn: `fn(*inputs) -> list of outputs`, each a tensor `[batch, *type.shape]`.
+            An op with no inputs is called as `fn(batch_size)` (a scalar int32 tensor)
+            and must return tensors with that leading dimension.
+        input_types: the `TensorType` of each input.
+        output_types: the `TensorType` of each output.
+        key: ops with equal keys compute the same function (e.g. one layer used by
+            two blocks with the same signature) and may be batched together.
+            Defaults to the op itself.
+        cost: a hint for schedulers: cheap ops may run before heavy ones.
+    """
+
+    def __init__(self, name: str, fn: Callable, input_types: Sequence[TensorType],
+                 output_types: Sequence[TensorType], key: Hashable | None = None,
+                 cost: float = 1.0):
+        self.name = name
+        self.fn = fn
+        self.input_types = tuple(input_types)
+        self.output_types = tuple(output_types)
+        for t in self.input_types + self.output_types:
+            if not isinstance(t, TensorType):
+                raise TypeError(f"op {name!r}: signature types must be TensorTypes, got {t}")
+        self.key = self if key is None else key
+        self.cost = cost
+
+    def __repr__(self) -> str:
+        return f"Op({self.name!r}, {self.input_types} -> {self.output_types})"

@@ -1,0 +1,438 @@
+"""Blocks over sequences: `Map`, `Fold`, `RNN`, `Reduce` (`Sum`, `Min`, `Max`, `Mean`),
+`Broadcast`, `Zip`, `ZipWith`, `NGrams`, `Nth`.
+
+A sequence is a Python list while it is evaluated; its type is
+`SequenceType(element_type)`. A broadcast sequence (from `Broadcast`) repeats one
+value forever; `Zip` truncates to the shortest finite input.
+
+>>> import tensorflow as tf
+>>> from blocks import Scalar, Map, Function, Fold, Sum, FromTensor
+>>> [float(v) for v in Map(Scalar() >> Function(tf.square)).eval([1, 2, 3])]
+[1.0, 4.0, 9.0]
+>>> float((Map(Scalar()) >> Sum()).eval([1, 2, 3]))
+6.0
+>>> float((Map(Scalar()) >> Fold(Function(tf.add), FromTensor(tf.zeros([])))).eval([1, 2]))
+3.0
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from blocks.block import PY, Block, bad_input
+from blocks.composition import AllOf, Pipe, convert_to_block
+from blocks.types import (
+    BroadcastSequenceType,
+    PyObjectType,
+    SequenceType,
+    TupleType,
+    VoidType,
+)
+
+
+def _element_type(block: Block, t, what: str, allow_broadcast: bool = True):
+    """The element type of a sequence-like input type (None if unknown)."""
+    if t is None:
+        return None
+    if isinstance(t, BroadcastSequenceType) and not allow_broadcast:
+        raise TypeError(f"{block.path}: cannot {what} an infinite sequence: {t}")
+    if isinstance(t, SequenceType):
+        return t.element_type
+    if isinstance(t, PyObjectType):
+        return PY
+    if isinstance(t, TupleType):
+        items = list(t)
+        if not items:
+            return None
+        if any(x != items[0] for x in items):
+            raise TypeError(f"{block.path}: cannot {what} a tuple of mixed types: {t}")
+        return items[0]
+    raise TypeError(f"{block.path}: cannot {what} a {t}")
+
+
+def _as_list(block: Block, x: Any) -> list:
+    if isinstance(x, itertools.repeat):
+        raise bad_input(block, "got an infinite sequence")
+    try:
+        return list(x)
+    except TypeError:
+        raise bad_input(block, f"expected a sequence, got {type(x).__name__}: {x!r:.60}") \
+            from None
+
+
+class Map(Block):
+    """Applies `elem_block` to every element of a sequence.
+
+    Args:
+        elem_block: the block applied to each element (block-like values allowed).
+    """
+
+    _expected_input_types = (SequenceType, TupleType, PyObjectType)
+    _expected_output_types = (SequenceType, PyObjectType)
+
+    def __init__(self, elem_block: Any, name: str | None = None):
+        super().__init__([convert_to_block(elem_block)], name=name)
+
+    @property
+    def element_block(self) -> Block:
+        return self._children[0]
+
+    def _infer(self):
+        elem = self._children[0]
+        t = self.input_type
+        elem.set_input_type(_element_type(self, t, "map over"))
+        out = self.output_type
+        if isinstance(out, SequenceType):
+            elem.set_output_type(out.element_type)
+        if t is not None and elem.output_type is not None:
+            kind = BroadcastSequenceType if isinstance(t, BroadcastSequenceType) else \
+                SequenceType
+            self.set_output_type(kind(elem.output_type))
+
+    def _evaluate(self, ctx, x):
+        elem = self._children[0]
+        if isinstance(x, itertools.repeat):
+            return itertools.repeat(elem._eval(ctx, next(x)))
+        return [elem._eval(ctx, item) for item in _as_list(self, x)]
+
+
+class Fold(Block):
+    """A left fold: `state = start(); for x in xs: state = combine((state, x))`.
+
+    Args:
+        combine_block: takes `(state, element)` and returns the next state.
+        start_block: the initial state; it takes no input (e.g. `Zeros`, `FromTensor`).
+    """
+
+    _expected_input_types = (SequenceType, TupleType, PyObjectType)
+
+    def __init__(self, combine_block: Any, start_block: Any, name: str | None = None):
+        combine = convert_to_block(combine_block)
+        start = convert_to_block(start_block)
+        super().__init__([combine, start], name=name)
+        start.set_input_type(VoidType())
+        combine.set_input_type_classes(TupleType)
+
+    @property
+    def combine_block(self) -> Block:
+        return self._children[0]
+
+    @property
+    def start_block(self) -> Block:
+        return self._children[1]
+
+    def _child_key(self, child):
+        return ".combine" if child is self._children[0] else ".start"
+
+    def _infer(self):
+        combine, start = self._children
+        elem = _element_type(self, self.input_type, "fold over", allow_broadcast=False)
+        if isinstance(combine.input_type, TupleType) and len(combine.input_type) != 2:
+            raise TypeError(f"{self.path}: Fold: combine_block input_type must be a 2-tuple, "
+                            f"got {combine.input_type}")
+        state = self.output_type or start.output_type or combine.output_type
+        if state is None and isinstance(combine.input_type, TupleType):
+            state = combine.input_type[0]
+        if state is not None:
+            for b in (self, start, combine):
+                b.set_output_type(state)
+        if state is not None and elem is not None:
+            combine.set_input_type(TupleType(state, elem))
+
+    def _evaluate(self, ctx, x):
+        combine, start = self._children
+        state = start._eval(ctx, None)
+        for item in _as_list(self, x):
+            state = combine._eval(ctx, (state, item))
+        return state
+
+
+class RNN(Block):
+    """Runs a cell over a sequence: `(outputs, final_state)`.
+
+    `cell` takes `(element, state)` and returns `(output, state)`. The initial state
+    is zeros (default), `initial_state` (a block with no input), or, with
+    `initial_state_from_input=True`, the second item of the input
+    `(sequence, state)`.
+    """
+
+    _expected_input_types = (SequenceType, TupleType, PyObjectType)
+    _expected_output_types = (TupleType,)
+
+    def __init__(self, cell: Any, initial_state: Any = None,
+                 initial_state_from_input: bool = False, name: str | None = None):
+        if initial_state is not None and initial_state_from_input:
+            raise ValueError("Cannot specify initial_state if initial_state_from_input is True.")
+        from blocks.tensors import Zeros
+        cell = convert_to_block(cell)
+        self._from_input = initial_state_from_input
+        children = [cell]
+        if not initial_state_from_input:
+            children.append(Zeros() if initial_state is None else
+                            convert_to_block(initial_state))
+        super().__init__(children, name=name)
+        cell.set_input_type_classes(TupleType)
+        cell.set_output_type_classes(TupleType)
+        if not initial_state_from_input:
+            children[1].set_input_type(VoidType())
+        else:
+            self.set_input_type_classes(TupleType)
+
+    def _child_key(self, child):
+        return ".cell" if child is self._children[0] else ".initial_state"
+
+    def _infer(self):
+        cell = self._children[0]
+        t = self.input_type
+        if self._from_input and t is not None:
+            if not isinstance(t, TupleType) or len(t) != 2:
+                raise TypeError(f"{self.path}: Expected a two-tuple of (input_sequence, "
+                                f"state), saw: {t}")
+            seq, init = t[0], t[1]
+            if not isinstance(seq, SequenceType):
+                raise TypeError(f"{self.path}: First RNN input must be a sequence: {seq}")
+        else:
+            seq, init = t, None
+        elem = _element_type(self, seq, "run an RNN on", allow_broadcast=False)
+        out = cell.output_type
+        if out is not None and len(out) != 2:
+            raise TypeError(f"{self.path}: RNN cell must have tuple output type "
+                            f"(output, state): {out}")
+        state = out[1] if out is not None else None
+        if state is None and isinstance(cell.input_type, TupleType) and len(cell.input_type) == 2:
+            state = cell.input_type[1]
+        if state is None and not self._from_input:
+            state = self._children[1].output_type
+        state = state or init
+        if state is not None:
+            if not self._from_input:
+                self._children[1].set_output_type(state)
+            if out is not None and out[1] != state:
+                raise TypeError(f"{self.path}: RNN cell input and output state types don't "
+                                f"match: {state} vs {out[1]}")
+        if state is not None and elem is not None:
+            cell.set_input_type(TupleType(elem, state))
+        if out is not None and seq is not None:
+            self.set_output_type(TupleType(SequenceType(out[0]), out[1]))
+
+    def _evaluate(self, ctx, x):
+        cell = self._children[0]
+        if self._from_input:
+            seq, state = x
+        else:
+            seq, state = x, self._children[1]._eval(ctx, None)
+        outputs = []
+        for item in _as_list(self, seq):
+            out, state = cell._eval(ctx, (item, state))
+            outputs.append(out)
+        return outputs, state
+
+
+class Reduce(Block):
+    """Combines a sequence pairwise in a balanced tree: ceil(log2 n) levels deep.
+
+    Each round pairs items (0, 1), (2, 3), ...; an odd last item waits for the next
+    round. An empty sequence gives `default_block` (zeros by default).
+    """
+
+    _expected_input_types = (SequenceType, TupleType, PyObjectType)
+
+    def __init__(self, combine_block: Any, default_block: Any = None, name: str | None = None):
+        from blocks.tensors import Zeros
+        combine = convert_to_block(combine_block)
+        default = Zeros() if default_block is None else convert_to_block(default_block)
+        super().__init__([combine, default], name=name)
+        default.set_input_type(VoidType())
+        combine.set_input_type_classes(TupleType)
+
+    @property
+    def combine_block(self) -> Block:
+        return self._children[0]
+
+    @property
+    def default_block(self) -> Block:
+        return self._children[1]
+
+    def _child_key(self, child):
+        return ".combine" if child is self._children[0] else ".default"
+
+    def _repr_args(self):
+        return {"combine_block": self._children[0]}
+
+    def _infer(self):
+        combine, default = self._children
+        elem = _element_type(self, self.input_type, "reduce", allow_broadcast=False)
+        t = elem or self.output_type or combine.output_type or default.output_type
+        if t is not None:
+            for b in (self, combine, default):
+                b.set_output_type(t)
+            combine.set_input_type(TupleType(t, t))
+
+    def _evaluate(self, ctx, x):
+        combine, default = self._children
+        items = _as_list(self, x)
+        if not items:
+            return default._eval(ctx, None)
+        while len(items) > 1:
+            paired = [combine._eval(ctx, (items[i], items[i + 1]))
+                      for i in range(0, len(items) - 1, 2)]
+            if len(items) % 2:
+                paired.append(items[-1])
+            items = paired
+        return items[0]
+
+
+def _reducer(fn_name: str, doc: str):
+    def make(name: str | None = None) -> Reduce:
+        import tensorflow as tf
+
+        from blocks.tensors import Function
+        block = Reduce(Function(getattr(tf, fn_name)), name=name)
+        block._constructor_name = make.__name__
+        return block
+    make.__doc__ = doc
+    return make
+
+
+Sum = _reducer("add", "Sums a sequence of tensors (zeros when empty).")
+Sum.__name__ = "Sum"
+Min = _reducer("minimum", "The elementwise minimum of a sequence of tensors (zeros when empty).")
+Min.__name__ = "Min"
+Max = _reducer("maximum", "The elementwise maximum of a sequence of tensors (zeros when empty).")
+Max.__name__ = "Max"
+
+
+def Mean(name: str | None = None) -> Block:  # noqa: N802
+    """The mean of a sequence of tensors (zeros when empty).
+
+    >>> from blocks import Map, Scalar
+    >>> float((Map(Scalar()) >> Mean()).eval([1, 2, 6]))
+    3.0
+    """
+    import tensorflow as tf
+
+    from blocks.inputs import Length
+    from blocks.tensors import Function
+
+    def mean(total, count):
+        count = tf.reshape(count, [-1] + [1] * (total.shape.rank - 1))
+        return tf.math.divide_no_nan(total, tf.cast(count, total.dtype))
+
+    block = Pipe(AllOf(Sum(), Length()), Function(mean), name=name)
+    block._constructor_name = "Mean"
+    return block
+
+
+class Broadcast(Block):
+    """Repeats a value forever (`itertools.repeat`), for `Zip` with finite sequences."""
+
+    _expected_output_types = (BroadcastSequenceType, PyObjectType)
+
+    def _infer(self):
+        if self.input_type is not None:
+            self.set_output_type(BroadcastSequenceType(self.input_type))
+        if isinstance(self.output_type, BroadcastSequenceType):
+            self.set_input_type(self.output_type.element_type)
+
+    def _evaluate(self, ctx, x):
+        return itertools.repeat(x)
+
+
+class Zip(Block):
+    """Zips a tuple of sequences into a sequence of tuples (shortest wins).
+
+    If every input is a broadcast sequence, so is the output.
+    """
+
+    _expected_input_types = (TupleType, PyObjectType)
+    _expected_output_types = (SequenceType, PyObjectType)
+
+    def _infer(self):
+        t = self.input_type
+        if not isinstance(t, TupleType):
+            return
+        if len(t) == 0:
+            raise TypeError(f"{self.path}: zip requires at least one input sequence")
+        for item in t:
+            if not isinstance(item, SequenceType):
+                raise TypeError(f"{self.path}: item types must be sequences: {t}")
+        kind = BroadcastSequenceType if all(
+            isinstance(x, BroadcastSequenceType) for x in t) else SequenceType
+        self.set_output_type(kind(TupleType(*(x.element_type for x in t))))
+
+    def _evaluate(self, ctx, x):
+        if all(isinstance(s, itertools.repeat) for s in x):
+            return itertools.repeat(tuple(next(s) for s in x))
+        return [tuple(items) for items in zip(*x)]
+
+
+def ZipWith(elem_block: Any, name: str | None = None) -> Block:  # noqa: N802
+    """`Zip() >> Map(elem_block)`."""
+    block = Pipe(Zip(), Map(elem_block), name=name)
+    block._constructor_name = "ZipWith"
+    return block
+
+
+class NGrams(Block):
+    """Sliding windows of `n` consecutive elements, as tuples."""
+
+    _expected_input_types = (SequenceType, TupleType, PyObjectType)
+    _expected_output_types = (SequenceType, PyObjectType)
+
+    def __init__(self, n: int, name: str | None = None):
+        if not isinstance(n, int) or n <= 0:
+            raise ValueError(f"n must be positive: {n!r}")
+        self._n = n
+        super().__init__(name=name)
+
+    @property
+    def n(self) -> int:
+        return self._n
+
+    def _repr_args(self):
+        return {"n": self._n}
+
+    def _infer(self):
+        elem = _element_type(self, self.input_type, "take n-grams of", allow_broadcast=False)
+        if elem is not None:
+            self.set_output_type(SequenceType(TupleType(*([elem] * self._n))))
+
+    def _evaluate(self, ctx, x):
+        items = _as_list(self, x)
+        return [tuple(items[i:i + self._n]) for i in range(len(items) - self._n + 1)]
+
+
+class Nth(Block):
+    """`(sequence, n) -> sequence[n]`."""
+
+    _expected_input_types = (TupleType,)
+
+    def _infer(self):
+        t = self.input_type
+        if t is None:
+            return
+        if len(t) != 2:
+            raise TypeError(f"{self.path}: Nth block takes 2 inputs: {t}")
+        if isinstance(t[0], BroadcastSequenceType):
+            raise TypeError(f"{self.path}: cannot call Nth on an infinite sequence: {t[0]}")
+        if not isinstance(t[0], SequenceType):
+            raise TypeError(f"{self.path}: first input to Nth must be a sequence: {t[0]}")
+        if not isinstance(t[1], PyObjectType):
+            raise TypeError(f"{self.path}: second input to Nth must be a PyObject: {t[1]}")
+        self.set_output_type(t[0].element_type)
+
+    def _evaluate(self, ctx, x):
+        seq, n = x
+        try:
+            return seq[n]
+        except IndexError:
+            from blocks.errors import InputKeyError
+            raise InputKeyError(self.path, f"index {n!r} is out of range for a sequence of "
+                                           f"length {len(seq)}") from None
+        except TypeError:
+            raise bad_input(self, f"index must be an integer, got {n!r}") from None
+
+
+__all__ = ["Map", "Fold", "RNN", "Reduce", "Sum", "Min", "Max", "Mean", "Broadcast", "Zip",
+           "ZipWith", "NGrams", "Nth"]

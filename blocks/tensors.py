@@ -1,0 +1,327 @@
+"""Blocks that compute on tensors: `Function`, `FromTensor`, `Identity`, `Concat`, `Zeros`.
+
+`Function` wraps any TensorFlow or Keras callable that works on a *batch*: its
+inputs and outputs carry a leading batch dimension, which block types leave out.
+
+>>> import tensorflow as tf
+>>> from blocks import Scalar, Function
+>>> square = Function(tf.square)
+>>> (Scalar() >> square).eval(3.0)
+array(9., dtype=float32)
+>>> ((Scalar(), Scalar()) >> Function(tf.add)).eval((1, 2))
+array(3., dtype=float32)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from blocks.block import Block
+from blocks.op import Op
+from blocks.types import (
+    BroadcastSequenceType,
+    PyObjectType,
+    ResultType,
+    SequenceType,
+    TensorType,
+    TupleType,
+    VoidType,
+    convert_to_type,
+)
+
+
+def _tf():
+    import tensorflow as tf
+    return tf
+
+
+def flat_tensor_types(t: ResultType) -> list[TensorType]:
+    """The tensor types in a (nested) tuple of tensors, in order."""
+    return list(t.terminal_types())
+
+
+def check_tensor_nest(block: Block, t: ResultType, what: str) -> None:
+    """Raises a `TypeError` unless `t` is a tensor or a nested tuple of tensors."""
+    for leaf in t.terminal_types():
+        if not isinstance(leaf, TensorType):
+            raise TypeError(f"{block.path}: {what} must be tensors or tuples of tensors, "
+                            f"got {t}")
+
+
+def batch_call_structure(t: ResultType, flat: list) -> list:
+    """Positional arguments for a batch function: a tuple input is unpacked one level."""
+    it = iter(flat)
+    value = t.unflatten(it, _shape_of(t))
+    return list(value) if isinstance(t, TupleType) else [value]
+
+
+def _shape_of(t: ResultType):
+    """A `shaped_like` value for `unflatten` of a tuple-of-tensors type."""
+    if isinstance(t, TupleType):
+        return tuple(_shape_of(x) for x in t)
+    return None
+
+
+def type_of_batch_result(block: Block, value: Any, batch: int) -> ResultType:
+    """The block type of a batch function's result (a tensor or nested tuple of them)."""
+    tf = _tf()
+    if isinstance(value, (tuple, list)):
+        if not value:
+            raise TypeError(f"{block.path}: the function returned an empty {type(value).__name__}")
+        return TupleType(*(type_of_batch_result(block, v, batch) for v in value))
+    try:
+        tensor = tf.convert_to_tensor(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{block.path}: the function returned {value!r}, not a tensor") from None
+    shape = tuple(tensor.shape)
+    if len(shape) == 0:
+        raise TypeError(f"{block.path}: expected a batch tensor from the function, saw a scalar")
+    if shape[0] != batch:
+        raise TypeError(f"{block.path}: the function changed the batch dimension: "
+                        f"a batch of {batch} gave shape {shape}")
+    return TensorType(shape[1:], tensor.dtype.name)
+
+
+def flatten_outputs(value: Any) -> list:
+    if isinstance(value, (tuple, list)):
+        return [x for v in value for x in flatten_outputs(v)]
+    return [value]
+
+
+class FromTensor(Block):
+    """A constant or trainable tensor (`tf.Variable`, Keras variable, numpy array).
+
+    It takes no input (`VoidType`); gradients flow into variables.
+    """
+
+    _expected_input_types = (VoidType,)
+    _expected_output_types = (TensorType,)
+
+    def __init__(self, tensor: Any, name: str | None = None):
+        tf = _tf()
+        if isinstance(tensor, np.ndarray):
+            tensor = tf.constant(tensor)
+        if not (tf.is_tensor(tensor) or hasattr(tensor, "value") and hasattr(tensor, "shape")):
+            raise TypeError(f"{tensor!r} is not a tensor or np.ndarray")
+        shape = tuple(tensor.shape)
+        if any(d is None for d in shape):
+            raise TypeError(f"shape {shape} is not fully defined")
+        self._tensor = tensor
+        ttype = TensorType(shape, _tf().as_dtype(tensor.dtype).name)
+        if name is None:
+            name = getattr(tensor, "name", None) if not tf.executing_eagerly() or isinstance(
+                tensor, tf.Variable) else None
+            name = name if isinstance(name, str) else None
+        super().__init__(input_type=VoidType(), output_type=ttype, name=name)
+
+        def read(batch_size):
+            t = tf.convert_to_tensor(self._tensor)
+            return [tf.broadcast_to(t[None], tf.concat([[batch_size], tf.shape(t)], 0))]
+
+        self._op = Op(self.name or "FromTensor", read, [], [ttype], key=("tensor", id(tensor)))
+
+    @property
+    def tensor(self):
+        return self._tensor
+
+    def _evaluate(self, ctx, x):
+        return ctx.op(self._op, [])[0]
+
+
+class Function(Block):
+    """Wraps a batch TensorFlow/Keras callable as a block.
+
+    A tuple input is passed as positional arguments (nested tuples stay tuples);
+    the output may be a tensor or a nested tuple of tensors. The output type is
+    inferred by calling the function once on a batch of zeros, unless
+    `infer_output_type=False` (then set it with `set_output_type`).
+
+    Two `Function` blocks wrapping the same callable (e.g. one layer used in two
+    places) with the same signature compute the same op and are batched together.
+
+    Args:
+        tf_fn: a callable on batch tensors, or a `Layer`.
+        infer_output_type: whether to call `tf_fn` to find the output type.
+    """
+
+    _expected_input_types = (TensorType, TupleType)
+    _expected_output_types = (TensorType, TupleType)
+
+    def __init__(self, tf_fn: Callable, name: str | None = None, infer_output_type: bool = True):
+        if not callable(tf_fn):
+            raise TypeError(f"tf_fn is not callable: {tf_fn!r}")
+        self._tf_fn = tf_fn
+        self._infer_output = infer_output_type
+        self._op: Op | None = None
+        from blocks.layers import Layer
+        self._layer = tf_fn if isinstance(tf_fn, Layer) else None
+        super().__init__(name=name)
+        if self._layer is not None:
+            self._layer._attach(self)
+
+    @property
+    def tf_fn(self):
+        return self._tf_fn
+
+    def _fn_name(self) -> str:
+        fn = self._tf_fn
+        name = getattr(fn, "__name__", None) or getattr(fn, "name", None)
+        return name if isinstance(name, str) else repr(fn)
+
+    def _repr_args(self):
+        return {"tf_fn": self._fn_name()}
+
+    def _infer(self):
+        if self._layer is not None:
+            self._layer.set_input_type(self.input_type)
+            self._layer.set_output_type(self.output_type)
+            self.set_input_type(self._layer.input_type)
+            self.set_output_type(self._layer.output_type)
+        if self.input_type is not None:
+            check_tensor_nest(self, self.input_type, "function inputs")
+            if not flat_tensor_types(self.input_type):
+                raise TypeError(f"{self.path}: functions must take at least one tensor input")
+            if self.output_type is None and self._infer_output:
+                self.set_output_type(self._call_on_zeros())
+        if self.output_type is not None:
+            check_tensor_nest(self, self.output_type, "function outputs")
+
+    def _call_on_zeros(self) -> ResultType:
+        tf = _tf()
+        batch = 2
+        flat = [tf.zeros((batch, *t.shape), t.dtype) for t in flat_tensor_types(self.input_type)]
+        args = batch_call_structure(self.input_type, flat)
+        try:
+            result = self._tf_fn(*args)
+        except Exception as e:
+            raise TypeError(f"{self.path}: calling {self._fn_name()} on a batch of "
+                            f"{self.input_type} failed: {type(e).__name__}: {e}") from e
+        return type_of_batch_result(self, result, batch)
+
+    def op(self) -> Op:
+        """The op this block calls (its types must be known)."""
+        if self._op is None:
+            in_types = flat_tensor_types(self.input_type)
+            out_types = flat_tensor_types(self.output_type)
+            in_type, fn = self.input_type, self._tf_fn
+
+            def call(*flat):
+                return flatten_outputs(fn(*batch_call_structure(in_type, list(flat))))
+
+            name = self.name or self._fn_name()
+            key = (fn, self.input_type, self.output_type)
+            self._op = Op(name, call, in_types, out_types, key=key)
+        return self._op
+
+    def _evaluate(self, ctx, x):
+        flat_in = self.input_type.flatten(x)
+        flat_out = ctx.op(self.op(), flat_in)
+        return self.output_type.unflatten(iter(flat_out), _shape_of(self.output_type))
+
+
+class Identity(Block):
+    """Passes its input through; its input and output types are the same."""
+
+    def __init__(self, name: str | None = None):
+        super().__init__(name=name)
+
+    def _infer(self):
+        self.set_output_type(self.input_type)
+        self.set_input_type(self.output_type)
+
+    def _evaluate(self, ctx, x):
+        return x
+
+
+class Concat(Function):
+    """Concatenates a tuple of tensors along `concat_dim` (scalars become vectors).
+
+    >>> from blocks import Scalar, Vector
+    >>> ((Scalar(), Vector(2)) >> Concat()).eval((1, [2, 3]))
+    array([1., 2., 3.], dtype=float32)
+    """
+
+    def __init__(self, concat_dim: int = 0, flatten: bool = False, name: str | None = None):
+        self._concat_dim = concat_dim
+        self._flatten = flatten
+        tf = _tf()
+
+        def concat(*args):
+            flat = flatten_outputs(args)
+            flat = [tf.reshape(a, [-1, 1]) if a.shape.rank == 1 else a for a in flat]
+            return tf.concat(flat, axis=concat_dim + 1)
+
+        concat.__name__ = "concat"
+        super().__init__(concat, name=name, infer_output_type=False)
+
+    def _repr_args(self):
+        return {"concat_dim": self._concat_dim, "flatten": self._flatten}
+
+    def _infer(self):
+        t = self.input_type
+        if t is None:
+            return
+        if not isinstance(t, TupleType):
+            raise TypeError(f"{self.path}: Concat inputs must be a tuple of tensors: {t}")
+        if not self._flatten and any(isinstance(x, TupleType) for x in t):
+            raise TypeError(f"{self.path}: input type {t} contains nested tuples, expected a "
+                            "flat tuple of tensors; set flatten=True in the constructor")
+        check_tensor_nest(self, t, "Concat inputs")
+        items = flat_tensor_types(t)
+        if not items:
+            raise TypeError(f"{self.path}: Concat requires at least one tensor as input")
+        shapes = [x.shape if x.shape else (1,) for x in items]
+        d = self._concat_dim
+        for i, (x, s) in enumerate(zip(items, shapes)):
+            if len(s) <= d:
+                raise TypeError(f"{self.path}: Concat argument {i} of type {x} has rank less "
+                                f"than {d + 1}")
+            if x.dtype != items[0].dtype:
+                raise TypeError(f"{self.path}: Cannot concat tensors of different dtypes: "
+                                f"{items[0].dtype} vs. {x.dtype}")
+            if s[:d] + s[d + 1:] != shapes[0][:d] + shapes[0][d + 1:]:
+                raise TypeError(f"{self.path}: Shapes for concat don't match: "
+                                f"{shapes[0]} vs. {s}")
+        out = list(shapes[0])
+        out[d] = sum(s[d] for s in shapes)
+        self.set_output_type(TensorType(out, items[0].dtype))
+
+
+class Zeros(Block):
+    """Zeros of `output_type`: zero tensors, tuples of them, or an empty sequence."""
+
+    _expected_input_types = (VoidType,)
+
+    def __init__(self, output_type: Any = None, name: str | None = None):
+        super().__init__(input_type=VoidType(), name=name)
+        if output_type is not None:
+            self.set_output_type(convert_to_type(output_type))
+
+    def _repr_args(self):
+        return {"output_type": self.output_type}
+
+    def _infer(self):
+        t = self.output_type
+        if isinstance(t, BroadcastSequenceType):
+            raise TypeError(f"{self.path}: cannot create Zeros for an infinite sequence type: "
+                            f"{t}")
+        if isinstance(t, PyObjectType) or (
+                isinstance(t, TupleType) and not isinstance(t, SequenceType)
+                and any(isinstance(x, PyObjectType) for x in t.terminal_types())):
+            raise TypeError(f"{self.path}: all terminal types must be tensors: {t}")
+
+    def _evaluate(self, ctx, x):
+        return _zeros(ctx, self.output_type)
+
+
+def _zeros(ctx, t: ResultType):
+    if isinstance(t, TensorType):
+        return ctx.constant(np.zeros(t.shape, t.dtype), t)
+    if isinstance(t, TupleType):
+        return tuple(_zeros(ctx, x) for x in t)
+    if isinstance(t, SequenceType):
+        return []
+    return None

@@ -1,0 +1,290 @@
+"""Result types: what flows between blocks.
+
+Every block has an input type and an output type. Types are immutable values
+with readable reprs; they compare, hash and sort by their repr.
+
+>>> TensorType([3, 4], 'int32')
+TensorType((3, 4), 'int32')
+>>> convert_to_type(([], [3, 3, 'int64']))
+TupleType(TensorType((), 'float32'), TensorType((3, 3), 'int64'))
+>>> canonicalize_type(SequenceType(PyObjectType()))
+PyObjectType()
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ResultType", "TensorType", "TupleType", "SequenceType", "BroadcastSequenceType",
+    "PyObjectType", "VoidType", "convert_to_type", "canonicalize_type",
+]
+
+
+def _dtype_name(dtype: Any) -> str:
+    """The canonical name of a dtype given as a string, numpy or TensorFlow dtype."""
+    name = getattr(dtype, "name", None)
+    if isinstance(dtype, str):
+        name = dtype
+    if name is None and isinstance(dtype, type):
+        name = np.dtype(dtype).name
+    if not isinstance(name, str):
+        raise TypeError(f"not a dtype: {dtype!r}")
+    try:
+        return np.dtype(name).name if name not in ("bfloat16", "string") else name
+    except TypeError:
+        raise TypeError(f"not a dtype: {dtype!r}") from None
+
+
+@functools.total_ordering
+class ResultType:
+    """Base class of all types. Equality, hashing and ordering go through `repr`."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ResultType) and repr(self) == repr(other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __lt__(self, other: ResultType) -> bool:
+        return repr(self) < repr(other)
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+    def terminal_types(self) -> Iterator[ResultType]:
+        """The tensor and PyObject types inside this type, in pre-order."""
+        yield self
+
+    def flatten(self, instance: Any) -> list:
+        """The terminal values of `instance`, in the order of `terminal_types`."""
+        return [instance]
+
+    def unflatten(self, flat: Iterator, shaped_like: Any) -> Any:
+        """Inverse of `flatten`; `shaped_like` gives sequence lengths."""
+        return next(flat)
+
+    def for_each_terminal(self, fn: Callable[[ResultType, Any], Any], instance: Any) -> Any:
+        """Applies `fn(terminal_type, value)` to each terminal, keeping the structure."""
+        return fn(self, instance)
+
+
+class TensorType(ResultType):
+    """A tensor of a fixed shape and dtype (the batch dimension is not part of it).
+
+    >>> TensorType((2,)).size
+    2
+    """
+
+    __slots__ = ("_shape", "_dtype")
+
+    def __init__(self, shape: Iterable[int], dtype: Any = "float32"):
+        if not isinstance(shape, (tuple, list)):
+            shape = getattr(shape, "as_list", lambda: shape)()
+        if not isinstance(shape, (tuple, list)):
+            raise TypeError(f"shape must be a tuple or list: {shape!r}")
+        dims = []
+        for d in shape:
+            if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+                raise TypeError(f"shape must hold non-negative ints: {tuple(shape)!r}")
+            dims.append(int(d))
+        self._shape = tuple(dims)
+        self._dtype = _dtype_name(dtype)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    def __array__(self, dtype=None, copy=None):
+        return np.zeros(self._shape, dtype=dtype or self._dtype)
+
+    def __repr__(self) -> str:
+        return f"TensorType({self._shape!r}, {self._dtype!r})"
+
+
+class VoidType(ResultType):
+    """No value at all (the output of `Void`, `Metric`; the input of constants)."""
+
+    def terminal_types(self) -> Iterator[ResultType]:
+        return iter(())
+
+    def flatten(self, instance: Any) -> list:
+        return []
+
+    def unflatten(self, flat: Iterator, shaped_like: Any) -> None:
+        return None
+
+    def for_each_terminal(self, fn, instance):
+        return None
+
+    def __repr__(self) -> str:
+        return "VoidType()"
+
+
+class PyObjectType(ResultType):
+    """Any Python object: the input of a model, and what `InputTransform` returns."""
+
+    def __repr__(self) -> str:
+        return "PyObjectType()"
+
+
+class TupleType(ResultType):
+    """A fixed-length tuple of types. Supports `len`, indexing and slicing.
+
+    >>> TupleType(TensorType(()), PyObjectType())[1:]
+    TupleType(PyObjectType())
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, *item_types: Any):
+        if len(item_types) == 1 and not isinstance(item_types[0], ResultType):
+            item_types = tuple(item_types[0])
+        for i, t in enumerate(item_types):
+            if not isinstance(t, ResultType):
+                raise TypeError(f"item_types[{i}] is not a type: {t!r}")
+        self._items = tuple(item_types)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[ResultType]:
+        return iter(self._items)
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            return TupleType(*self._items[key])
+        return self._items[key]
+
+    @property
+    def size(self) -> int | None:
+        sizes = [getattr(t, "size", None) for t in self._items]
+        return None if any(s is None for s in sizes) else sum(sizes)
+
+    def terminal_types(self) -> Iterator[ResultType]:
+        for t in self._items:
+            yield from t.terminal_types()
+
+    def flatten(self, instance: Any) -> list:
+        return [v for t, x in zip(self._items, instance) for v in t.flatten(x)]
+
+    def unflatten(self, flat: Iterator, shaped_like: Any) -> tuple:
+        return tuple(t.unflatten(flat, s) for t, s in zip(self._items, shaped_like))
+
+    def for_each_terminal(self, fn, instance):
+        return tuple(t.for_each_terminal(fn, x) for t, x in zip(self._items, instance))
+
+    def __repr__(self) -> str:
+        return f"TupleType({', '.join(repr(t) for t in self._items)})"
+
+
+class SequenceType(ResultType):
+    """A variable-length sequence whose items all have `element_type`."""
+
+    __slots__ = ("_elem",)
+
+    def __init__(self, elem_type: ResultType):
+        if not isinstance(elem_type, ResultType):
+            raise TypeError(f"elem_type is not a type: {elem_type!r}")
+        self._elem = elem_type
+
+    @property
+    def element_type(self) -> ResultType:
+        return self._elem
+
+    size = None
+
+    def terminal_types(self) -> Iterator[ResultType]:
+        return self._elem.terminal_types()
+
+    def flatten(self, instance: Any) -> list:
+        return [v for x in instance for v in self._elem.flatten(x)]
+
+    def unflatten(self, flat: Iterator, shaped_like: Any) -> list:
+        return [self._elem.unflatten(flat, s) for s in shaped_like]
+
+    def for_each_terminal(self, fn, instance):
+        return [self._elem.for_each_terminal(fn, x) for x in instance]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._elem!r})"
+
+
+class BroadcastSequenceType(SequenceType):
+    """An infinite repetition of one value (the output of `Broadcast`)."""
+
+    def flatten(self, instance: Any) -> list:
+        return self._elem.flatten(next(iter(instance)))
+
+    def unflatten(self, flat: Iterator, shaped_like: Any) -> Iterator:
+        return itertools.repeat(self._elem.unflatten(flat, next(iter(shaped_like))))
+
+    def for_each_terminal(self, fn, instance):
+        return itertools.repeat(self._elem.for_each_terminal(fn, next(iter(instance))))
+
+
+def canonicalize_type(t: ResultType | None) -> ResultType | None:
+    """Collapses tuples and sequences made only of PyObjects into `PyObjectType`."""
+    if isinstance(t, TupleType):
+        items = [canonicalize_type(x) for x in t]
+        if items and all(isinstance(x, PyObjectType) for x in items):
+            return PyObjectType()
+        return TupleType(*items)
+    if isinstance(t, SequenceType):
+        elem = canonicalize_type(t.element_type)
+        if isinstance(elem, PyObjectType):
+            return PyObjectType()
+        return type(t)(elem)
+    return t
+
+
+def convert_to_type(type_like: Any) -> ResultType:
+    """Turns shorthand into a type.
+
+    A type stays as it is; a tuple becomes a `TupleType`; a list is a tensor shape
+    whose optional last item is the dtype (`[3, 4, 'int32']`); a dtype is a scalar
+    tensor; an int `n` is a vector of `n` floats; a `tf.TensorShape` a float tensor.
+
+    >>> convert_to_type(42)
+    TensorType((42,), 'float32')
+    >>> convert_to_type(['bool'])
+    TensorType((), 'bool')
+    """
+    if isinstance(type_like, ResultType):
+        return type_like
+    if isinstance(type_like, tuple):
+        return TupleType(*(convert_to_type(x) for x in type_like))
+    if isinstance(type_like, list):
+        if type_like and isinstance(type_like[-1], str) or (
+                type_like and hasattr(type_like[-1], "as_numpy_dtype")):
+            return TensorType(type_like[:-1], type_like[-1])
+        return TensorType(type_like)
+    if isinstance(type_like, (int, np.integer)) and not isinstance(type_like, bool):
+        return TensorType((int(type_like),))
+    if type(type_like).__name__ == "TensorShape":
+        dims = type_like.as_list() if type_like.rank is not None else None
+        if dims is None or any(d is None for d in dims):
+            raise TypeError(f"Cannot convert {type_like} to a type: shape is not fully defined.")
+        return TensorType(dims)
+    try:
+        return TensorType((), _dtype_name(type_like))
+    except TypeError:
+        pass
+    raise TypeError(f"Cannot convert {type_like!r} to a type.")

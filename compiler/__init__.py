@@ -1,0 +1,11 @@
+"""Compiling block expressions for dynamic batching.
+
+`Compiler` lowers a block expression to ops (`lowering`), expands each input into
+an op graph (`expansion`), and runs batches through the scheduler's executor.
+"""
+
+from compiler.compiler import BatchPlan, Compiler
+from compiler.expansion import ExampleGraph, expand
+from compiler.lowering import Program, lower
+
+__all__ = ["Compiler", "BatchPlan", "Program", "lower", "expand", "ExampleGraph"]

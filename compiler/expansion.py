@@ -1,0 +1,150 @@
+"""Expanding one input into its op graph: the context blocks evaluate in for batching.
+
+`ExpansionContext` is the third evaluation context (see `blocks.evaluation`): a
+handle is an int, the id of a value in the example's op graph. A constant
+appends a row to its type's constant table; an op call appends a node. The result
+is an `ExampleGraph`: the arrays of one example's `OpGraph`, the result's
+structure (handles where tensors will be) and the metrics it emitted. Example
+graphs are cached and concatenated into batches (`scheduler.OpGraph.concatenate`).
+
+>>> import tensorflow as tf
+>>> import blocks as td
+>>> from compiler.lowering import lower
+>>> block = td.Map(td.Scalar() >> td.Function(tf.negative))
+>>> program = lower(block)
+>>> graph = expand(program, [1.0, 2.0])
+>>> graph.graph.num_nodes, graph.result
+(2, [1, 3])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from blocks.errors import InputError
+from blocks.evaluation import call_with_deep_stack, root_input
+from scheduler.graph import OpGraph
+
+
+@dataclass
+class ExampleGraph:
+    """One input, expanded.
+
+    Attributes:
+        graph: its op graph.
+        result: the root's output with value ids where tensors are.
+        metrics: `(metric id, value id, label)` triples, in emission order.
+    """
+
+    graph: OpGraph
+    result: Any
+    metrics: list
+
+
+class ExpansionContext:
+    """Records constants and op calls as an op graph (handles are value ids)."""
+
+    def __init__(self, program):
+        self._op_id = program.op_id
+        self._type_id = program.type_id
+        self._metric_id = program.metric_id
+        n_types = len(program.value_types)
+        self.node_op: list[int] = []
+        self.node_arity: list[int] = []
+        self.node_args: list[int] = []
+        self.sdepth: list[int] = []
+        self.value_type: list[int] = []
+        self.value_node: list[int] = []
+        self.value_index: list[int] = []
+        self.value_depth: list[int] = []  # producing node's sdepth, -1 for constants
+        self.constants: list[list] = [[] for _ in range(n_types)]
+        self.metrics: list[tuple] = []
+        self._sources: dict[int, list[int]] = {}  # zero-argument ops, called once
+
+    def constant(self, value: np.ndarray, ttype) -> int:
+        k = self._type_id[ttype]
+        v = len(self.value_type)
+        self.value_type.append(k)
+        self.value_node.append(-1)
+        table = self.constants[k]
+        self.value_index.append(len(table))
+        self.value_depth.append(-1)
+        table.append(value)
+        return v
+
+    def op(self, op, args: list) -> list[int]:
+        o = self._op_id[op]
+        if not args:
+            cached = self._sources.get(o)
+            if cached is not None:
+                return cached
+        j = len(self.node_op)
+        self.node_op.append(o)
+        self.node_arity.append(len(args))
+        self.node_args.extend(args)
+        vd = self.value_depth
+        d = max([vd[a] for a in args], default=-1) + 1
+        self.sdepth.append(d)
+        v = len(self.value_type)
+        outs = list(range(v, v + len(op.output_types)))
+        for slot, t in enumerate(op.output_types):
+            self.value_type.append(self._type_id[t])
+            self.value_node.append(j)
+            self.value_index.append(slot)
+            vd.append(d)
+        if not args:
+            self._sources[o] = outs
+        return outs
+
+    def metric(self, name: str, value: int, label: Any = None) -> None:
+        self.metrics.append((self._metric_id[name], value, label))
+
+    def graph(self, program) -> OpGraph:
+        constants = []
+        for k, t in enumerate(program.value_types):
+            rows = self.constants[k]
+            constants.append(np.asarray(rows, dtype=t.dtype).reshape((len(rows), *t.shape)))
+        return OpGraph(np.asarray(self.node_op, np.int32), np.asarray(self.node_arity, np.int32),
+                       np.asarray(self.node_args, np.int32),
+                       np.asarray(self.value_type, np.int32),
+                       np.asarray(self.value_node, np.int32),
+                       np.asarray(self.value_index, np.int32), constants,
+                       np.asarray(self.sdepth, np.int32))
+
+
+def expand(program, x: Any) -> ExampleGraph:
+    """Expands input `x` of `program.root` into its `ExampleGraph`.
+
+    Raises `InputError` naming the block path when the input does not fit.
+    """
+    ctx = ExpansionContext(program)
+    root = program.root
+
+    def run():
+        return root._eval(ctx, root_input(root, ctx, x))
+
+    result = call_with_deep_stack(run)
+    return ExampleGraph(ctx.graph(program), result, ctx.metrics)
+
+
+def expand_all(program, inputs: list, start: int = 0) -> list[ExampleGraph]:
+    """Expands each input; an error names the input's index (offset by `start`)."""
+    def run():
+        out = []
+        for i, x in enumerate(inputs):
+            try:
+                out.append(_expand_here(program, x))
+            except InputError as e:
+                raise e.with_example_index(start + i) from e
+        return out
+    return call_with_deep_stack(run)
+
+
+def _expand_here(program, x: Any) -> ExampleGraph:
+    ctx = ExpansionContext(program)
+    root = program.root
+    result = root._eval(ctx, root_input(root, ctx, x))
+    return ExampleGraph(ctx.graph(program), result, ctx.metrics)

@@ -1,0 +1,365 @@
+"""The executor: any schedule of an `OpGraph`, run by one static `tf.while_loop`.
+
+`Executor(ops, value_types)` builds, once, the TensorFlow program that runs every
+schedule of every batch for these ops. A batch is fed as a handful of flat arrays
+(`Executor.feed`), so one traced `tf.function` serves all batch shapes without
+retracing (tested: its tracing count stays 1).
+
+How a batch runs:
+
+1. **Buffers.** Every value of value type k owns one row of buffer k: first the
+   constants of type k, then the outputs of type k of every launch, in launch
+   order (within a launch: output slot, then node).
+2. **Prelude, before the loop.** Every op runs once on its step-0 nodes (those
+   whose arguments are all constants; possibly none), reading the constant
+   tables. Variable lookups such as embeddings therefore never run inside the
+   loop, where TensorFlow would keep a dense vocabulary-sized gradient
+   accumulator per iteration (ENGINE_NOTES P3). Buffer k starts as
+   `[constants; prelude outputs; zeros]`.
+3. **The loop: one launch per iteration.** Iteration g writes launch g-1's outputs
+   and gathers launch g's inputs in one fused in-place op per value type
+   (`scheduler.inplace.write_read`), then `tf.switch_case` on launch g's op runs
+   that op once on all its nodes. Inputs are gathered outside the branches.
+4. **Results.** After the loop, `final_read` writes the last launch's outputs and
+   gathers the rows asked for, per value type.
+
+Why this design (measured by the prototype in ENGINE_NOTES.md §2-3 and re-measured
+in BENCHMARKS.md): per-type SSA buffers updated in place with a custom gradient
+were the only storage linear in both time and memory for any dependency pattern
+(Fold's pass-through copies grow as depth x nodes on long-range graphs; growing
+concat state keeps depth x nodes of memory for the backward pass;
+`tensor_scatter_nd_update` copies the whole buffer every iteration). One launch
+per iteration suits both depth and agenda schedules (the executor does not know
+which made the schedule) and costs a few microseconds of loop overhead per launch.
+
+Feeding: the schedule's integer arrays are packed into one int32 vector `index`
+plus the segment bounds `layout`, and constants into one flat vector per dtype,
+because each `tf.function` argument costs tens of microseconds per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from scheduler.graph import OpGraph
+from scheduler.schedules import Schedule
+
+
+@dataclass
+class Feed:
+    """A packed batch for `Executor.compute`: `arrays` maps argument name -> numpy array.
+
+    `read_type[i]`, `read_pos[i]`: where the i-th value asked for lands in the
+    outputs (value type, row in that type's output).
+    """
+
+    arrays: dict
+    read_type: np.ndarray
+    read_pos: np.ndarray
+
+
+def _dtype_name(t) -> str:
+    return str(getattr(t, "dtype", "float32"))
+
+
+class Executor:
+    """Runs scheduled op graphs for a fixed set of ops (see the module docstring).
+
+    Args:
+        ops: op-like objects with `fn` (a batch function: tensors `[n, *shape]` in,
+            a list of such out; a zero-argument op gets the batch size `n`),
+            `input_types` and `output_types` (each with `shape` and `dtype`).
+        value_types: every value type, each with `shape` and `dtype`; all the ops'
+            input and output types must be among them.
+    """
+
+    def __init__(self, ops: Sequence[Any], value_types: Sequence[Any]):
+        self.ops = list(ops)
+        self.value_types = list(value_types)
+        index = {t: k for k, t in enumerate(self.value_types)}
+        try:
+            self.op_in = [[index[t] for t in op.input_types] for op in self.ops]
+            self.op_out = [[index[t] for t in op.output_types] for op in self.ops]
+        except KeyError as e:
+            raise ValueError(f"an op uses value type {e} that is not among value_types") \
+                from None
+        self.dtypes = sorted({_dtype_name(t) for t in self.value_types})
+        n_ops = len(self.ops)
+        max_arity = max([len(a) for a in self.op_in] + [1])
+        # arg_typepos[o, a]: how many earlier args of op o have the same value type.
+        self.arg_typepos = np.zeros((max(n_ops, 1), max_arity), np.int64)
+        for o, types in enumerate(self.op_in):
+            for a, k in enumerate(types):
+                self.arg_typepos[o, a] = types[:a].count(k)
+        # out_count[o, k]: how many outputs of value type k op o has.
+        self.out_count = np.zeros((max(n_ops, 1), len(self.value_types)), np.int64)
+        self.out_typepos = []
+        for o, types in enumerate(self.op_out):
+            for k in types:
+                self.out_count[o, k] += 1
+            self.out_typepos.append([types[:s].count(k) for s, k in enumerate(types)])
+        self._segments = self._segment_names()
+        self._segment_id = {name: i for i, name in enumerate(self._segments)}
+
+    # --- the packed layout -------------------------------------------------------------
+
+    def _segment_names(self) -> list[str]:
+        names = ["group_op", "group_size", "n_rows"]
+        for k in range(len(self.value_types)):
+            names += [f"in_splits_{k}", f"in_rows_{k}", f"out_bounds_{k}", f"read_rows_{k}",
+                      f"const_bounds_{k}"]
+        for o, types in enumerate(self.op_in):
+            names.append(f"pre_count_{o}")
+            names += [f"pre_args_{o}_{a}" for a in range(len(types))]
+        return names
+
+    def input_signature(self) -> dict:
+        """The `tf.TensorSpec`s of `Feed.arrays` (all with unknown lengths)."""
+        import tensorflow as tf
+        spec = {"index": tf.TensorSpec([None], tf.int32),
+                "layout": tf.TensorSpec([None], tf.int32)}
+        for d in self.dtypes:
+            spec[f"consts_{d}"] = tf.TensorSpec([None], tf.as_dtype(d))
+        return spec
+
+    def feed(self, graph: OpGraph, schedule: Schedule, read_values: np.ndarray) -> Feed:
+        """Packs a scheduled batch; `read_values` are the value ids to return."""
+        n_types = len(self.value_types)
+        g_op, node_group = schedule.group_op, schedule.node_group
+        n_groups = len(g_op)
+        prelude = schedule.group_step == 0
+        n_pre = int(prelude.sum())  # prelude launches come first (step 0 sorts first)
+        group_size = np.bincount(node_group, minlength=n_groups)
+        # position of each node within its launch
+        order = np.argsort(node_group, kind="stable")
+        group_start = np.zeros(n_groups + 1, np.int64)
+        np.cumsum(group_size, out=group_start[1:])
+        pos_in_group = np.empty(graph.num_nodes, np.int64)
+        pos_in_group[order] = np.arange(graph.num_nodes) - group_start[node_group[order]]
+
+        # --- rows of every value -------------------------------------------------------
+        vtype = graph.value_type.astype(np.int64)
+        vnode = graph.value_node.astype(np.int64)
+        const_counts = np.array([len(c) for c in graph.constants], np.int64)
+        value_row = graph.value_index.astype(np.int64).copy()
+        out_vals = np.flatnonzero(vnode >= 0)
+        on = vnode[out_vals]
+        slot_typepos = self._slot_typepos_table()[graph.node_op[on], graph.value_index[out_vals]]
+        ok = np.lexsort((pos_in_group[on], slot_typepos, node_group[on],
+                                     vtype[out_vals]))
+        sorted_vals = out_vals[ok]
+        sorted_types = vtype[sorted_vals]
+        type_counts = np.bincount(sorted_types, minlength=n_types)
+        type_start = np.concatenate([[0], np.cumsum(type_counts)[:-1]])
+        rank = np.arange(len(sorted_vals)) - type_start[sorted_types]
+        value_row[sorted_vals] = const_counts[sorted_types] + rank
+        n_rows = const_counts + type_counts
+
+        # --- arguments ---------------------------------------------------------------
+        arity = graph.node_arity.astype(np.int64)
+        consumer = np.repeat(np.arange(graph.num_nodes), arity)
+        arg_start = np.concatenate([[0], np.cumsum(arity)[:-1]])
+        arg_idx = np.arange(len(graph.node_args)) - np.repeat(arg_start, arity)
+        arg_val = graph.node_args.astype(np.int64)
+        arg_type = vtype[arg_val]
+        arg_group = node_group[consumer].astype(np.int64)
+        arg_tpos = self.arg_typepos[graph.node_op[consumer], arg_idx]
+        arg_order = np.lexsort((pos_in_group[consumer], arg_tpos, arg_group, arg_type))
+
+        segs: dict[str, np.ndarray] = {}
+        loop_ops = g_op[n_pre:]
+        loop_sizes = group_size[n_pre:]
+        segs["group_op"] = loop_ops
+        segs["group_size"] = loop_sizes
+        segs["n_rows"] = n_rows
+        n_loop = n_groups - n_pre
+        srt_type, srt_group = arg_type[arg_order], arg_group[arg_order]
+        srt_rows = value_row[arg_val[arg_order]]
+        in_loop = srt_group >= n_pre
+        for k in range(n_types):
+            sel = in_loop & (srt_type == k)
+            counts = np.bincount(srt_group[sel] - n_pre, minlength=n_loop)
+            segs[f"in_splits_{k}"] = np.concatenate([[0], np.cumsum(counts)])
+            segs[f"in_rows_{k}"] = srt_rows[sel]
+            # output rows of type k per loop launch, after constants and prelude outputs
+            per_launch = loop_sizes * self.out_count[loop_ops, k] if n_loop else \
+                np.zeros(0, np.int64)
+            pre_rows = int((group_size[:n_pre] * self.out_count[g_op[:n_pre], k]).sum())
+            base = const_counts[k] + pre_rows
+            segs[f"out_bounds_{k}"] = np.concatenate([[base, base], base + np.cumsum(per_launch)])
+        # prelude arguments per op (rows of constant tables)
+        pre_group_of_op = {int(g_op[i]): i for i in range(n_pre)}
+        pre_sel = ~in_loop
+        pre_rows_all = srt_rows[pre_sel]
+        pre_groups = srt_group[pre_sel]
+        pre_args_idx = arg_idx[arg_order][pre_sel]
+        if np.any(vnode[arg_val[arg_order][pre_sel]] >= 0):
+            raise ValueError("a prelude node reads a value that is not a constant")
+        for o, types in enumerate(self.op_in):
+            gi = pre_group_of_op.get(o)
+            n = int(group_size[gi]) if gi is not None else 0
+            segs[f"pre_count_{o}"] = np.array([n])
+            for a in range(len(types)):
+                if gi is None:
+                    segs[f"pre_args_{o}_{a}"] = np.zeros(0, np.int64)
+                    continue
+                mask = (pre_groups == gi) & (pre_args_idx == a)
+                segs[f"pre_args_{o}_{a}"] = pre_rows_all[mask]
+        # results
+        read_values = np.asarray(read_values, np.int64)
+        read_type = vtype[read_values] if len(read_values) else np.zeros(0, np.int64)
+        read_pos = np.zeros(len(read_values), np.int64)
+        for k in range(n_types):
+            sel = np.flatnonzero(read_type == k)
+            read_pos[sel] = np.arange(len(sel))
+            segs[f"read_rows_{k}"] = value_row[read_values[sel]]
+        # constants, one flat vector per dtype
+        flat: dict[str, list] = {d: [] for d in self.dtypes}
+        used = dict.fromkeys(self.dtypes, 0)
+        for k, t in enumerate(self.value_types):
+            d = _dtype_name(t)
+            c = graph.constants[k] if k < len(graph.constants) else np.zeros((0, *t.shape))
+            c = np.asarray(c, dtype=d).reshape(-1)
+            segs[f"const_bounds_{k}"] = np.array([used[d], used[d] + len(c)])
+            flat[d].append(c)
+            used[d] += len(c)
+        pieces = [np.asarray(segs[name], np.int32) for name in self._segments]
+        layout = np.zeros(len(pieces) + 1, np.int64)
+        np.cumsum([len(p) for p in pieces], out=layout[1:])
+        arrays = {"index": np.concatenate(pieces) if pieces else np.zeros(0, np.int32),
+                  "layout": layout.astype(np.int32)}
+        for d in self.dtypes:
+            arrays[f"consts_{d}"] = np.concatenate(flat[d]) if flat[d] else \
+                np.zeros(0, d)
+        return Feed(arrays, read_type, read_pos)
+
+    def _slot_typepos_table(self) -> np.ndarray:
+        width = max([len(t) for t in self.op_out] + [1])
+        table = np.zeros((max(len(self.ops), 1), width), np.int64)
+        for o, pos in enumerate(self.out_typepos):
+            table[o, :len(pos)] = pos
+        return table
+
+    # --- the TensorFlow program -------------------------------------------------------
+
+    def compute(self, arrays: dict) -> list:
+        """Runs a fed batch; returns, per value type, the rows asked for `[R_k, *shape]`.
+
+        Call it inside a `tf.function` (or under a `GradientTape` there): it builds
+        graph code. `arrays` holds tensors for the keys of `input_signature()`.
+        """
+        import tensorflow as tf
+
+        from scheduler.inplace import final_read, write_read
+        index, layout = arrays["index"], arrays["layout"]
+        sid = self._segment_id
+
+        def seg(name):
+            i = sid[name]
+            return index[layout[i]:layout[i + 1]]
+
+        types = self.value_types
+        n_types = len(types)
+        tf_dtypes = [tf.as_dtype(_dtype_name(t)) for t in types]
+        shapes = [tuple(t.shape) for t in types]
+        consts = []
+        for k in range(n_types):
+            b = seg(f"const_bounds_{k}")
+            flat = arrays[f"consts_{_dtype_name(types[k])}"][b[0]:b[1]]
+            consts.append(tf.reshape(flat, (-1, *shapes[k])))
+
+        # prelude
+        pre_outs: list[list] = [[] for _ in range(n_types)]
+        for o, op in enumerate(self.ops):
+            n = seg(f"pre_count_{o}")[0]
+            args = [tf.gather(consts[k], seg(f"pre_args_{o}_{a}"))
+                    for a, k in enumerate(self.op_in[o])]
+            outs = self._call(o, op, args, n)
+            for s, k in enumerate(self.op_out[o]):
+                pre_outs[k].append(outs[s])
+        n_rows = seg("n_rows")
+        bufs = []
+        for k in range(n_types):
+            head = tf.concat([consts[k]] + pre_outs[k], 0) if pre_outs[k] else consts[k]
+            pad_shape = tf.concat([[n_rows[k] - tf.shape(head)[0]],
+                                   tf.constant(shapes[k], tf.int32, shape=[len(shapes[k])])], 0)
+            pad = tf.zeros(pad_shape, tf_dtypes[k])
+            bufs.append(tf.concat([head, pad], 0))
+
+        group_op, group_size = seg("group_op"), seg("group_size")
+        in_splits = [seg(f"in_splits_{k}") for k in range(n_types)]
+        in_rows = [seg(f"in_rows_{k}") for k in range(n_types)]
+        out_bounds = [seg(f"out_bounds_{k}") for k in range(n_types)]
+        empty = [tf.zeros((0, *shapes[k]), tf_dtypes[k]) for k in range(n_types)]
+
+        def branch(o, xs, n):
+            def run():
+                args = []
+                for a, k in enumerate(self.op_in[o]):
+                    p = int(self.arg_typepos[o, a])
+                    x = xs[k]
+                    if self.op_in[o].count(k) > 1:
+                        x = x[p * n:(p + 1) * n]
+                    args.append(x)
+                outs = self._call(o, self.ops[o], args, n)
+                ys = []
+                for k in range(n_types):
+                    mine = [outs[s] for s, kk in enumerate(self.op_out[o]) if kk == k]
+                    ys.append(mine[0] if len(mine) == 1 else
+                              tf.concat(mine, 0) if mine else empty[k])
+                return ys
+            return run
+
+        def body(g, bufs, ys):
+            new_bufs, xs = [], []
+            for k in range(n_types):
+                rows = in_rows[k][in_splits[k][g]:in_splits[k][g + 1]]
+                written = tf.range(out_bounds[k][g], out_bounds[k][g + 1])
+                b, x = write_read(bufs[k], ys[k], written, rows)
+                new_bufs.append(b)
+                xs.append(x)
+            n = group_size[g]
+            branches = [branch(o, xs, n) for o in range(len(self.ops))]
+            ys = tf.switch_case(group_op[g], branches) if len(branches) > 1 else branches[0]()
+            ys = [tf.ensure_shape(y, (None, *shapes[k])) for k, y in enumerate(ys)]
+            return g + 1, new_bufs, ys
+
+        n_launches = tf.size(group_op)
+        g0 = tf.constant(0, tf.int32)
+        ys0 = list(empty)
+        if self.ops:
+            g_end, bufs, ys = tf.while_loop(
+                lambda g, *_: g < n_launches, body, (g0, bufs, ys0),
+                shape_invariants=(g0.shape, [tf.TensorShape((None, *s)) for s in shapes],
+                                  [tf.TensorShape((None, *s)) for s in shapes]))
+        else:
+            g_end, ys = g0, ys0
+        results = []
+        for k in range(n_types):
+            written = tf.range(out_bounds[k][g_end], out_bounds[k][g_end + 1])
+            results.append(final_read(bufs[k], ys[k], written, seg(f"read_rows_{k}")))
+        return results
+
+    def _call(self, o: int, op: Any, args: list, n) -> list:
+        import tensorflow as tf
+        outs = op.fn(*args) if args else op.fn(n)
+        if not isinstance(outs, (list, tuple)):
+            outs = [outs]
+        if len(outs) != len(self.op_out[o]):
+            raise ValueError(f"op {getattr(op, 'name', o)!r} returned {len(outs)} outputs, "
+                             f"expected {len(self.op_out[o])}")
+        result = []
+        for s, y in enumerate(outs):
+            k = self.op_out[o][s]
+            t = self.value_types[k]
+            y = tf.convert_to_tensor(y)
+            if y.dtype != tf.as_dtype(_dtype_name(t)) or (
+                    y.shape.rank is not None and tuple(y.shape[1:]) != tuple(t.shape)):
+                raise ValueError(f"op {getattr(op, 'name', o)!r} output {s}: expected "
+                                 f"{t} per row, got shape {y.shape[1:]} dtype {y.dtype.name}")
+            result.append(tf.ensure_shape(y, (None, *t.shape)))
+        return result

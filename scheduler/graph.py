@@ -1,0 +1,157 @@
+"""`OpGraph`: a batch of computations as flat integer arrays.
+
+An op graph is what dynamic batching works on. Its *values* are tensors, each of
+one value type (a shape and dtype, numbered `0..K-1` by whoever builds the graph):
+a value is either a constant (a row of the constant table of its type) or one
+output of a *node*. A node is one call of an op (numbered `0..O-1`) on argument
+values. Everything is numpy arrays, never per-node Python objects, so that a
+batch is the concatenation of its examples' graphs with offsets.
+
+Values are numbered so that each node's arguments come before it (nodes are
+appended in evaluation order); `sdepth` numbers each node's longest chain of node
+dependencies (0 for nodes whose arguments are all constants).
+
+>>> import numpy as np
+>>> # one example: constants c0, c1 (type 0); node 0 = op 0 (c0, c1) -> v2; node 1 = op 1 (v2) -> v3
+>>> g = OpGraph.build(node_op=[0, 1], node_arity=[2, 1], node_args=[0, 1, 2],
+...                   value_type=[0, 0, 0, 0], value_node=[-1, -1, 0, 1], value_index=[0, 1, 0, 0],
+...                   constants=[np.array([1.0, 2.0])])
+>>> g.num_nodes, g.num_values, g.sdepth.tolist()
+(2, 4, [0, 1])
+>>> both = OpGraph.concatenate([g, g])
+>>> both.node_args.tolist()
+[0, 1, 2, 4, 5, 6]
+>>> both.value_index.tolist()  # constants of the second copy follow the first's
+[0, 1, 0, 0, 2, 3, 0, 0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class OpGraph:
+    """A batch of node calls over typed values (see the module docstring).
+
+    Attributes:
+        node_op: int32 [N], the op of each node.
+        node_arity: int32 [N], how many arguments each node takes.
+        node_args: int32 [A], the argument value ids of all nodes, node after node.
+        value_type: int32 [V], the value type of each value.
+        value_node: int32 [V], the node producing each value, or -1 for a constant.
+        value_index: int32 [V], the output slot of a node output, or the row of a
+            constant in `constants[value_type]`.
+        constants: per value type, an array `[C_k, *shape]` of constant rows.
+        sdepth: int32 [N], the node's longest chain of node dependencies.
+    """
+
+    node_op: np.ndarray
+    node_arity: np.ndarray
+    node_args: np.ndarray
+    value_type: np.ndarray
+    value_node: np.ndarray
+    value_index: np.ndarray
+    constants: list
+    sdepth: np.ndarray
+
+    @classmethod
+    def build(cls, node_op, node_arity, node_args, value_type, value_node, value_index,
+              constants, sdepth=None) -> OpGraph:
+        """An `OpGraph` from sequences; `sdepth` is computed when not given."""
+        g = cls(np.asarray(node_op, np.int32), np.asarray(node_arity, np.int32),
+                np.asarray(node_args, np.int32), np.asarray(value_type, np.int32),
+                np.asarray(value_node, np.int32), np.asarray(value_index, np.int32),
+                [np.asarray(c) for c in constants], None)
+        g.sdepth = compute_sdepth(g) if sdepth is None else np.asarray(sdepth, np.int32)
+        return g
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_op)
+
+    @property
+    def num_values(self) -> int:
+        return len(self.value_type)
+
+    def arg_offsets(self) -> np.ndarray:
+        """int64 [N+1]: node j's arguments are `node_args[off[j]:off[j+1]]`."""
+        off = np.zeros(self.num_nodes + 1, np.int64)
+        np.cumsum(self.node_arity, out=off[1:])
+        return off
+
+    def node_dependencies(self) -> np.ndarray:
+        """int32 [A]: for every argument, the node producing it (-1 for constants)."""
+        return self.value_node[self.node_args]
+
+    @classmethod
+    def concatenate(cls, graphs: Sequence[OpGraph]) -> OpGraph:
+        """One graph holding `graphs` side by side (value and node ids offset)."""
+        if len(graphs) == 1:
+            return graphs[0]
+        n_types = len(graphs[0].constants)
+        n_nodes = np.array([g.num_nodes for g in graphs])
+        n_values = np.array([g.num_values for g in graphs])
+        node_off = np.concatenate([[0], np.cumsum(n_nodes)[:-1]])
+        value_off = np.concatenate([[0], np.cumsum(n_values)[:-1]])
+        n_args = np.array([len(g.node_args) for g in graphs])
+        const_counts = np.array([[len(c) for c in g.constants] for g in graphs]).reshape(
+            len(graphs), n_types)
+        const_off = np.cumsum(const_counts, axis=0) - const_counts
+
+        node_args = np.concatenate([g.node_args for g in graphs]) + np.repeat(
+            value_off, n_args).astype(np.int32)
+        value_type = np.concatenate([g.value_type for g in graphs])
+        value_node = np.concatenate([g.value_node for g in graphs])
+        value_index = np.concatenate([g.value_index for g in graphs])
+        owner = np.repeat(np.arange(len(graphs)), n_values)
+        is_const = value_node < 0
+        value_node = np.where(is_const, -1, value_node + np.repeat(node_off, n_values)
+                              ).astype(np.int32)
+        if n_types:
+            value_index = value_index + np.where(is_const, const_off[owner, value_type], 0)
+        constants = [_concat_rows([g.constants[k] for g in graphs]) for k in range(n_types)]
+        return cls(np.concatenate([g.node_op for g in graphs]),
+                   np.concatenate([g.node_arity for g in graphs]),
+                   node_args, value_type, value_node, value_index.astype(np.int32), constants,
+                   np.concatenate([g.sdepth for g in graphs]))
+
+    def validate(self) -> None:
+        """Checks the arrays are consistent; raises `ValueError` otherwise."""
+        n, v = self.num_nodes, self.num_values
+        if int(self.node_arity.sum()) != len(self.node_args):
+            raise ValueError("node_arity does not sum to the number of arguments")
+        if len(self.node_args) and (self.node_args.min() < 0 or self.node_args.max() >= v):
+            raise ValueError("an argument refers to a value that does not exist")
+        if len(self.value_node) and self.value_node.max() >= n:
+            raise ValueError("a value refers to a node that does not exist")
+        producer = self.value_node[self.node_args]
+        consumer = np.repeat(np.arange(n), self.node_arity)
+        if np.any(producer >= consumer):
+            raise ValueError("a node reads a value produced by itself or a later node")
+
+
+def _concat_rows(arrays: list) -> np.ndarray:
+    non_empty = [a for a in arrays if len(a)]
+    if not non_empty:
+        return arrays[0]
+    return non_empty[0] if len(non_empty) == 1 else np.concatenate(non_empty)
+
+
+def compute_sdepth(graph: OpGraph) -> np.ndarray:
+    """Each node's longest chain of node dependencies (nodes in evaluation order)."""
+    deps = graph.node_dependencies().tolist()
+    arity = graph.node_arity.tolist()
+    depth = [0] * graph.num_nodes
+    pos = 0
+    for j, a in enumerate(arity):
+        d = -1
+        for p in deps[pos:pos + a]:
+            if p >= 0 and depth[p] > d:
+                d = depth[p]
+        depth[j] = d + 1
+        pos += a
+    return np.asarray(depth, np.int32)

@@ -1,0 +1,186 @@
+"""Schedules: which nodes of an `OpGraph` run together, and in which order.
+
+A schedule assigns every node a *step* such that each node's inputs are computed
+in earlier steps; the nodes of one op in one step run as one batched call (a
+*launch*). Step 0 is the *prelude*: the nodes whose arguments are all constants
+(embedding lookups, leaf inputs). The executor runs the prelude before its loop,
+so that no variable is read sparsely inside the loop.
+
+Two strategies share this interface:
+
+- `depth_schedule` (TensorFlow Fold): a node's step is its dependency depth.
+- `agenda_schedule` (DyNet's autobatching): repeatedly launch, among the ops with
+  ready nodes, the op whose nodes have the lowest average depth in the whole
+  batch (cheap ops first on ties), taking all of its ready nodes at once. Nodes
+  that wait on inputs of different depths (e.g. a loss after sequences of
+  different lengths) can then run together.
+
+>>> import numpy as np
+>>> from scheduler.graph import OpGraph
+>>> # two chains of different length, each ending in op 1 ("loss"): a-a-loss, a-a-a-a-loss
+>>> def chain(n):
+...     ops = [0] * n + [1]
+...     return OpGraph.build(ops, [1] * (n + 1), list(range(n + 1)), [0] * (n + 2),
+...                          [-1] + list(range(n + 1)), [0] + [0] * (n + 1), [np.zeros(1)])
+>>> g = OpGraph.concatenate([chain(2), chain(4)])
+>>> depth_schedule(g).stats.launches, agenda_schedule(g).stats.launches
+(6, 5)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scheduler.graph import OpGraph
+
+
+@dataclass
+class ScheduleStats:
+    """How well a schedule batches.
+
+    Attributes:
+        steps: the number of steps, the prelude included (if it has nodes).
+        launches: the number of non-empty (step, op) pairs: batched op calls.
+        mean_batch_size: per op id, nodes per launch.
+    """
+
+    steps: int
+    launches: int
+    mean_batch_size: dict = field(default_factory=dict)
+
+
+@dataclass
+class Schedule:
+    """A schedule of an `OpGraph`: `node_step[j]` is node j's step (0 = prelude).
+
+    Derived, for the executor: `groups` are the launches in execution order, as
+    arrays `group_step`, `group_op`, and `node_group[j]` the launch of node j.
+    """
+
+    graph: OpGraph
+    node_step: np.ndarray
+    group_step: np.ndarray
+    group_op: np.ndarray
+    node_group: np.ndarray
+    stats: ScheduleStats
+
+    @classmethod
+    def from_steps(cls, graph: OpGraph, node_step: np.ndarray) -> Schedule:
+        """Groups the nodes by (step, op): one launch per non-empty pair."""
+        node_step = np.asarray(node_step, np.int64)
+        n_ops = int(graph.node_op.max()) + 1 if graph.num_nodes else 1
+        key = node_step * n_ops + graph.node_op
+        uniq, node_group = np.unique(key, return_inverse=True)
+        group_step = (uniq // n_ops).astype(np.int32)
+        group_op = (uniq % n_ops).astype(np.int32)
+        sizes = np.bincount(node_group, minlength=len(uniq))
+        per_op_nodes = np.bincount(group_op, weights=sizes, minlength=n_ops)
+        per_op_launches = np.bincount(group_op, minlength=n_ops)
+        mean = {int(o): float(per_op_nodes[o] / per_op_launches[o])
+                for o in range(n_ops) if per_op_launches[o]}
+        stats = ScheduleStats(steps=int(len(np.unique(group_step))), launches=int(len(uniq)),
+                              mean_batch_size=mean)
+        return cls(graph, node_step.astype(np.int32), group_step, group_op,
+                   node_group.astype(np.int32).reshape(-1), stats)
+
+    def validate(self) -> None:
+        """Checks every node runs after its inputs; raises `ValueError` if not."""
+        g = self.graph
+        producer = g.node_dependencies()
+        consumer = np.repeat(np.arange(g.num_nodes), g.node_arity)
+        from_node = producer >= 0
+        if np.any(self.node_step[producer[from_node]] >= self.node_step[consumer[from_node]]):
+            raise ValueError("a node is scheduled no later than one of its inputs")
+        prelude = self.node_step == 0
+        if np.any(prelude[consumer[from_node]]):
+            raise ValueError("a prelude node reads the output of another node")
+
+
+def depth_schedule(graph: OpGraph) -> Schedule:
+    """Fold's schedule: each node runs at its dependency depth (prelude = depth 0)."""
+    return Schedule.from_steps(graph, graph.sdepth)
+
+
+def agenda_schedule(graph: OpGraph, op_cost: Sequence[float] | None = None) -> Schedule:
+    """DyNet's agenda-based schedule (see the module docstring).
+
+    Args:
+        graph: the batch to schedule.
+        op_cost: optional per-op cost; on equal average depth, cheaper ops go first.
+    """
+    n = graph.num_nodes
+    if n == 0:
+        return Schedule.from_steps(graph, np.zeros(0, np.int64))
+    node_op = graph.node_op
+    n_ops = int(node_op.max()) + 1
+    sdepth = graph.sdepth
+    counts = np.bincount(node_op, minlength=n_ops)
+    avg_depth = np.bincount(node_op, weights=sdepth, minlength=n_ops) / np.maximum(counts, 1)
+    cost = np.zeros(n_ops) if op_cost is None else np.asarray(op_cost, float)[:n_ops]
+    # Priority rank of each op: lower average depth first, then cheaper, then lower id.
+    priority = np.lexsort((np.arange(n_ops), cost, avg_depth))
+    rank = np.empty(n_ops, np.int64)
+    rank[priority] = np.arange(n_ops)
+
+    # Successor lists (CSR) over node->node edges, counting repeated arguments.
+    producer = graph.node_dependencies().astype(np.int64)
+    consumer = np.repeat(np.arange(n, dtype=np.int64), graph.node_arity)
+    keep = producer >= 0
+    producer, consumer = producer[keep], consumer[keep]
+    order = np.argsort(producer, kind="stable")
+    succ = consumer[order]
+    succ_start = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(producer, minlength=n), out=succ_start[1:])
+    waiting = np.bincount(consumer, minlength=n)
+
+    step = np.zeros(n, np.int64)
+    prelude = np.flatnonzero(graph.sdepth == 0)
+    # ready[o]: list of arrays of ready nodes of op o
+    ready: list[list[np.ndarray]] = [[] for _ in range(n_ops)]
+    n_ready = np.zeros(n_ops, np.int64)
+
+    def release(done: np.ndarray) -> None:
+        lengths = succ_start[done + 1] - succ_start[done]
+        total = int(lengths.sum())
+        if total == 0:
+            return
+        starts = np.repeat(succ_start[done] - np.cumsum(lengths) + lengths, lengths)
+        targets = succ[starts + np.arange(total)]
+        uniq, dec = np.unique(targets, return_counts=True)
+        waiting[uniq] -= dec
+        now = uniq[waiting[uniq] == 0]
+        if len(now) == 0:
+            return
+        ops = node_op[now]
+        if len(now) == 1 or np.all(ops == ops[0]):
+            ready[ops[0]].append(now)
+            n_ready[ops[0]] += len(now)
+            return
+        by_op = np.argsort(ops, kind="stable")
+        now, ops = now[by_op], ops[by_op]
+        cuts = np.flatnonzero(np.diff(ops)) + 1
+        for part in np.split(now, cuts):
+            o = node_op[part[0]]
+            ready[o].append(part)
+            n_ready[o] += len(part)
+
+    release(prelude)
+    current = 0
+    remaining = n - len(prelude)
+    while remaining:
+        candidates = np.flatnonzero(n_ready)
+        o = candidates[np.argmin(rank[candidates])]
+        nodes = ready[o][0] if len(ready[o]) == 1 else np.concatenate(ready[o])
+        ready[o] = []
+        n_ready[o] = 0
+        current += 1
+        step[nodes] = current
+        remaining -= len(nodes)
+        release(nodes)
+    return Schedule.from_steps(graph, step)
+
+
+SCHEDULERS = {"depth": depth_schedule, "agenda": agenda_schedule}

@@ -78,7 +78,7 @@ class IOBase:
                 break
             seen.add(id(node))
             parts.append(node._label() + key)
-        return " > ".join(reversed(parts))
+        return " > ".join(p for p in reversed(parts) if p)  # placeholders have no label
 
     # --- types ---------------------------------------------------------------------------
 
@@ -169,6 +169,10 @@ class Block(IOBase):
     not by reusing blocks.
     """
 
+    # Makes numpy defer `array >> block` to `Block.__rrshift__` instead of shifting
+    # element by element.
+    __array_ufunc__ = None
+
     def __init__(self, children: Iterable[Block] = (), input_type: Any = None,
                  output_type: Any = None, name: str | None = None):
         self._parent: Block | None = None
@@ -177,6 +181,8 @@ class Block(IOBase):
         super().__init__(None, None, name)
         for child in children:
             self._add_child(child)
+        if self._children:  # children made earlier may already know their types
+            self._infer()
         self.set_input_type(input_type)
         self.set_output_type(output_type)
 
@@ -193,14 +199,13 @@ class Block(IOBase):
     def _add_child(self, child: Block) -> Block:
         if not isinstance(child, Block):
             raise TypeError(f"{self.path}: child is not a block: {child!r}")
-        if child._parent is not None and child._parent is not self:
+        if child._parent is not None:  # elsewhere, or twice in this block
             raise TypeError(
                 f"block {child!r} is already a child of {child._parent!r} "
                 f"(at {child.path}); a block can be used in one place only. "
                 "To share weights, use the same layer in two blocks.")
-        if child._parent is None:
-            child._parent = self
-            self._children.append(child)
+        child._parent = self
+        self._children.append(child)
         return child
 
     def _containers(self):
@@ -267,7 +272,7 @@ class Block(IOBase):
             if comp is None:
                 raise ValueError(
                     f"{self.path}: slicing a block's output needs a Composition scope")
-            from blocks.tensors import GetItem
+            from blocks.inputs import GetItem
             return GetItem(key).reads(self)
         return Wire(self, key)
 

@@ -148,7 +148,8 @@ class Composition(Block):
     def _own(self, block: Block, role: str) -> None:
         if isinstance(block, _ComposeIO):
             if block._composition is not self:
-                raise ValueError(f"{block!r} is the {block._which} of a different composition")
+                raise ValueError(f"{self.path}: {block!r} is the {block._which} of a different "
+                                 "composition")
             return
         if block._parent is not self:
             self._add_child(block)
@@ -204,7 +205,9 @@ class Composition(Block):
                     and len(expected) != len(sources):
                 raise TypeError(f"{reader.path}: block has {len(sources)} inputs but expects "
                                 f"{len(expected)} ({expected})")
-            if all(t is not None for t in types):
+            if not sources:  # `reads()` of nothing: a void input, not an empty tuple
+                reader.set_input_type(VoidType())
+            elif all(t is not None for t in types):
                 reader.set_input_type(TupleType(*types) if multi else types[0])
             if not multi and sources[0][1] is None:
                 # Even before types are known, the kinds of type must be able to meet.
@@ -318,7 +321,7 @@ class Pipe(Composition):
         if members is None:  # __new__ returned something else; it is initialised already
             return
         self._from_rshift = _from_rshift and name is None
-        super().__init__(name=name)
+        super().__init__(members, name=name)  # a block given twice fails here
         previous: Block = self.input
         for block in members:
             self.connect(previous, block)
@@ -358,11 +361,11 @@ class Pipe(Composition):
         return head + rest
 
     def _label(self) -> str:
-        label = "Pipe"
+        label = getattr(self, "_constructor_name", "Pipe")  # e.g. `Mean`, `ZipWith`
         return label if self._name is None else f"{label} {self._name!r}"
 
     def __repr__(self) -> str:
-        return "<td.Pipe>" if self._name is None else f"<td.Pipe {self._name!r}>"
+        return f"<td.{self._label()}>"
 
 
 def convert_to_block(block_like: Any) -> Block:
@@ -458,7 +461,8 @@ class Record(Block):
     def __getitem__(self, key):
         if isinstance(key, slice):
             return super().__getitem__(key)
-        return Wire(self, self._position(key))
+        self._position(key)  # fail early on an unknown key; `connect` resolves it
+        return Wire(self, key)
 
     def _infer(self):
         children = self._children
@@ -510,8 +514,9 @@ class Record(Block):
                 from blocks.errors import InputKeyError
                 have = f"keys {sorted(map(repr, x))}" if isinstance(x, dict) else (
                     f"a {type(x).__name__}")
-                raise InputKeyError(self.path, f"missing key {key!r}: the input has {have}") \
-                    from None
+                # Name the child's slot (`Record['left']`): it is what lacks an input.
+                raise InputKeyError(self.path + self._child_key(child),
+                                    f"missing key {key!r}: the input has {have}") from None
             out.append(child._eval(ctx, item))
         return tuple(out)
 

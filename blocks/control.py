@@ -97,11 +97,11 @@ class OneOf(Block):
                 c.set_input_type(self._pre.output_type)
                 self._pre.set_output_type(c.input_type)
         for c in cases:
-            c.set_output_type(self.output_type)
             if c.output_type is not None and self.output_type is not None \
                     and c.output_type != self.output_type:
                 raise TypeError(f"{c.path}: output type mismatch: the other cases output "
                                 f"{self.output_type}, this one {c.output_type}")
+            c.set_output_type(self.output_type)
             self.set_output_type(c.output_type)
 
     def _evaluate(self, ctx, x):
@@ -190,7 +190,7 @@ class ForwardDeclaration(IOBase):
     def resolve_to(self, block_like: Any) -> None:
         """Defines the declared block; its types must agree with the declaration's."""
         if self._target is not None:
-            raise ValueError("Declaration has already been resolved.")
+            raise ValueError(f"{self.path}: Declaration has already been resolved.")
         target = convert_to_block(block_like)
         if target._owner is not None:
             raise TypeError(f"block {target!r} already resolves {target._owner!r}")

@@ -45,7 +45,10 @@ _RECURSION_LIMIT = 1_000_000
 
 
 def call_with_deep_stack(fn: Callable, *args: Any) -> Any:
-    """Calls `fn(*args)` on a thread with a large stack and a high recursion limit."""
+    """Calls `fn(*args)` on a thread with a large stack and a high recursion limit.
+
+    The interpreter-wide recursion limit is raised only while such calls run.
+    """
     if getattr(_deep, "active", False):
         return fn(*args)
     result: dict[str, Any] = {}
@@ -58,15 +61,23 @@ def call_with_deep_stack(fn: Callable, *args: Any) -> Any:
             result["error"] = e
 
     with _deep_lock:
+        if _running[0] == 0:
+            _running[1] = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(_running[1], _RECURSION_LIMIT))
+        _running[0] += 1
         old_size = threading.stack_size(_STACK_BYTES)
         try:
-            if sys.getrecursionlimit() < _RECURSION_LIMIT:
-                sys.setrecursionlimit(_RECURSION_LIMIT)
             thread = threading.Thread(target=run, name="refold-eval")
             thread.start()
         finally:
             threading.stack_size(old_size)
-    thread.join()
+    try:
+        thread.join()
+    finally:
+        with _deep_lock:
+            _running[0] -= 1
+            if _running[0] == 0:
+                sys.setrecursionlimit(_running[1])
     if "error" in result:
         raise result["error"]
     return result["value"]
@@ -74,6 +85,7 @@ def call_with_deep_stack(fn: Callable, *args: Any) -> Any:
 
 _deep = threading.local()
 _deep_lock = threading.Lock()
+_running = [0, 0]  # deep calls in flight, the recursion limit to restore
 
 
 class ReferenceContext:
@@ -137,7 +149,8 @@ def to_numpy(value_type: ResultType, value: Any, tolist: bool = False) -> Any:
     """Turns a result holding eager tensors into numpy arrays (or Python values)."""
     def convert(t, v):
         if isinstance(t, TensorType):
-            arr = np.asarray(v)
+            # `.numpy()` first: numpy cannot read a bfloat16 scalar tensor directly.
+            arr = np.asarray(v.numpy() if hasattr(v, "numpy") else v, dtype=t.numpy_dtype)
             return arr.tolist() if tolist else arr
         return v
     return value_type.for_each_terminal(convert, value)
@@ -155,7 +168,7 @@ def root_input(block, ctx, inp: Any) -> Any:
         if not isinstance(tt, TensorType):
             return v
         try:
-            arr = np.asarray(v, dtype=tt.dtype)
+            arr = np.asarray(v, dtype=tt.numpy_dtype)
         except (TypeError, ValueError) as e:
             raise InputError(block.path, f"the input is not a {tt}: {e}") from None
         if arr.shape != tt.shape:
@@ -170,8 +183,39 @@ def root_input(block, ctx, inp: Any) -> Any:
         raise InputError(block.path, f"the input does not have type {t}: {inp!r:.60}") from None
 
 
+_engine: list = []
+
+
+def register_engine(engine: Callable[[Any, Any, bool], Any]) -> None:
+    """Makes `engine(block, inp, tolist)` the evaluator behind `block.eval`.
+
+    The batching engine (`compiler`) registers itself when imported; `evaluate`
+    imports it on first use, so `block.eval` runs through the same engine as
+    batched training. The reference evaluator stays the oracle for tests.
+    """
+    _engine[:] = [engine]
+
+
 def evaluate(block, inp: Any, tolist: bool = False) -> Any:
-    """`block.eval(inp)`: validates the expression and runs the reference evaluator."""
+    """`block.eval(inp)`: runs the batching engine on one input.
+
+    Falls back to the reference evaluator if the engine is not installed.
+    """
+    if not _engine:
+        try:
+            import compiler  # noqa: F401  (registers the engine)
+        except ImportError:
+            pass
+    if _engine:
+        return _engine[0](block, inp, tolist)
+    return reference_eval(block, inp, tolist)
+
+
+def reference_eval(block, inp: Any, tolist: bool = False) -> Any:
+    """Evaluates `block` on `inp` op by op, eagerly, with batch size 1 (the oracle).
+
+    Same return conventions as `block.eval`.
+    """
     from blocks.validation import metric_types, validate
     metrics_of = metric_types(validate(block))
     ctx = ReferenceContext()
@@ -197,5 +241,5 @@ def max_depth(block, inp: Any) -> int:
     return ctx.deepest
 
 
-__all__ = ["ReferenceContext", "DepthContext", "evaluate", "max_depth", "call_with_deep_stack",
-           "InputError"]
+__all__ = ["ReferenceContext", "DepthContext", "evaluate", "reference_eval", "register_engine",
+           "max_depth", "call_with_deep_stack", "InputError"]

@@ -68,7 +68,7 @@ class Tensor(Block):
         if x is None:
             raise bad_input(self, f"expected a value for a {t}, got None")
         try:
-            arr = np.asarray(x, dtype=t.dtype)
+            arr = np.asarray(x, dtype=t.numpy_dtype)
         except (ValueError, TypeError, OverflowError):
             raise bad_input(self, f"expected a {t}, got {_describe(x)}") from None
         if arr.shape != t.shape:

@@ -42,6 +42,12 @@ class Layer(IOBase):
     Every `Function` block wrapping the layer has the layer's input and output types.
     """
 
+    # As for blocks: `array >> layer` must reach `Layer.__rrshift__`, not numpy's shift.
+    __array_ufunc__ = None
+
+    reads_sparsely = False
+    """Whether calls read rows of a variable (lookups), which must run on input data only."""
+
     def __init__(self, input_type: Any = None, output_type: Any = None,
                  name: str | None = None):
         self._functions: list = []
@@ -131,6 +137,8 @@ class FC(Layer):
                 raise TypeError(f"{self._label()}: FC input shape must be 1D: {t}")
             if t.dtype != "float32":
                 raise TypeError(f"{self._label()}: FC input dtype must be float32: {t}")
+            if not self._dense.built:  # weights exist as soon as their shape is known
+                self._dense.build((None, t.shape[0]))
         super()._infer()
 
     def _call(self, x):
@@ -150,6 +158,8 @@ class Embedding(Layer):
         trainable: whether the table is trained.
         mod_inputs: whether to wrap ids into range.
     """
+
+    reads_sparsely = True
 
     def __init__(self, num_buckets: int, num_units_out: int, initializer: Any = None,
                  name: str | None = None, trainable: bool = True, mod_inputs: bool = True):
@@ -244,6 +254,17 @@ class ScopedLayer(Layer):
 
     def _keras_layer(self):
         return self._layer if is_keras_layer(self._layer) else None
+
+    def _infer(self):
+        super()._infer()
+        layer = self._keras_layer()
+        if layer is not None and not layer.built and self.input_type is not None:
+            # Build the weights now (by one call on zeros), not inside a traced function.
+            import tensorflow as tf
+
+            from blocks.tensors import batch_call_structure, flat_tensor_types
+            flat = [tf.zeros((1, *t.shape), t.dtype) for t in flat_tensor_types(self.input_type)]
+            self(*batch_call_structure(self.input_type, flat))
 
     def _call(self, *args):
         if self._is_cell:

@@ -34,11 +34,14 @@ class Op:
             two blocks with the same signature) and may be batched together.
             Defaults to the op itself.
         cost: a hint for schedulers: cheap ops may run before heavy ones.
+        prelude_only: the op reads a variable sparsely (an embedding lookup), so it
+            must run before the batching loop, on inputs that are all constants;
+            inside the loop TensorFlow would keep a dense gradient per iteration.
     """
 
     def __init__(self, name: str, fn: Callable, input_types: Sequence[TensorType],
                  output_types: Sequence[TensorType], key: Hashable | None = None,
-                 cost: float = 1.0):
+                 cost: float = 1.0, prelude_only: bool = False):
         self.name = name
         self.fn = fn
         self.input_types = tuple(input_types)
@@ -48,6 +51,7 @@ class Op:
                 raise TypeError(f"op {name!r}: signature types must be TensorTypes, got {t}")
         self.key = self if key is None else key
         self.cost = cost
+        self.prelude_only = prelude_only
 
     def __repr__(self) -> str:
         return f"Op({self.name!r}, {self.input_types} -> {self.output_types})"

@@ -85,10 +85,20 @@ class Map(Block):
         out = self.output_type
         if isinstance(out, SequenceType):
             elem.set_output_type(out.element_type)
-        if t is not None and elem.output_type is not None:
-            kind = BroadcastSequenceType if isinstance(t, BroadcastSequenceType) else \
-                SequenceType
-            self.set_output_type(kind(elem.output_type))
+        if elem.output_type is None:
+            return
+        if isinstance(t, BroadcastSequenceType):
+            if self.output_type is not None and not isinstance(
+                    self.output_type, (BroadcastSequenceType, PyObjectType)):
+                raise TypeError(
+                    f"{self.path}: Map over a broadcast sequence {t}, but its output was "
+                    f"already inferred to be a finite {self.output_type}; connect the Map "
+                    "to its input before anything reads its output")
+            self.set_output_type(BroadcastSequenceType(elem.output_type))
+        else:
+            # Until the input is known, assume a finite sequence (the common case) so
+            # that types flow on at once, as in Fold.
+            self.set_output_type(SequenceType(elem.output_type))
 
     def _evaluate(self, ctx, x):
         elem = self._children[0]
@@ -196,7 +206,7 @@ class RNN(Block):
             seq, init = t, None
         elem = _element_type(self, seq, "run an RNN on", allow_broadcast=False)
         out = cell.output_type
-        if out is not None and len(out) != 2:
+        if out is not None and (not isinstance(out, TupleType) or len(out) != 2):
             raise TypeError(f"{self.path}: RNN cell must have tuple output type "
                             f"(output, state): {out}")
         state = out[1] if out is not None else None
@@ -213,7 +223,7 @@ class RNN(Block):
                                 f"match: {state} vs {out[1]}")
         if state is not None and elem is not None:
             cell.set_input_type(TupleType(elem, state))
-        if out is not None and seq is not None:
+        if out is not None:
             self.set_output_type(TupleType(SequenceType(out[0]), out[1]))
 
     def _evaluate(self, ctx, x):

@@ -102,7 +102,7 @@ class FromTensor(Block):
 
     def __init__(self, tensor: Any, name: str | None = None):
         tf = _tf()
-        if isinstance(tensor, np.ndarray):
+        if isinstance(tensor, (np.ndarray, np.generic)):
             tensor = tf.constant(tensor)
         if not (tf.is_tensor(tensor) or hasattr(tensor, "value") and hasattr(tensor, "shape")):
             raise TypeError(f"{tensor!r} is not a tensor or np.ndarray")
@@ -111,9 +111,8 @@ class FromTensor(Block):
             raise TypeError(f"shape {shape} is not fully defined")
         self._tensor = tensor
         ttype = TensorType(shape, _tf().as_dtype(tensor.dtype).name)
-        if name is None:
-            name = getattr(tensor, "name", None) if not tf.executing_eagerly() or isinstance(
-                tensor, tf.Variable) else None
+        if name is None:  # the tensor's or variable's name (eager tensors have none)
+            name = getattr(tensor, "name", None)
             name = name if isinstance(name, str) else None
         super().__init__(input_type=VoidType(), output_type=ttype, name=name)
 
@@ -155,6 +154,7 @@ class Function(Block):
             raise TypeError(f"tf_fn is not callable: {tf_fn!r}")
         self._tf_fn = tf_fn
         self._infer_output = infer_output_type
+        self._output_checked = False
         self._op: Op | None = None
         from blocks.layers import Layer
         self._layer = tf_fn if isinstance(tf_fn, Layer) else None
@@ -176,15 +176,22 @@ class Function(Block):
 
     def _infer(self):
         if self._layer is not None:
-            self._layer.set_input_type(self.input_type)
-            self._layer.set_output_type(self.output_type)
+            try:
+                self._layer.set_input_type(self.input_type)
+                self._layer.set_output_type(self.output_type)
+            except TypeError as e:  # the layer names itself; say where it is used
+                raise TypeError(f"{self.path}: {e}") from None
             self.set_input_type(self._layer.input_type)
             self.set_output_type(self._layer.output_type)
         if self.input_type is not None:
             check_tensor_nest(self, self.input_type, "function inputs")
             if not flat_tensor_types(self.input_type):
                 raise TypeError(f"{self.path}: functions must take at least one tensor input")
-            if self.output_type is None and self._infer_output:
+            # Call the function once, also when the context set the output type first
+            # (e.g. a Fold's state), so that a function that disagrees fails here.
+            if self._infer_output and not self._output_checked and (
+                    self._layer is None or self.output_type is None):
+                self._output_checked = True
                 self.set_output_type(self._call_on_zeros())
         if self.output_type is not None:
             check_tensor_nest(self, self.output_type, "function outputs")
@@ -213,12 +220,21 @@ class Function(Block):
 
             name = self.name or self._fn_name()
             key = (fn, self.input_type, self.output_type)
-            self._op = Op(name, call, in_types, out_types, key=key)
+            self._op = Op(name, call, in_types, out_types, key=key,
+                          prelude_only=getattr(fn, "reads_sparsely", False))
         return self._op
 
     def _evaluate(self, ctx, x):
         flat_in = self.input_type.flatten(x)
-        flat_out = ctx.op(self.op(), flat_in)
+        try:
+            flat_out = ctx.op(self.op(), flat_in)
+        except _tf().errors.OpError as e:  # only the eager reference evaluator gets here
+            import re
+
+            from blocks.errors import InputError
+            reason = re.sub(r"\{\{.*?\}\}\s*", "", str(e.message)).strip().splitlines()[0]
+            raise InputError(self.path, f"{self._fn_name()} failed on this input: "
+                             f"{type(e).__name__}: {reason}") from e
         return self.output_type.unflatten(iter(flat_out), _shape_of(self.output_type))
 
 

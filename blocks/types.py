@@ -26,19 +26,29 @@ __all__ = [
 ]
 
 
+# The dtypes a tensor type may have, by their TensorFlow names.
+_TF_DTYPES = frozenset({
+    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64", "bool", "complex64", "complex128", "string"})
+# Words that TensorFlow reads as a different dtype than numpy does (numpy: float64).
+_TF_ALIASES = {"float": "float32"}
+
+
 def _dtype_name(dtype: Any) -> str:
-    """The canonical name of a dtype given as a string, numpy or TensorFlow dtype."""
+    """The TensorFlow name of a dtype given as a string, numpy or TensorFlow dtype."""
     name = getattr(dtype, "name", None)
     if isinstance(dtype, str):
-        name = dtype
-    if name is None and isinstance(dtype, type):
-        name = np.dtype(dtype).name
-    if not isinstance(name, str):
-        raise TypeError(f"not a dtype: {dtype!r}")
+        name = _TF_ALIASES.get(dtype, dtype)
     try:
-        return np.dtype(name).name if name not in ("bfloat16", "string") else name
+        if name is None and isinstance(dtype, type):
+            name = np.dtype(dtype).name
+        if isinstance(name, str) and name not in _TF_DTYPES:
+            name = np.dtype(name).name
     except TypeError:
         raise TypeError(f"not a dtype: {dtype!r}") from None
+    if name not in _TF_DTYPES:
+        raise TypeError(f"not a dtype: {dtype!r}")
+    return name
 
 
 @functools.total_ordering
@@ -109,11 +119,21 @@ class TensorType(ResultType):
         return len(self._shape)
 
     @property
+    def numpy_dtype(self) -> np.dtype:
+        """The numpy dtype that holds this tensor's values (`object` for strings)."""
+        if self._dtype == "string":
+            return np.dtype(object)
+        if self._dtype == "bfloat16":  # numpy knows it only through ml_dtypes (a TF dependency)
+            import ml_dtypes
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(self._dtype)
+
+    @property
     def size(self) -> int:
         return int(np.prod(self._shape, dtype=np.int64))
 
     def __array__(self, dtype=None, copy=None):
-        return np.zeros(self._shape, dtype=dtype or self._dtype)
+        return np.zeros(self._shape, dtype=dtype or self.numpy_dtype)
 
     def __repr__(self) -> str:
         return f"TensorType({self._shape!r}, {self._dtype!r})"

@@ -60,12 +60,18 @@ def validate(root: Block) -> list[Block]:
     for block in blocks:
         if isinstance(block, Composition):
             block._validate_wiring()
-    for block in blocks:
-        for which in ("input", "output"):
-            if getattr(block, f"{which}_type") is None:
-                hint = ("connect the block to something that produces its input, or call "
-                        "set_input_type()") if which == "input" else "call set_output_type()"
-                raise TypeError(f"{block.path}: cannot determine the {which} type; {hint}")
+    undetermined = [b for b in blocks if b.input_type is None or b.output_type is None]
+    if undetermined:
+        # Blame the innermost: a container's type is often unknown only because a
+        # child's is (a pipe ending in a function whose output is not inferred).
+        ids = {id(b) for b in undetermined}
+        block = next((b for b in undetermined
+                      if not any(id(d) in ids for d in list(iter_blocks(b))[1:])),
+                     undetermined[0])
+        which = "input" if block.input_type is None else "output"
+        hint = ("connect the block to something that produces its input, or call "
+                "set_input_type()") if which == "input" else "call set_output_type()"
+        raise TypeError(f"{block.path}: cannot determine the {which} type; {hint}")
     metric_types: dict[str, tuple] = {}
     for block in blocks:
         if isinstance(block, Metric):

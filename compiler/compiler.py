@@ -151,9 +151,29 @@ class Compiler:
         return self._run_fn
 
     def run(self, inputs: Iterable[Any], tolist: bool = False) -> list:
-        """Evaluates a batch of inputs together; one result per input, in order."""
+        """Evaluates a batch of inputs together; one result per input, in order.
+
+        A bad input raises `blocks.InputError` naming its index in the batch and
+        the block path where it failed.
+        """
+        inputs = _as_list(inputs)
         plan = self.plan(inputs)
-        outputs = self._function()(plan.feed.arrays)
+        try:
+            outputs = self._function()(plan.feed.arrays)
+        except Exception as e:
+            raise _blame(self.program.root, inputs, e) from e
+        return self.results(plan, [o.numpy() for o in outputs], tolist=tolist)
+
+    def run_eagerly(self, inputs: Iterable[Any], tolist: bool = False) -> list:
+        """`run` without tracing a `tf.function`: quicker for one-off small batches."""
+        import tensorflow as tf
+        inputs = _as_list(inputs)
+        plan = self.plan(inputs)
+        try:
+            outputs = self.executor.compute(
+                {k: tf.constant(v) for k, v in plan.feed.arrays.items()})
+        except Exception as e:
+            raise _blame(self.program.root, inputs, e) from e
         return self.results(plan, [o.numpy() for o in outputs], tolist=tolist)
 
     def results(self, plan: BatchPlan, outputs: list, tolist: bool = False) -> list:
@@ -166,7 +186,7 @@ class Compiler:
         def fill(t, v):
             if isinstance(t, TensorType):
                 k, p = next(rows)
-                arr = outputs[k][p]
+                arr = np.array(outputs[k][p])
                 return arr.tolist() if tolist else arr
             return v
 
@@ -178,14 +198,37 @@ class Compiler:
             found: dict[int, list] = {}
             for m, _, _ in e.metrics:
                 k, p = next(rows)
-                found.setdefault(m, []).append(outputs[k][p])
+                found.setdefault(m, []).append(np.array(outputs[k][p]))
             metrics = {}
             for m, name in enumerate(names):
                 t = self.program.metric_types[m]
-                arr = np.stack(found[m]) if m in found else np.zeros((0, *t.shape), t.dtype)
+                arr = np.stack(found[m]) if m in found else np.zeros((0, *t.shape), t.numpy_dtype)
                 metrics[name] = arr.tolist() if tolist else arr
             results.append((value, metrics))
         return results
+
+
+def _blame(root, inputs: list, error: Exception) -> Exception:
+    """Finds which input made the engine fail, by evaluating each on the reference
+    evaluator, whose errors name the block path. Returns the error to raise."""
+    from blocks.errors import InputError
+    from blocks.evaluation import reference_eval
+    for i, x in enumerate(inputs):
+        try:
+            reference_eval(root, x)
+        except InputError as e:
+            return e.with_example_index(i)
+    return error
+
+
+def engine_eval(block, inp: Any, tolist: bool = False) -> Any:
+    """`block.eval(inp)` through the batching engine, run eagerly (nothing traced)."""
+    from blocks.errors import InputError
+    compiler = Compiler(block, cache=False)
+    try:
+        return compiler.run_eagerly([inp], tolist=tolist)[0]
+    except InputError as e:
+        raise type(e)(e.block_path, e.reason) from e.__cause__
 
 
 def _expand_indexed(program, inputs, positions, start):
@@ -211,5 +254,5 @@ def _as_list(inputs) -> list:
 
 def _empty_graph(program: Program) -> OpGraph:
     z = np.zeros(0, np.int32)
-    consts = [np.zeros((0, *t.shape), t.dtype) for t in program.value_types]
+    consts = [np.zeros((0, *t.shape), t.numpy_dtype) for t in program.value_types]
     return OpGraph(z, z, z, z, z, z, consts, z)

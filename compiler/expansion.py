@@ -81,12 +81,15 @@ class ExpansionContext:
             cached = self._sources.get(o)
             if cached is not None:
                 return cached
+        vd = self.value_depth
+        d = max([vd[a] for a in args], default=-1) + 1
+        if d and op.prelude_only:
+            raise ValueError(f"{op.name} looks up rows of a variable, so its input must come "
+                             "from the input data (e.g. a Scalar), not from another op")
         j = len(self.node_op)
         self.node_op.append(o)
         self.node_arity.append(len(args))
         self.node_args.extend(args)
-        vd = self.value_depth
-        d = max([vd[a] for a in args], default=-1) + 1
         self.sdepth.append(d)
         v = len(self.value_type)
         outs = list(range(v, v + len(op.output_types)))
@@ -106,7 +109,7 @@ class ExpansionContext:
         constants = []
         for k, t in enumerate(program.value_types):
             rows = self.constants[k]
-            constants.append(np.asarray(rows, dtype=t.dtype).reshape((len(rows), *t.shape)))
+            constants.append(np.asarray(rows, dtype=t.numpy_dtype).reshape((len(rows), *t.shape)))
         return OpGraph(np.asarray(self.node_op, np.int32), np.asarray(self.node_arity, np.int32),
                        np.asarray(self.node_args, np.int32),
                        np.asarray(self.value_type, np.int32),
@@ -138,7 +141,7 @@ def expand_all(program, inputs: list, start: int = 0) -> list[ExampleGraph]:
             try:
                 out.append(_expand_here(program, x))
             except InputError as e:
-                raise e.with_example_index(start + i) from e
+                raise e.with_example_index(start + i) from e.__cause__
         return out
     return call_with_deep_stack(run)
 

@@ -102,7 +102,17 @@ class Executor:
             for k in types:
                 self.out_count[o, k] += 1
             self.out_typepos.append([types[:s].count(k) for s, k in enumerate(types)])
+        # Only ops that can run after the prelude get a branch in the loop: a never-taken
+        # branch that gathers from a variable would still cost a dense gradient per
+        # iteration (ENGINE_NOTES P3).
+        self.loop_ops = [o for o, op in enumerate(self.ops)
+                         if self.op_in[o] and not getattr(op, "prelude_only", False)]
+        self.loop_types = sorted({k for o in self.loop_ops
+                                  for k in self.op_in[o] + self.op_out[o]})
+        self.branch_of = np.full(max(n_ops, 1), -1, np.int64)
+        self.branch_of[self.loop_ops] = np.arange(len(self.loop_ops))
         self._segments = self._segment_names()
+
         self._segment_id = {name: i for i, name in enumerate(self._segments)}
 
     # --- the packed layout -------------------------------------------------------------
@@ -154,15 +164,21 @@ class Executor:
         sorted_vals = out_vals[ok]
         sorted_types = vtype[sorted_vals]
         type_counts = np.bincount(sorted_types, minlength=n_types)
-        type_start = np.concatenate([[0], np.cumsum(type_counts)[:-1]])
+        type_start = np.cumsum(type_counts) - type_counts
         rank = np.arange(len(sorted_vals)) - type_start[sorted_types]
         value_row[sorted_vals] = const_counts[sorted_types] + rank
         n_rows = const_counts + type_counts
+        expected = (group_size[:, None] * self.out_count[g_op]).sum(0) if n_groups else \
+            np.zeros(n_types, np.int64)
+        if np.any(type_counts != expected) or len(np.unique(
+                on * self._max_outputs + graph.value_index[out_vals])) != len(out_vals):
+            raise ValueError("the graph's node outputs do not match its ops: every output "
+                             "of every node must be exactly one value of the graph")
 
         # --- arguments ---------------------------------------------------------------
         arity = graph.node_arity.astype(np.int64)
         consumer = np.repeat(np.arange(graph.num_nodes), arity)
-        arg_start = np.concatenate([[0], np.cumsum(arity)[:-1]])
+        arg_start = np.cumsum(arity) - arity
         arg_idx = np.arange(len(graph.node_args)) - np.repeat(arg_start, arity)
         arg_val = graph.node_args.astype(np.int64)
         arg_type = vtype[arg_val]
@@ -173,7 +189,13 @@ class Executor:
         segs: dict[str, np.ndarray] = {}
         loop_ops = g_op[n_pre:]
         loop_sizes = group_size[n_pre:]
-        segs["group_op"] = loop_ops
+        branch = self.branch_of[loop_ops]
+        if np.any(branch < 0):
+            bad = self.ops[int(loop_ops[np.argmax(branch < 0)])]
+            raise ValueError(f"op {getattr(bad, 'name', bad)!r} must run in the prelude (its "
+                             "inputs must all be constants) but a node of it reads the "
+                             "output of another op")
+        segs["group_op"] = branch
         segs["group_size"] = loop_sizes
         segs["n_rows"] = n_rows
         n_loop = n_groups - n_pre
@@ -237,6 +259,10 @@ class Executor:
                 np.zeros(0, d)
         return Feed(arrays, read_type, read_pos)
 
+    @property
+    def _max_outputs(self) -> int:
+        return max([len(t) for t in self.op_out] + [1])
+
     def _slot_typepos_table(self) -> np.ndarray:
         width = max([len(t) for t in self.op_out] + [1])
         table = np.zeros((max(len(self.ops), 1), width), np.int64)
@@ -278,7 +304,11 @@ class Executor:
             n = seg(f"pre_count_{o}")[0]
             args = [tf.gather(consts[k], seg(f"pre_args_{o}_{a}"))
                     for a, k in enumerate(self.op_in[o])]
-            outs = self._call(o, op, args, n)
+            # Skipped when no node of the op is in the prelude: some layers (Keras RNN
+            # cells, for one) fail on zero rows.
+            outs = tf.cond(
+                n > 0, lambda o=o, op=op, args=args, n=n: self._call(o, op, args, n),
+                lambda o=o: [tf.zeros((0, *shapes[k]), tf_dtypes[k]) for k in self.op_out[o]])
             for s, k in enumerate(self.op_out[o]):
                 pre_outs[k].append(outs[s])
         n_rows = seg("n_rows")
@@ -296,18 +326,21 @@ class Executor:
         out_bounds = [seg(f"out_bounds_{k}") for k in range(n_types)]
         empty = [tf.zeros((0, *shapes[k]), tf_dtypes[k]) for k in range(n_types)]
 
+        loop_types = self.loop_types
+        slot = {k: i for i, k in enumerate(loop_types)}  # loop type -> position in xs/ys
+
         def branch(o, xs, n):
             def run():
                 args = []
                 for a, k in enumerate(self.op_in[o]):
-                    p = int(self.arg_typepos[o, a])
-                    x = xs[k]
+                    x = xs[slot[k]]
                     if self.op_in[o].count(k) > 1:
+                        p = int(self.arg_typepos[o, a])
                         x = x[p * n:(p + 1) * n]
                     args.append(x)
                 outs = self._call(o, self.ops[o], args, n)
                 ys = []
-                for k in range(n_types):
+                for k in loop_types:
                     mine = [outs[s] for s, kk in enumerate(self.op_out[o]) if kk == k]
                     ys.append(mine[0] if len(mine) == 1 else
                               tf.concat(mine, 0) if mine else empty[k])
@@ -316,32 +349,36 @@ class Executor:
 
         def body(g, bufs, ys):
             new_bufs, xs = [], []
-            for k in range(n_types):
+            for i, k in enumerate(loop_types):
                 rows = in_rows[k][in_splits[k][g]:in_splits[k][g + 1]]
                 written = tf.range(out_bounds[k][g], out_bounds[k][g + 1])
-                b, x = write_read(bufs[k], ys[k], written, rows)
+                b, x = write_read(bufs[i], ys[i], written, rows)
                 new_bufs.append(b)
                 xs.append(x)
             n = group_size[g]
-            branches = [branch(o, xs, n) for o in range(len(self.ops))]
+            branches = [branch(o, xs, n) for o in self.loop_ops]
             ys = tf.switch_case(group_op[g], branches) if len(branches) > 1 else branches[0]()
-            ys = [tf.ensure_shape(y, (None, *shapes[k])) for k, y in enumerate(ys)]
+            ys = [tf.ensure_shape(y, (None, *shapes[k])) for k, y in zip(loop_types, ys)]
             return g + 1, new_bufs, ys
 
         n_launches = tf.size(group_op)
         g0 = tf.constant(0, tf.int32)
-        ys0 = list(empty)
-        if self.ops:
-            g_end, bufs, ys = tf.while_loop(
-                lambda g, *_: g < n_launches, body, (g0, bufs, ys0),
-                shape_invariants=(g0.shape, [tf.TensorShape((None, *s)) for s in shapes],
-                                  [tf.TensorShape((None, *s)) for s in shapes]))
-        else:
-            g_end, ys = g0, ys0
+        carried = [bufs[k] for k in loop_types]
+        ys = [empty[k] for k in loop_types]
+        g_end = g0
+        if self.loop_ops:
+            invariants = [tf.TensorShape((None, *shapes[k])) for k in loop_types]
+            g_end, carried, ys = tf.while_loop(
+                lambda g, *_: g < n_launches, body, (g0, carried, ys),
+                shape_invariants=(g0.shape, invariants, invariants))
         results = []
         for k in range(n_types):
-            written = tf.range(out_bounds[k][g_end], out_bounds[k][g_end + 1])
-            results.append(final_read(bufs[k], ys[k], written, seg(f"read_rows_{k}")))
+            if k in slot:
+                written = tf.range(out_bounds[k][g_end], out_bounds[k][g_end + 1])
+                results.append(final_read(carried[slot[k]], ys[slot[k]], written,
+                                          seg(f"read_rows_{k}")))
+            else:  # never touched by the loop: a plain read of the prelude's buffer
+                results.append(tf.gather(bufs[k], seg(f"read_rows_{k}")))
         return results
 
     def _call(self, o: int, op: Any, args: list, n) -> list:

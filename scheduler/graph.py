@@ -90,6 +90,8 @@ class OpGraph:
     @classmethod
     def concatenate(cls, graphs: Sequence[OpGraph]) -> OpGraph:
         """One graph holding `graphs` side by side (value and node ids offset)."""
+        if not graphs:
+            raise ValueError("concatenate needs at least one graph")
         if len(graphs) == 1:
             return graphs[0]
         n_types = len(graphs[0].constants)
@@ -128,6 +130,15 @@ class OpGraph:
             raise ValueError("an argument refers to a value that does not exist")
         if len(self.value_node) and self.value_node.max() >= n:
             raise ValueError("a value refers to a node that does not exist")
+        const = np.flatnonzero(self.value_node < 0)
+        if len(const):
+            if self.value_type.max(initial=0) >= len(self.constants) and len(self.constants):
+                raise ValueError("a value has a type with no constant table")
+            rows = np.array([len(c) for c in self.constants] or [0])
+            ctype = self.value_type[const]
+            if np.any(self.value_index[const] < 0) or np.any(
+                    self.value_index[const] >= rows[np.minimum(ctype, len(rows) - 1)]):
+                raise ValueError("a constant value refers to a row beyond its constant table")
         producer = self.value_node[self.node_args]
         consumer = np.repeat(np.arange(n), self.node_arity)
         if np.any(producer >= consumer):

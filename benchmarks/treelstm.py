@@ -1,0 +1,301 @@
+"""sst-synth TreeLSTM throughput: the engine beside eager and hand-batched TensorFlow.
+
+Run: `python -m benchmarks.treelstm` (add `--quick` for a short run). It prints a
+markdown table of trees/s for training (forward, backward, plain SGD) and
+inference at each batch size, for:
+
+- `engine-agenda`, `engine-depth`: Refold's Compiler on random sst-synth trees,
+  including the per-batch Python work (merge cached graphs, schedule, pack);
+- `engine-same`: the engine on same-shape trees (what the hand-batched program gets);
+- `hand-batched`: a level-by-level TensorFlow program for same-shape trees (19
+  leaves), unrolled in Python with static indices: the manual-batching ceiling;
+- `eager`: per-example eager TensorFlow recursion, no batching.
+
+All variants share one set of weights, so they compute the same function. Ratios
+within one run are the reliable figures on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from benchmarks.workloads import (
+    CLASSES,
+    TreeLSTMModel,
+    count_nodes,
+    same_shape_trees,
+    sst_synth_tree,
+)
+
+
+def _tf():
+    import tensorflow as tf
+    return tf
+
+
+def sgd_apply(variables, grads, lr):
+    tf = _tf()
+    for v, g in zip(variables, grads):
+        if g is None:
+            continue
+        if isinstance(g, tf.IndexedSlices):
+            getattr(v, "value", v).scatter_sub(
+                tf.IndexedSlices(lr * g.values, g.indices, g.dense_shape))
+        else:
+            v.assign_sub(lr * g)
+
+
+class EngineVariant:
+    """The engine: plan in Python, then one traced train or inference step."""
+
+    def __init__(self, model: TreeLSTMModel, scheduler: str, lr: float = 0.01):
+        tf = _tf()
+        from blocks.types import TensorType
+        from compiler import Compiler
+        self.compiler = Compiler.create(model.block, scheduler=scheduler)
+        self.k_logits = self.compiler.program.type_id[TensorType((CLASSES,))]
+        variables = model.variables
+        ex = self.compiler.executor
+        signature = ex.input_signature()
+        k = self.k_logits
+
+        @tf.function(input_signature=[signature, tf.TensorSpec([None], tf.int32)],
+                     autograph=False)
+        def train(arrays, labels):
+            with tf.GradientTape() as tape:
+                logits = ex.compute(arrays)[k]
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=labels, logits=logits))
+            sgd_apply(variables, tape.gradient(loss, variables), lr)
+            return loss
+
+        @tf.function(input_signature=[signature], autograph=False)
+        def infer(arrays):
+            return ex.compute(arrays)[k]
+
+        self.train_fn, self.infer_fn = train, infer
+
+    def train(self, trees, labels):
+        plan = self.compiler.plan(trees)
+        return self.train_fn(plan.feed.arrays, labels)
+
+    def infer(self, trees):
+        plan = self.compiler.plan(trees)
+        return self.infer_fn(plan.feed.arrays)
+
+
+class HandBatched:
+    """Level-by-level TreeLSTM for batches of trees of one shape (static indices)."""
+
+    def __init__(self, model: TreeLSTMModel, shape_tree, lr: float = 0.01):
+        tf = _tf()
+        # Number the nodes of the shape: leaves first (left to right), then internal
+        # nodes by height; children are given as (level, position) pairs.
+        leaves, levels = [], []
+
+        def walk(t):
+            if not isinstance(t, tuple):
+                leaves.append(t)
+                return 0, len(leaves) - 1
+            (hl, pl), (hr, pr) = walk(t[0]), walk(t[1])
+            h = max(hl, hr) + 1
+            while len(levels) < h:
+                levels.append([])
+            levels[h - 1].append(((hl, pl), (hr, pr)))
+            return h, len(levels[h - 1]) - 1
+
+        walk(shape_tree)
+        self.n_leaves = len(leaves)
+        m = model
+        variables = m.variables
+
+        def forward(words, batch):
+            # words: [n_leaves * batch], row = leaf * batch + tree
+            h, c = m.leaf(m.embedding(words))
+            per_level = [(h, c)]
+            offsets = [0]
+            for level in levels:
+                all_h = tf.concat([x[0] for x in per_level], 0)
+                all_c = tf.concat([x[1] for x in per_level], 0)
+                sizes = [0]
+                total = 0
+                for i in range(len(per_level)):
+                    sizes.append(total)
+                    total += (self.n_leaves if i == 0 else len(levels[i - 1]))
+                rows_l = [(sizes[lv + 1] + p) for (lv, p), _ in level]
+                rows_r = [(sizes[lv + 1] + p) for _, (lv, p) in level]
+                b = tf.range(batch)
+                idx_l = tf.reshape(tf.constant(rows_l)[:, None] * batch + b[None], [-1])
+                idx_r = tf.reshape(tf.constant(rows_r)[:, None] * batch + b[None], [-1])
+                state_l = (tf.gather(all_h, idx_l), tf.gather(all_c, idx_l))
+                state_r = (tf.gather(all_h, idx_r), tf.gather(all_c, idx_r))
+                per_level.append(m.cell(state_l, state_r))
+                offsets.append(0)
+            root_h = per_level[-1][0]
+            return m.output(root_h)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int32),
+                                      tf.TensorSpec([None], tf.int32)], autograph=False)
+        def train(words, labels):
+            batch = tf.size(labels)
+            with tf.GradientTape() as tape:
+                logits = forward(words, batch)
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                    labels=labels, logits=logits))
+            sgd_apply(variables, tape.gradient(loss, variables), lr)
+            return loss
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int32),
+                                      tf.TensorSpec([], tf.int32)], autograph=False)
+        def infer(words, batch):
+            return forward(words, batch)
+
+        self.train_fn, self.infer_fn = train, infer
+
+    @staticmethod
+    def words(trees) -> np.ndarray:
+        per_tree = []
+        for t in trees:
+            out, stack = [], [t]
+            while stack:  # left-to-right leaves
+                x = stack.pop()
+                if isinstance(x, tuple):
+                    stack.extend((x[1], x[0]))
+                else:
+                    out.append(x)
+            per_tree.append(out)
+        return np.asarray(per_tree, np.int32).T.reshape(-1)  # row = leaf * batch + tree
+
+    def train(self, trees, labels):
+        return self.train_fn(self.words(trees), labels)
+
+    def infer(self, trees):
+        return self.infer_fn(self.words(trees), np.int32(len(trees)))
+
+
+class Eager:
+    """Per-example eager recursion with the same layers: no batching at all."""
+
+    def __init__(self, model: TreeLSTMModel, lr: float = 0.01):
+        self.m, self.lr = model, lr
+
+    def _encode(self, t):
+        tf = _tf()
+        m = self.m
+        if isinstance(t, tuple):
+            return m.cell(self._encode(t[0]), self._encode(t[1]))
+        return m.leaf(m.embedding(tf.constant([t], tf.int32)))
+
+    def infer(self, trees):
+        return [self.m.output(self._encode(t)[0]) for t in trees]
+
+    def train(self, trees, labels):
+        tf = _tf()
+        variables = self.m.variables
+        with tf.GradientTape() as tape:
+            logits = tf.concat(self.infer(trees), 0)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=labels, logits=logits))
+        sgd_apply(variables, tape.gradient(loss, variables), self.lr)
+        return loss
+
+
+def throughput(fn, batches, seconds: float, min_calls: int = 3) -> float:
+    """Trees per second of `fn(batch)` cycling over `batches` for about `seconds`."""
+    fn(batches[0])  # warm up (tracing happened before)
+    done, calls, start = 0, 0, time.perf_counter()
+    while calls < min_calls or time.perf_counter() - start < seconds:
+        b = batches[calls % len(batches)]
+        fn(b)
+        done += len(b[0])
+        calls += 1
+    return done / (time.perf_counter() - start)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-sizes", default="1,16,64,256")
+    parser.add_argument("--seconds", type=float, default=4.0, help="per measurement")
+    parser.add_argument("--variants", default="engine-agenda,engine-depth,engine-same,"
+                        "hand-batched,eager")
+    parser.add_argument("--quick", action="store_true", help="short run (1 s each)")
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+    seconds = 1.0 if args.quick else args.seconds
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    variants = args.variants.split(",")
+    tf = _tf()
+    rng = np.random.default_rng(0)
+    model = TreeLSTMModel(seed=0)
+    shape = sst_synth_tree(np.random.default_rng(1), 19)
+    runners = {}
+    if "engine-agenda" in variants:
+        runners["engine-agenda"] = EngineVariant(model, "agenda")
+    if "engine-depth" in variants:
+        runners["engine-depth"] = EngineVariant(model, "depth")
+    if "engine-same" in variants:
+        runners["engine-same"] = EngineVariant(model, "agenda")
+    if "hand-batched" in variants:
+        runners["hand-batched"] = HandBatched(model, shape)
+    if "eager" in variants:
+        runners["eager"] = Eager(model)
+    results: dict = {"train": {}, "infer": {}, "nodes_per_tree": None}
+    random_trees = [sst_synth_tree(rng) for _ in range(max(sizes) * 4)]
+    results["nodes_per_tree"] = float(np.mean([count_nodes(t) for t in random_trees]))
+    for b in sizes:
+        n_batches = max(1, min(8, 1024 // b))
+        rand = [random_trees[(i * b) % len(random_trees):][:b] for i in range(n_batches)]
+        rand = [r if len(r) == b else random_trees[:b] for r in rand]
+        same = [same_shape_trees(rng, b) for _ in range(min(n_batches, 4))]
+        for i in range(len(same)):  # one shape for all same-shape batches
+            same[i] = [_reshape_like(shape, t, rng) for t in same[i]]
+        labels = [rng.integers(0, CLASSES, b).astype(np.int32) for _ in range(n_batches)]
+        for name, runner in runners.items():
+            if name == "eager" and b > 16:
+                secs = seconds / 2
+            else:
+                secs = seconds
+            batches = same if name in ("hand-batched", "engine-same") else rand
+            data = [(x, labels[i % len(labels)]) for i, x in enumerate(batches)]
+            tr = throughput(lambda d, r=runner: r.train(d[0], d[1]), data, secs)
+            inf = throughput(lambda d, r=runner: r.infer(d[0]), data, secs)
+            results["train"].setdefault(name, {})[b] = tr
+            results["infer"].setdefault(name, {})[b] = inf
+            print(f"B={b:4d} {name:14s} train {tr:8.1f}  infer {inf:8.1f} trees/s", flush=True)
+    print()
+    print(format_table(results, sizes))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    del tf
+    return results
+
+
+def _reshape_like(shape, tree, rng):
+    if isinstance(shape, tuple):
+        return (_reshape_like(shape[0], None, rng), _reshape_like(shape[1], None, rng))
+    from benchmarks.workloads import VOCAB
+    return int(rng.integers(0, VOCAB))
+
+
+def format_table(results: dict, sizes: list) -> str:
+    lines = ["| variant | " + " | ".join(f"B={b} train / infer" for b in sizes) + " |",
+             "|---|" + "---|" * len(sizes)]
+    for name in results["train"]:
+        cells = [f"{results['train'][name][b]:.0f} / {results['infer'][name][b]:.0f}"
+                 for b in sizes]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if "hand-batched" in results["train"] and "engine-same" in results["train"]:
+        tr, inf = results["train"], results["infer"]
+        cells = [f"{tr['engine-same'][b] / tr['hand-batched'][b]:.2f}"
+                 f" / {inf['engine-same'][b] / inf['hand-batched'][b]:.2f}" for b in sizes]
+        lines.append("| engine-same ÷ hand-batched | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

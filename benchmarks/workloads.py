@@ -1,0 +1,81 @@
+"""The standard benchmark workloads (see BENCHMARKS.md), as data generators and block models.
+
+sst-synth: binary trees with round(Normal(19, 9)) leaves clipped to [2, 56], split
+uniformly at random; leaves carry word ids from a 16,000-word vocabulary. A tree
+is a nested tuple `(left, right)` with int word ids at the leaves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import blocks as td
+from models import tree_lstm
+
+VOCAB, EMBED, HIDDEN, CLASSES = 16_000, 300, 150, 5
+
+
+def sst_synth_tree(rng: np.random.Generator, n_leaves: int | None = None):
+    """One random binary tree of the sst-synth workload."""
+    if n_leaves is None:
+        n_leaves = int(np.clip(round(rng.normal(19, 9)), 2, 56))
+    words = rng.integers(0, VOCAB, n_leaves).tolist()
+
+    def build(lo: int, hi: int):
+        # iterative would be overkill: depth <= 56
+        if hi - lo == 1:
+            return words[lo]
+        split = int(rng.integers(lo + 1, hi))
+        return (build(lo, split), build(split, hi))
+
+    return build(0, n_leaves)
+
+
+def same_shape_trees(rng: np.random.Generator, n: int, n_leaves: int = 19) -> list:
+    """`n` trees of one random shape (for the hand-batched ceiling), random words."""
+    shape = sst_synth_tree(rng, n_leaves)
+
+    def relabel(t):
+        if isinstance(t, tuple):
+            return (relabel(t[0]), relabel(t[1]))
+        return int(rng.integers(0, VOCAB))
+
+    return [relabel(shape) for _ in range(n)]
+
+
+def count_nodes(tree) -> int:
+    stack, n = [tree], 0
+    while stack:
+        t = stack.pop()
+        n += 1
+        if isinstance(t, tuple):
+            stack.extend(t)
+    return n
+
+
+class TreeLSTMModel:
+    """The sst-synth TreeLSTM: embedding 300, hidden 150, 5 classes, loss at the root.
+
+    Attributes:
+        embedding, leaf, cell, output: the layers (shared by the block model and the
+            baselines, so every variant computes the same function).
+        block: `tree -> logits[5]`, the block expression.
+    """
+
+    def __init__(self, seed: int = 0):
+        import keras
+        keras.utils.set_random_seed(seed)
+        self.embedding = td.Embedding(VOCAB, EMBED, name="embedding")
+        self.leaf = tree_lstm.leaf_cell(HIDDEN, EMBED, name="leaf_cell")
+        self.cell = tree_lstm.binary_cell(HIDDEN, name="binary_cell")
+        self.output = td.FC(CLASSES, activation=None, name="logits")
+        tree = td.ForwardDeclaration(td.PyObjectType(), tree_lstm.state_type(HIDDEN))
+        leaf = td.Scalar("int32") >> self.embedding >> self.leaf
+        node = td.Record((tree(), tree())) >> self.cell
+        tree.resolve_to(td.OneOf(lambda t: isinstance(t, tuple), {False: leaf, True: node}))
+        self.block = tree() >> td.GetItem(0) >> self.output
+
+    @property
+    def variables(self) -> list:
+        return [w for layer in (self.embedding, self.leaf, self.cell, self.output)
+                for w in layer.weights]

@@ -1,0 +1,1 @@
+"""The model zoo: TreeLSTM and RNN blocks built from `blocks` only."""

@@ -1,0 +1,170 @@
+"""A family of small block models and input generators for engine tests.
+
+Each `make_*` returns a `Case`: the block, a hypothesis strategy for one input, and
+the variables gradients are checked against. Sizes are small so the reference
+evaluator (one eager op at a time) stays quick.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+import tensorflow as tf
+from hypothesis import strategies as st
+
+import blocks as td
+from models import tree_lstm
+
+H = 4  # hidden size everywhere
+
+
+@dataclass
+class Case:
+    name: str
+    block: td.Block
+    inputs: st.SearchStrategy
+    variables: list
+
+
+def trees(max_leaves: int = 6, vocab: int = 7):
+    """Random binary trees as nested tuples with int word ids at the leaves."""
+    return st.recursive(st.integers(0, vocab - 1),
+                        lambda sub: st.tuples(sub, sub), max_leaves=max_leaves)
+
+
+def labelled_trees(max_leaves: int = 6, vocab: int = 7):
+    """Trees of dicts: {'word': w, 'label': y} leaves, {'left','right','label'} nodes."""
+    leaf = st.builds(lambda w, y: {"word": w, "label": y}, st.integers(0, vocab - 1),
+                     st.integers(0, 2))
+    return st.recursive(
+        leaf, lambda sub: st.builds(lambda a, b, y: {"left": a, "right": b, "label": y},
+                                    sub, sub, st.integers(0, 2)), max_leaves=max_leaves)
+
+
+def weights_of(*layers) -> list:
+    """The layers' variables, as `tf.Variable`s (what a GradientTape differentiates)."""
+    return [tf_variable(w) for layer in layers for w in layer.weights]
+
+
+def tf_variable(w):
+    return w.value if isinstance(w, keras.Variable) else w
+
+
+def make_tree_lstm() -> Case:
+    """Binary TreeLSTM over word trees, classifying the root."""
+    keras.utils.set_random_seed(1)
+    emb = td.Embedding(7, 3)
+    leaf_cell = tree_lstm.leaf_cell(H, 3)
+    cell = tree_lstm.binary_cell(H)
+    out = td.FC(3, activation=None)
+    tree = td.ForwardDeclaration(td.PyObjectType(), tree_lstm.state_type(H))
+    leaf = td.Scalar("int32") >> emb >> leaf_cell
+    node = td.Record((tree(), tree())) >> cell
+    tree.resolve_to(td.OneOf(lambda t: isinstance(t, tuple), {False: leaf, True: node}))
+    block = tree() >> td.GetItem(0) >> out
+    return Case("tree_lstm", block, trees(), weights_of(emb, leaf_cell, cell, out))
+
+
+def make_tree_lstm_loss_everywhere() -> Case:
+    """TreeLSTM with a loss Metric at every node (labels from the input)."""
+    keras.utils.set_random_seed(2)
+    emb = td.Embedding(7, 3)
+    leaf_cell = tree_lstm.leaf_cell(H, 3)
+    cell = tree_lstm.binary_cell(H)
+    out = td.FC(3, activation=None)
+
+    def loss(logits, label):
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=tf.cast(label, tf.int32), logits=logits)
+
+    tree = td.ForwardDeclaration(td.PyObjectType(), tree_lstm.state_type(H))
+    leaf = td.GetItem("word") >> td.Scalar("int32") >> emb >> leaf_cell
+    node = td.AllOf(td.GetItem("left") >> tree(), td.GetItem("right") >> tree()) >> cell
+    with_loss = td.Composition()
+    with with_loss.scope():
+        state = td.OneOf(lambda t: "word" in t, {True: leaf, False: node}).reads(with_loss.input)
+        logits = td.Function(out).reads(td.GetItem(0).reads(state))
+        label = (td.GetItem("label") >> td.Scalar("int32")).reads(with_loss.input)
+        td.Metric("loss").reads(td.Function(loss).reads(logits, label))
+        with_loss.output.reads(state)
+    tree.resolve_to(with_loss)
+    block = tree() >> td.GetItem(0) >> td.Function(lambda h: tf.reduce_sum(h, 1))
+    return Case("tree_lstm_loss_everywhere", block, labelled_trees(),
+                weights_of(emb, leaf_cell, cell, out))
+
+
+def make_fold_rnn() -> Case:
+    """A Fold RNN over variable-length sequences of vectors, then a classifier."""
+    keras.utils.set_random_seed(3)
+    cell = td.FC(H, activation="tanh")
+    out = td.FC(2, activation=None)
+    step = td.Concat() >> cell
+    block = (td.Map(td.Vector(2)) >> td.Fold(step, td.Zeros(td.TensorType((H,))))
+             >> out)
+    seqs = st.lists(st.lists(st.floats(-2, 2, width=32), min_size=2, max_size=2),
+                    max_size=7)
+    return Case("fold_rnn", block, seqs, weights_of(cell, out))
+
+
+def make_rnn_with_metric_per_step() -> Case:
+    """td.RNN with a Keras LSTM cell; a metric on every output; the final state out."""
+    keras.utils.set_random_seed(4)
+    cell = td.ScopedLayer(keras.layers.LSTMCell(H))
+    head = td.FC(1, activation=None)
+    rnn = td.Map(td.Vector(3)) >> td.RNN(cell)
+    block = td.Composition()
+    with block.scope():
+        outs = rnn.reads(block.input)
+        seq = td.GetItem(0).reads(outs)
+        td.Void().reads(td.Map(td.Function(head) >> td.Metric("per_step")).reads(seq))
+        block.output.reads(td.GetItem(1).reads(outs))
+    seqs = st.lists(st.lists(st.floats(-1, 1, width=32), min_size=3, max_size=3),
+                    max_size=6)
+    variables = weights_of(head) + [tf_variable(w) for w in cell.weights]
+    return Case("rnn_metric_per_step", block, seqs, variables)
+
+
+def make_reduce_and_oneof() -> Case:
+    """OneOf over record kinds, each reducing a list with a learned combine."""
+    keras.utils.set_random_seed(5)
+    fcs = [td.FC(H, activation="tanh"), td.FC(H, activation="relu"), td.FC(H)]
+    combine = td.Concat() >> fcs[0]
+    lift = td.Vector(2) >> fcs[1]
+    lift2 = td.Scalar() >> td.Function(lambda x: tf.stack([x, -x], 1)) >> fcs[2]
+    sum_kind = td.Record({"xs": td.Map(lift) >> td.Sum()}) >> td.GetItem(0)
+    red_kind = td.Record({"ys": td.Map(lift2) >> td.Reduce(combine)}) >> td.GetItem(0)
+    block = td.OneOf(lambda d: "xs" in d, {True: sum_kind, False: red_kind})
+    vec = st.lists(st.floats(-1, 1, width=32), min_size=2, max_size=2)
+    inputs = st.one_of(st.fixed_dictionaries({"xs": st.lists(vec, max_size=5)}),
+                       st.fixed_dictionaries({"ys": st.lists(st.floats(-1, 1, width=32),
+                                                             max_size=6)}))
+    return Case("reduce_oneof", block, inputs, weights_of(*fcs))
+
+
+def make_nested_records() -> Case:
+    """Nested Record/Map with a shared layer used by two different blocks."""
+    keras.utils.set_random_seed(6)
+    shared = td.FC(H, activation="tanh")
+    block = td.Record({
+        "a": td.Vector(2) >> shared,
+        "b": td.Map(td.Record({"x": td.Vector(2) >> shared, "y": td.Scalar()})),
+        "c": td.Map(td.Scalar()) >> td.Mean(),
+    })
+    vec = st.lists(st.floats(-1, 1, width=32), min_size=2, max_size=2)
+    inputs = st.fixed_dictionaries({
+        "a": vec,
+        "b": st.lists(st.fixed_dictionaries({"x": vec, "y": st.floats(-3, 3, width=32)}),
+                      max_size=4),
+        "c": st.lists(st.floats(-3, 3, width=32), max_size=4)})
+    return Case("nested_records", block, inputs, weights_of(shared))
+
+
+ALL = [make_tree_lstm, make_tree_lstm_loss_everywhere, make_fold_rnn,
+       make_rnn_with_metric_per_step, make_reduce_and_oneof, make_nested_records]
+
+
+def random_weights_like(shapes: list, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=s).astype("float32") for s in shapes]

@@ -1,0 +1,178 @@
+"""The engine's promises beyond equal values: one trace, deep inputs, bad inputs,
+batching quality, the expansion cache."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import blocks as td
+from blocks.errors import InputError
+from compiler import Compiler, expansion
+from models import tree_lstm
+
+
+def add_tree_block():
+    """A tree is a number or a pair of trees; its value is the sum of its leaves."""
+    tree = td.ForwardDeclaration(td.PyObjectType(), td.TensorType(()))
+    pair = td.Record((tree(), tree())) >> td.Function(tf.add)
+    tree.resolve_to(td.OneOf(lambda t: isinstance(t, tuple), {False: td.Scalar(), True: pair}))
+    return tree()
+
+
+def word_tree_lstm(hidden: int = 4, loss_everywhere: bool = False):
+    """A small binary TreeLSTM over int-leaf trees; optionally a loss at every node."""
+    keras.utils.set_random_seed(3)
+    emb = td.Embedding(20, 3)
+    leaf_cell, cell = tree_lstm.leaf_cell(hidden, 3), tree_lstm.binary_cell(hidden)
+    out = td.FC(2, activation=None)
+    tree = td.ForwardDeclaration(td.PyObjectType(), tree_lstm.state_type(hidden))
+    leaf = td.Scalar("int32") >> emb >> leaf_cell
+    node = td.Record((tree(), tree())) >> cell
+    if loss_everywhere:
+        def with_loss(b):
+            loss = td.GetItem(0) >> out >> td.Function(lambda x: tf.reduce_sum(x, 1)) \
+                >> td.Metric("loss")
+            return b >> td.AllOf(td.Identity(), loss) >> td.GetItem(0)
+        leaf, node = with_loss(leaf), with_loss(node)
+    tree.resolve_to(td.OneOf(lambda t: isinstance(t, tuple), {False: leaf, True: node}))
+    return tree() >> td.GetItem(0) >> out
+
+
+def random_tree(rng, n_leaves: int):
+    if n_leaves == 1:
+        return int(rng.integers(0, 20))
+    k = int(rng.integers(1, n_leaves))
+    return (random_tree(rng, k), random_tree(rng, n_leaves - k))
+
+
+def test_one_trace_serves_batches_of_every_shape():
+    c = Compiler.create(word_tree_lstm())
+    rng = np.random.default_rng(0)
+    for size in [1, 2, 3, 5, 8, 13, 7, 21, 4, 16, 1, 30]:
+        batch = [random_tree(rng, int(rng.integers(1, 12))) for _ in range(size)]
+        assert len(c.run(batch)) == size
+    assert c._function().experimental_get_tracing_count() == 1
+
+
+def test_a_chain_tree_10000_deep_expands_and_runs():
+    deep = 0.5
+    for _ in range(10_000):
+        deep = (deep, 1.0)
+    c = Compiler.create(add_tree_block())
+    shallow = (2.0, 3.0)
+    got = c.run([shallow, deep])
+    assert float(got[0]) == 5.0
+    assert float(got[1]) == 10_000.5
+    assert c.schedule([deep]).stats.steps == 10_000  # one add per step
+
+
+def test_a_10000_step_sequence_through_fold_runs():
+    block = td.Map(td.Scalar()) >> td.Fold(td.Function(lambda acc, x: acc * 0.5 + x),
+                                           td.FromTensor(np.float32(0.0)))
+    xs = [1.0] * 10_000
+    got = Compiler.create(block).run([xs, [4.0, 2.0]])
+    assert float(got[0]) == pytest.approx(2.0, abs=1e-5)
+    assert float(got[1]) == pytest.approx(4.0)
+
+
+def test_a_bad_input_in_a_batch_names_its_index_and_block_path():
+    c = Compiler.create(word_tree_lstm())
+    batch = [(1, 2), 3, ((4, 5), 6), (7, "eight"), 9]
+    with pytest.raises(InputError) as err:
+        c.run(batch)
+    assert err.value.example_index == 3
+    assert "Scalar" in err.value.block_path
+    assert str(err.value).startswith("example 3: ")
+    # the compiler is not poisoned: good batches still run
+    assert len(c.run([(1, 2), 3])) == 2
+
+
+def test_an_input_that_fails_only_inside_tensorflow_is_blamed_on_its_example():
+    # the embedding has 20 rows; word 25 passes expansion (an int) but not the lookup
+    block = td.Map(td.Scalar("int32") >> td.Embedding(20, 2, mod_inputs=False)) >> td.Sum()
+    c = Compiler.create(block)
+    with pytest.raises(InputError) as err:
+        c.run([[1, 2], [3], [4, 25, 5]])
+    assert err.value.example_index == 2
+    assert err.value.block_path == "Pipe[0] > Map > Pipe[1] > Function"
+    assert "Embedding failed on this input" in str(err.value)
+    assert "25 is not in [0, 20)" in str(err.value)
+
+
+def test_wrong_shapes_are_refused_before_running():
+    c = Compiler.create(td.Map(td.Vector(3)) >> td.Sum())
+    with pytest.raises(InputError) as err:
+        c.run([[[1, 2, 3]], [[1, 2, 3], [4, 5]]])
+    assert err.value.example_index == 1
+    assert "Vector" in err.value.block_path
+
+
+def test_later_epochs_reuse_expanded_graphs(monkeypatch):
+    c = Compiler.create(add_tree_block())
+    batch = [(1.0, (2.0, 3.0)), ((4.0, 5.0), 6.0)]
+    first = c.run(batch)
+    calls = []
+    real = expansion.expand_all
+    monkeypatch.setattr("compiler.compiler.expand_all",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    again = c.run(list(reversed(batch)))
+    assert calls == []
+    assert [float(x) for x in again] == [float(x) for x in reversed(first)]
+    c.run([(7.0, 8.0)])
+    assert calls == [1]
+
+
+def test_an_empty_batch_gives_no_results():
+    assert Compiler.create(add_tree_block()).run([]) == []
+
+
+def test_a_keras_rnn_cell_with_a_fed_initial_state_runs():
+    # Keras' LSTMCell fails on zero rows; the prelude must not call it on an empty batch
+    cell = td.ScopedLayer(keras.layers.LSTMCell(3), "lstm")
+    init = td.AllOf(td.FromTensor(np.zeros(3, np.float32)),
+                    td.FromTensor(np.zeros(3, np.float32)))
+    block = td.Map(td.Vector(2)) >> td.RNN(cell, initial_state=init) >> td.GetItem(1) \
+        >> td.GetItem(0)
+    batch = [[[1.0, 2.0]], [[0.0, 1.0], [2.0, 3.0]]]
+    got = Compiler.create(block).run(batch)
+    for g, x in zip(got, batch):
+        np.testing.assert_allclose(g, td.evaluation.reference_eval(block, x), atol=1e-6)
+
+
+def test_the_compiler_refuses_a_single_input_where_a_batch_is_expected():
+    with pytest.raises(TypeError, match="batch of inputs"):
+        Compiler.create(add_tree_block()).run({"not": "a batch"})
+
+
+def test_unknown_scheduler_is_refused():
+    with pytest.raises(ValueError, match="scheduler must be one of"):
+        Compiler.create(add_tree_block(), scheduler="greedy")
+
+
+# --- batching quality: agenda vs depth (DyNet's comparison) ---------------------------
+
+
+def test_agenda_launches_no_more_than_depth_on_trees_with_a_loss_at_every_node():
+    block = word_tree_lstm(loss_everywhere=True)
+    rng = np.random.default_rng(1)
+    batch = [random_tree(rng, int(np.clip(round(rng.normal(19, 9)), 2, 56))) for _ in range(64)]
+    depth = Compiler.create(block, scheduler="depth").schedule(batch).stats
+    agenda = Compiler.create(block, scheduler="agenda").schedule(batch).stats
+    assert agenda.launches <= depth.launches
+
+
+def test_agenda_launches_fewer_than_depth_on_sequences_with_a_loss_at_the_end():
+    # DyNet's Figure 1: sequences of different lengths, one loss after each
+    keras.utils.set_random_seed(0)
+    cell = td.ScopedLayer(keras.layers.SimpleRNNCell(4), "rnn")
+    block = td.Map(td.Scalar("int32") >> td.Embedding(10, 3)) >> td.RNN(cell) >> td.GetItem(1) \
+        >> td.FC(1, activation=None) >> td.Metric("loss")
+    rng = np.random.default_rng(2)
+    batch = [rng.integers(0, 10, int(n)).tolist() for n in rng.integers(2, 30, 32)]
+    depth = Compiler.create(block, scheduler="depth").schedule(batch).stats
+    agenda = Compiler.create(block, scheduler="agenda").schedule(batch).stats
+    assert agenda.launches < depth.launches
+    assert agenda.mean_batch_size[max(agenda.mean_batch_size)] > 1

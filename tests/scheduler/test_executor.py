@@ -1,0 +1,502 @@
+"""The executor: batched values and gradients equal a node-by-node oracle; one trace.
+
+The ops below cover: two arguments of one value type (`mix`), outputs of different value
+types (`split`, `dup`, the latter with two outputs of one type), a zero-argument op reading a
+variable (`bias`), interleaved argument types (`combine`), int32 values inside the loop
+(`inc`, `scale`), scalar values (`sq`, `gate`) and prelude-only ops (`embed`, a variable
+lookup, and `outer`, whose output type never enters the loop).
+
+The oracle evaluates the graph one node at a time in eager TensorFlow with each op's
+unbatched `ref` formula, from the plain-Python record of the graph (`RawGraph`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler import SCHEDULERS, OpGraph, Schedule
+from scheduler.executor import Executor
+from tests.scheduler.graphs import Choices, OpSpec, RawGraph, build, concat_raw, draw_graph
+
+ATOL = 1e-5
+NAMES = sorted(SCHEDULERS)
+
+
+@dataclass(frozen=True)
+class VT:
+    """A value type: a shape and a dtype name (the name keeps equal shapes apart)."""
+
+    name: str
+    shape: tuple
+    dtype: str = "float32"
+
+
+F, INT, G, TOK, S, P = (VT("f", (3,)), VT("i", (), "int32"), VT("g", (2,)),
+                        VT("tok", (), "int32"), VT("s", ()), VT("p", (2, 2)))
+TYPES = [F, INT, G, TOK, S, P]
+FLOAT_IDS = [k for k, t in enumerate(TYPES) if t.dtype == "float32"]
+
+_rng = np.random.default_rng(1234)
+
+
+def _var(name, *shape, scale=0.5):
+    return tf.Variable((_rng.normal(size=shape) * scale).astype("float32"), name=name)
+
+
+W1, W2, W3 = _var("w1", 3, 3), _var("w2", 3, 3), _var("w3", 2, 2)
+WS, WB, EMB = _var("ws", 2), _var("wb", 3), _var("emb", 5, 3, scale=1.0)
+VARIABLES = [W1, W2, W3, WS, WB, EMB]
+
+
+@dataclass(eq=False)
+class Op:
+    name: str
+    input_types: tuple
+    output_types: tuple
+    fn: Callable  # batched: [n, *shape] tensors in, a list out
+    ref: Callable  # one node: [*shape] tensors in, a list out
+    prelude_only: bool = False
+
+
+def _cos(i):
+    return tf.cos(tf.cast(i, tf.float32))
+
+
+OPS = [
+    Op("mix", (F, F), (F,),
+       lambda a, b: [tf.tanh(a @ W1 + b @ W2)],
+       lambda a, b: [tf.tanh(tf.tensordot(a, W1, 1) + tf.tensordot(b, W2, 1))]),
+    Op("split", (F,), (G, F),
+       lambda a: [a[:, :2] * WS, tf.sin(a)],
+       lambda a: [a[:2] * WS, tf.sin(a)]),
+    Op("bias", (), (F,),
+       lambda n: [tf.tile(WB[None], tf.stack([n, 1]))],
+       lambda: [tf.convert_to_tensor(WB)]),
+    Op("combine", (G, F, G), (G,),
+       lambda g1, f, g2: [tf.tanh(g1 * f[:, :2] + g2 @ W3)],
+       lambda g1, f, g2: [tf.tanh(g1 * f[:2] + tf.tensordot(g2, W3, 1))]),
+    Op("inc", (INT,), (INT,), lambda i: [i + 1], lambda i: [i + 1]),
+    Op("scale", (F, INT), (F,),
+       lambda a, i: [a * _cos(i)[:, None]],
+       lambda a, i: [a * _cos(i)]),
+    Op("embed", (TOK,), (F,),
+       lambda t: [tf.gather(EMB, t)], lambda t: [tf.gather(EMB, t)], prelude_only=True),
+    Op("sq", (F,), (S,),
+       lambda a: [tf.reduce_sum(a * a, -1)], lambda a: [tf.reduce_sum(a * a)]),
+    Op("dup", (F,), (F, G, F),
+       lambda a: [0.5 * a + 0.1, a[:, 1:] * a[:, :2], -a],
+       lambda a: [0.5 * a + 0.1, a[1:] * a[:2], -a]),
+    Op("outer", (F,), (P,),
+       lambda a: [a[:, :2, None] * a[:, None, 1:]],
+       lambda a: [a[:2, None] * a[None, 1:]], prelude_only=True),
+    Op("gate", (S, F), (F,),
+       lambda s, a: [a * tf.sigmoid(s)[:, None]],
+       lambda s, a: [a * tf.sigmoid(s)]),
+]
+SPECS = [OpSpec(tuple(TYPES.index(t) for t in op.input_types),
+                tuple(TYPES.index(t) for t in op.output_types)) for op in OPS]
+CONST_ONLY = [o for o, op in enumerate(OPS) if op.prelude_only]
+OP_ID = {op.name: o for o, op in enumerate(OPS)}
+NO_CONSTANTS = [np.zeros((0, *t.shape), t.dtype) for t in TYPES]
+SHAPES = [t.shape for t in TYPES]
+DTYPES = [t.dtype for t in TYPES]
+
+
+def make_const(k, rng):
+    if TYPES[k] is TOK:
+        return rng.integers(0, 5)
+    if TYPES[k] is INT:
+        return rng.integers(-3, 4)
+    return rng.normal(size=TYPES[k].shape)
+
+
+def draw_batch(draw, max_graphs=3, max_nodes=20, hub=None):
+    """A batch of 1..max_graphs random graphs over OPS: (OpGraph, RawGraph).
+
+    `draw` is hypothesis' or a numpy `Generator`.
+    """
+    c = Choices(draw)
+    pairs = [draw_graph(draw, SPECS, len(TYPES), max_nodes=max_nodes, const_only=CONST_ONLY,
+                        hub=bool(c.int(0, 1)) if hub is None else hub,
+                        make_const=make_const, shapes=SHAPES, dtypes=DTYPES)
+             for _ in range(c.int(1, max_graphs))]
+    return OpGraph.concatenate([g for g, _ in pairs]), concat_raw([r for _, r in pairs])
+
+
+def random_batch(draw, **kw):
+    """`draw_batch` from a numpy generator seeded by hypothesis (varied graphs per example)."""
+    return draw_batch(np.random.default_rng(draw(st.integers(0, 2**32 - 1))), **kw)
+
+
+def draw_reads(draw, n_values):
+    """Value ids to read: every value plus some again, or a random list with repeats."""
+    if n_values == 0:
+        return np.zeros(0, np.int64)
+    some = draw(st.lists(st.integers(0, n_values - 1), max_size=10))
+    if draw(st.booleans()):
+        some = list(range(n_values)) + some
+    return np.asarray(some, np.int64)
+
+
+# --- the oracle ------------------------------------------------------------------------------
+
+def oracle(raw: RawGraph, reads, weights=None):
+    """(values read, gradients w.r.t. VARIABLES, gradients w.r.t. each float table)."""
+    tables = [tf.constant(np.asarray(raw.tables[k], t.dtype).reshape((-1, *t.shape)))
+              for k, t in enumerate(TYPES)]
+    float_tables = [tables[k] for k in FLOAT_IDS]
+    with tf.GradientTape() as tape:
+        tape.watch(float_tables)
+        vals: list = [None] * len(raw.value_type)
+        for v, row in raw.const_row.items():
+            vals[v] = tables[raw.value_type[v]][row]
+        for j, o in enumerate(raw.node_op):
+            outs = OPS[o].ref(*[vals[a] for a in raw.node_args[j]])
+            assert len(outs) == len(raw.node_outs[j])
+            for v, y in zip(raw.node_outs[j], outs):
+                vals[v] = y
+        loss = tf.constant(0.0)
+        if weights is not None:
+            for v, w in zip(reads, weights):
+                if w is not None:
+                    loss += tf.reduce_sum(vals[v] * w)
+    got = [vals[v].numpy() for v in reads]
+    if weights is None:
+        return got, None, None
+    grads = tape.gradient(loss, VARIABLES + float_tables,
+                          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    grads = [tf.convert_to_tensor(g).numpy() for g in grads]
+    return got, grads[:len(VARIABLES)], grads[len(VARIABLES):]
+
+
+def read_positions(graph: OpGraph, reads):
+    """(type, position among the reads of that type) of every read."""
+    types = [int(graph.value_type[v]) for v in reads]
+    return types, [types[:i].count(k) for i, k in enumerate(types)]
+
+
+# --- the engine ------------------------------------------------------------------------------
+
+@functools.cache
+def executor() -> Executor:
+    return Executor(OPS, TYPES)
+
+
+@functools.cache
+def forward():
+    ex = executor()
+
+    @tf.function(input_signature=[ex.input_signature()], autograph=False)
+    def run(arrays):
+        return ex.compute(arrays)
+    return run
+
+
+@functools.cache
+def with_gradients():
+    ex = executor()
+    weight_specs = [tf.TensorSpec([None, *TYPES[k].shape], tf.float32) for k in FLOAT_IDS]
+
+    @tf.function(input_signature=[ex.input_signature(), weight_specs], autograph=False)
+    def run(arrays, weights):
+        consts = arrays["consts_float32"]
+        with tf.GradientTape() as tape:
+            tape.watch(consts)
+            outs = ex.compute(arrays)
+            loss = tf.add_n([tf.constant(0.0)] + [tf.reduce_sum(outs[k] * w)
+                                                  for k, w in zip(FLOAT_IDS, weights)])
+        grads = tape.gradient(loss, VARIABLES + [consts],
+                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return outs, [tf.convert_to_tensor(g) for g in grads]
+    return run
+
+
+def schedule_and_feed(graph: OpGraph, name: str, reads):
+    graph.validate()
+    schedule = SCHEDULERS[name](graph)
+    schedule.validate()
+    feed = executor().feed(graph, schedule, reads)
+    types, pos = read_positions(graph, reads)
+    assert feed.read_type.tolist() == types
+    assert feed.read_pos.tolist() == pos
+    return feed
+
+
+def assert_values_equal(outs, graph, reads, want, where=""):
+    types, pos = read_positions(graph, reads)
+    for k, t in enumerate(TYPES):
+        assert tuple(outs[k].shape) == (types.count(k), *t.shape), f"{where} type {t.name}"
+    for i, (k, p) in enumerate(zip(types, pos)):
+        got = outs[k][p].numpy()
+        msg = f"{where} read {i}: value {reads[i]} of type {TYPES[k].name}"
+        if TYPES[k].dtype == "int32":
+            np.testing.assert_array_equal(got, want[i], err_msg=msg)
+        else:
+            np.testing.assert_allclose(got, want[i], atol=ATOL, rtol=0, err_msg=msg)
+
+
+def const_grads_by_type(flat, graph: OpGraph):
+    """Splits the gradient of the flat float32 constants into one array per float type."""
+    out, at = [], 0
+    for k in FLOAT_IDS:
+        table = graph.constants[k]
+        out.append(flat[at:at + table.size].reshape(table.shape))
+        at += table.size
+    assert at == len(flat)
+    return out
+
+
+def check_values(graph, raw, name, reads, where=""):
+    feed = schedule_and_feed(graph, name, reads)
+    outs = forward()(feed.arrays)
+    want, _, _ = oracle(raw, reads)
+    assert_values_equal(outs, graph, reads, want, where)
+
+
+def check_gradients(graph, raw, name, reads, seed):
+    feed = schedule_and_feed(graph, name, reads)
+    rng = np.random.default_rng(seed)
+    types, pos = read_positions(graph, reads)
+    weights = [rng.normal(size=TYPES[k].shape).astype("float32")
+               if TYPES[k].dtype == "float32" else None for k in types]
+    per_type = [np.zeros((types.count(k), *TYPES[k].shape), np.float32) for k in FLOAT_IDS]
+    for w, k, p in zip(weights, types, pos):
+        if w is not None:
+            per_type[FLOAT_IDS.index(k)][p] = w
+    outs, grads = with_gradients()(feed.arrays, per_type)
+    want, want_var_grads, want_const_grads = oracle(raw, reads, weights)
+    assert_values_equal(outs, graph, reads, want)
+    for v, g, r in zip(VARIABLES, grads, want_var_grads):
+        np.testing.assert_allclose(g.numpy(), r, atol=ATOL, rtol=0,
+                                   err_msg=f"{name}: gradient of {v.name}")
+    for k, g, r in zip(FLOAT_IDS, const_grads_by_type(grads[-1].numpy(), graph),
+                       want_const_grads):
+        np.testing.assert_allclose(g, r, atol=ATOL, rtol=0,
+                                   err_msg=f"{name}: gradient of the {TYPES[k].name} constants")
+
+
+# --- values and gradients on random graphs ---------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=40)
+@given(data=st.data())
+def test_values_of_random_graphs_equal_the_oracle(name, data):
+    graph, raw = random_batch(data.draw)
+    check_values(graph, raw, name, draw_reads(data.draw, graph.num_values))
+    assert forward().experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=40)
+@given(data=st.data())
+def test_gradients_of_random_graphs_equal_the_oracle(name, data):
+    graph, raw = random_batch(data.draw)
+    reads = draw_reads(data.draw, graph.num_values)
+    check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)))
+    assert with_gradients().experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=15)
+@given(data=st.data())
+def test_gradients_sum_over_values_read_by_many_nodes(name, data):
+    graph, raw = random_batch(data.draw, max_graphs=2, max_nodes=25, hub=True)
+    reads = draw_reads(data.draw, graph.num_values)
+    check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)))
+
+
+class Builder:
+    """Builds a graph over OPS by hand: `const` and `node` return value ids."""
+
+    def __init__(self):
+        self.raw = RawGraph(SPECS, tables=[[] for _ in TYPES])
+
+    def const(self, vtype: VT, value) -> int:
+        raw, k = self.raw, TYPES.index(vtype)
+        v = len(raw.value_type)
+        raw.value_type.append(k)
+        raw.value_node.append(-1)
+        raw.const_row[v] = len(raw.tables[k])
+        raw.tables[k].append(value)
+        return v
+
+    def node(self, op: str, *args: int) -> list[int]:
+        raw, o = self.raw, OP_ID[op]
+        raw.node_op.append(o)
+        raw.node_args.append(args)
+        outs = []
+        for k in SPECS[o].outputs:
+            outs.append(len(raw.value_type))
+            raw.value_type.append(k)
+            raw.value_node.append(raw.num_nodes - 1)
+        raw.node_outs.append(outs)
+        return outs
+
+    def graph(self) -> tuple[OpGraph, RawGraph]:
+        return build(self.raw, SHAPES, DTYPES), self.raw
+
+
+def hub_graph():
+    """One value h = bias() read by every node (twice by some) and read out four times."""
+    b = Builder()
+    c = b.const(F, np.array([0.3, -0.2, 0.9]))
+    i = b.const(INT, 2)
+    (h,) = b.node("bias")
+    (m1,) = b.node("mix", h, h)
+    (m2,) = b.node("mix", c, h)
+    g, f = b.node("split", h)
+    (m3,) = b.node("mix", m1, h)
+    (x,) = b.node("combine", g, h, g)
+    (s,) = b.node("scale", h, i)
+    (y,) = b.node("gate", b.node("sq", h)[0], m2)
+    reads = [h, m3, x, h, s, y, f, h, h]
+    return (*b.graph(), np.array(reads))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradient_of_a_value_read_by_many_nodes_and_many_times_is_summed(name):
+    graph, raw, reads = hub_graph()
+    check_gradients(graph, raw, name, reads, seed=7)
+
+
+def test_a_value_read_by_many_nodes_has_the_summed_gradient_in_closed_form():
+    # WB's gradient for reading h = bias() = WB three times with weights w is sum(w)
+    graph, raw, _ = hub_graph()
+    h = 2  # constants c, i, then h
+    reads = np.array([h, h, h])
+    feed = schedule_and_feed(graph, "agenda", reads)
+    w = np.array([[1.0, 2.0, 3.0], [0.5, 0.5, 0.5], [-1.0, 0.0, 4.0]], np.float32)
+    weights = [np.zeros((0, *TYPES[k].shape), np.float32) for k in FLOAT_IDS]
+    weights[0] = w
+    outs, grads = with_gradients()(feed.arrays, weights)
+    np.testing.assert_allclose(outs[0].numpy(), np.tile(WB.numpy(), (3, 1)), atol=ATOL)
+    wb_grad = grads[[v is WB for v in VARIABLES].index(True)]
+    np.testing.assert_allclose(wb_grad.numpy(), w.sum(0), atol=ATOL)
+
+
+# --- tracing ---------------------------------------------------------------------------------
+
+def test_one_trace_serves_batches_of_every_shape():
+    ex = executor()
+
+    @tf.function(input_signature=[ex.input_signature()], autograph=False)
+    def run(arrays):
+        return ex.compute(arrays)
+
+    rng = np.random.default_rng(5)
+    cases = [(OpGraph.build([], [], [], [], [], [],
+                            [np.zeros((0, *t.shape), t.dtype) for t in TYPES]),
+              RawGraph(SPECS, tables=[[] for _ in TYPES]))]
+    for n in [1, 2, 3, 5, 8, 10, 15, 20, 30, 40, 50]:
+        cases.append(draw_batch(rng, max_graphs=4, max_nodes=n))
+    shapes = set()
+    for i, (graph, raw) in enumerate(cases):
+        reads = np.arange(graph.num_values)
+        feed = schedule_and_feed(graph, NAMES[i % 2], reads)
+        shapes.add(tuple(sorted((k, a.shape) for k, a in feed.arrays.items())))
+        outs = run(feed.arrays)
+        want, _, _ = oracle(raw, reads)
+        assert_values_equal(outs, graph, reads, want, f"batch {i}")
+    assert len(shapes) >= 10
+    assert run.experimental_get_tracing_count() == 1
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+def test_feed_rejects_a_prelude_only_op_reading_a_node_output():
+    b = Builder()
+    b.node("outer", b.node("bias")[0])  # outer may only read constants
+    graph, _ = b.graph()
+    graph.validate()
+    for name in NAMES:
+        with pytest.raises(ValueError, match="outer"):
+            executor().feed(graph, SCHEDULERS[name](graph), np.array([1]))
+
+
+def test_feed_rejects_a_schedule_whose_prelude_reads_a_node_output():
+    b = Builder()
+    b.node("sq", b.node("bias")[0])
+    graph, _ = b.graph()
+    with pytest.raises(ValueError, match="prelude"):
+        executor().feed(graph, Schedule.from_steps(graph, np.array([0, 0])), np.array([1]))
+
+
+def test_executor_rejects_an_op_whose_value_type_is_not_listed():
+    with pytest.raises(ValueError, match="value type"):
+        Executor([OPS[0], OPS[1]], [F])
+
+
+# --- more paths ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_int_values_computed_in_one_launch_are_read_by_the_next(name):
+    # per chain: i -> inc -> inc ... -> scale(c, i + n): each launch reads the int output of
+    # the launch just before it
+    b = Builder()
+    for n, start in [(3, 1), (5, -2), (1, 0)]:
+        c, last = b.const(F, np.array([1.0, 2.0, -0.5])), b.const(INT, start)
+        for _ in range(n):
+            (last,) = b.node("inc", last)
+        b.node("scale", c, last)
+    graph, raw = b.graph()
+    reads = np.arange(graph.num_values)
+    check_values(graph, raw, name, reads)
+    ints = forward()(schedule_and_feed(graph, name, reads).arrays)[TYPES.index(INT)]
+    assert ints.numpy().tolist() == [1, 2, 3, 4, -2, -1, 0, 1, 2, 3, 0, 1]
+
+
+def test_an_executor_without_loop_ops_runs_its_prelude():
+    ops = [OPS[OP_ID["bias"]], OPS[OP_ID["embed"]], OPS[OP_ID["outer"]]]
+    ex = Executor(ops, TYPES)
+
+    @tf.function(input_signature=[ex.input_signature()], autograph=False)
+    def run(arrays):
+        return ex.compute(arrays)
+
+    consts = list(NO_CONSTANTS)
+    consts[TYPES.index(TOK)] = np.array([4, 1], np.int32)
+    consts[0] = np.array([[0.5, -1.0, 2.0]], np.float32)
+    # v0 = tok[1], v1 = bias(), v2 = embed(v0), v3 = f[0], v4 = outer(v3), v5 = tok[0]
+    graph = OpGraph.build([0, 1, 2], [0, 1, 1], [0, 3], [3, 0, 0, 0, 5, 3],
+                          [-1, 0, 1, -1, 2, -1], [1, 0, 0, 0, 0, 0], consts)
+    for name in NAMES:
+        outs = run(ex.feed(graph, SCHEDULERS[name](graph), np.array([2, 1, 4, 5, 3])).arrays)
+        np.testing.assert_allclose(outs[0].numpy(),
+                                   [EMB.numpy()[1], WB.numpy(), [0.5, -1.0, 2.0]], atol=ATOL)
+        np.testing.assert_allclose(outs[TYPES.index(P)].numpy(),
+                                   [[[-0.5, 1.0], [1.0, -2.0]]], atol=ATOL)
+        assert outs[TYPES.index(TOK)].numpy().tolist() == [4]
+    assert run.experimental_get_tracing_count() == 1
+
+
+def test_a_node_output_left_out_of_the_graph_does_not_shift_other_values():
+    # n0: h = bias(); n1: dup(h) whose outputs 0 and 2 are not values of the graph, only
+    # output 1 (type g) is; n2: (a, b) = split(h); n3: m = mix(b, b).
+    # Either feed() refuses the graph, or every value read is right.
+    graph = OpGraph.build([OP_ID["bias"], OP_ID["dup"], OP_ID["split"], OP_ID["mix"]],
+                          [0, 1, 1, 2], [0, 0, 3, 3], [0, 2, 2, 0, 0], [0, 1, 2, 2, 3],
+                          [0, 1, 0, 1, 0], NO_CONSTANTS)
+    graph.validate()
+    wb = WB.numpy()
+    b = np.sin(wb)
+    want = {0: [wb, b, np.tanh(b @ W1.numpy() + b @ W2.numpy())],
+            2: [wb[1:] * wb[:2], wb[:2] * WS.numpy()]}
+    for name in NAMES:
+        schedule = SCHEDULERS[name](graph)
+        schedule.validate()
+        try:
+            feed = executor().feed(graph, schedule, np.array([0, 3, 4, 1, 2]))
+        except ValueError:
+            continue
+        outs = forward()(feed.arrays)
+        for k, rows in want.items():
+            np.testing.assert_allclose(outs[k].numpy(), rows, atol=ATOL,
+                                       err_msg=f"{name}: values of type {TYPES[k].name}")

@@ -45,6 +45,24 @@ class BatchPlan:
     feed: Feed
     value_offsets: np.ndarray
     reads: np.ndarray
+    grouped: bool = False
+
+    def metric_bounds(self, program: Program) -> np.ndarray:
+        """int32 [M, 2]: with grouped reads, metric m's values are rows
+        `[start, end)` of the executor's output for the metric's value type."""
+        counts = np.zeros(len(program.metric_names), np.int64)
+        for e in self.examples:
+            for m, _, _ in e.metrics:
+                counts[m] += 1
+        bounds = np.zeros((len(counts), 2), np.int64)
+        n_results = len(self.reads) - int(counts.sum())
+        cursor = n_results
+        for m in range(len(counts)):
+            if counts[m]:
+                start = int(self.feed.read_pos[cursor])
+                bounds[m] = (start, start + counts[m])
+            cursor += counts[m]
+        return bounds.astype(np.int32)
 
     @property
     def stats(self):
@@ -112,8 +130,14 @@ class Compiler:
                 self._cache[id(x)] = (x, g)
         return out  # type: ignore[return-value]
 
-    def plan(self, inputs: Sequence[Any], reads: str = "results") -> BatchPlan:
-        """Expands, merges, schedules and packs a batch of inputs."""
+    def plan(self, inputs: Sequence[Any], grouped: bool = False) -> BatchPlan:
+        """Expands, merges, schedules and packs a batch of inputs.
+
+        The executor returns, per value type, the values read: by default each
+        example's results then its metrics, example after example; with
+        `grouped=True` all examples' results first, then the values of each
+        metric in turn (see `BatchPlan.metric_bounds`), as training wants them.
+        """
         inputs = _as_list(inputs)
         examples = self.expand(inputs)
         graph = OpGraph.concatenate([e.graph for e in examples]) if examples else \
@@ -121,15 +145,16 @@ class Compiler:
         schedule = SCHEDULERS[self.scheduler](graph)
         value_offsets = np.concatenate(
             [[0], np.cumsum([e.graph.num_values for e in examples])]).astype(np.int64)
-        read_values = self._read_values(examples, value_offsets)
+        read_values = self._read_values(examples, value_offsets, grouped)
         feed = self.executor.feed(graph, schedule, read_values)
-        return BatchPlan(examples, graph, schedule, feed, value_offsets, read_values)
+        return BatchPlan(examples, graph, schedule, feed, value_offsets, read_values, grouped)
 
     def schedule(self, inputs: Sequence[Any]) -> BatchPlan:
         """How a batch would run: `.stats` has steps, launches and mean batch sizes."""
         return self.plan(inputs)
 
-    def _read_values(self, examples: list[ExampleGraph], offsets: np.ndarray) -> np.ndarray:
+    def _read_values(self, examples: list[ExampleGraph], offsets: np.ndarray,
+                     grouped: bool = False) -> np.ndarray:
         out_type = self.program.root.output_type
         reads: list[int] = []
         for e, off in zip(examples, offsets):
@@ -138,7 +163,12 @@ class Compiler:
                     reads.append(v + off)
                 return v
             out_type.for_each_terminal(collect, e.result)
-            reads.extend(v + off for _, v, _ in e.metrics)
+            if not grouped:
+                reads.extend(v + off for _, v, _ in e.metrics)
+        if grouped:
+            for m in range(len(self.program.metric_names)):
+                for e, off in zip(examples, offsets):
+                    reads.extend(v + off for mm, v, _ in e.metrics if mm == m)
         return np.asarray(reads, np.int64)
 
     # --- running ---------------------------------------------------------------------
@@ -178,6 +208,8 @@ class Compiler:
 
     def results(self, plan: BatchPlan, outputs: list, tolist: bool = False) -> list:
         """Per-input results (as `block.eval` returns them) from the executor's outputs."""
+        if plan.grouped:
+            raise ValueError("results() needs a plan made with grouped=False")
         rows = iter(zip(plan.feed.read_type.tolist(), plan.feed.read_pos.tolist()))
         out_type = self.program.root.output_type
         names = self.program.metric_names

@@ -176,3 +176,20 @@ def test_agenda_launches_fewer_than_depth_on_sequences_with_a_loss_at_the_end():
     agenda = Compiler.create(block, scheduler="agenda").schedule(batch).stats
     assert agenda.launches < depth.launches
     assert agenda.mean_batch_size[max(agenda.mean_batch_size)] > 1
+
+
+def test_grouped_reads_put_results_first_then_each_metric():
+    square = td.Function(tf.square) >> td.Metric("sq")
+    ident = td.Identity() >> td.Metric("x")
+    block = td.Map(td.Scalar() >> td.AllOf(square, ident) >> td.Void()) >> td.Void()
+    block = td.AllOf(td.Map(td.Scalar()) >> td.Sum(), block) >> td.GetItem(0)
+    c = Compiler.create(block)
+    batch = [[1.0, 2.0], [3.0], []]
+    plan = c.plan(batch, grouped=True)
+    outs = [o.numpy() for o in c._function()(plan.feed.arrays)]
+    k = c.program.type_id[td.TensorType(())]
+    assert outs[k][:3].tolist() == [3.0, 3.0, 0.0]
+    bounds = plan.metric_bounds(c.program)
+    names = c.program.metric_names
+    assert outs[k][slice(*bounds[names.index("sq")])].tolist() == [1.0, 4.0, 9.0]
+    assert outs[k][slice(*bounds[names.index("x")])].tolist() == [1.0, 2.0, 3.0]

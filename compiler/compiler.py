@@ -84,9 +84,19 @@ class Compiler:
         cache: whether to keep each input's expanded graph, keyed by the input
             object's identity, so later batches skip expansion. Inputs must then
             not be mutated.
+        workers: if > 0, expand uncached inputs of large batches (at least
+            `min_parallel_batch`, 64 by default) in that many forked worker
+            processes (`compiler.parallel.ExpansionPool`), and let
+            `plan_batches` plan whole batches there ahead of the device. The
+            workers are forked on first use and stopped by `close()`.
     """
 
-    def __init__(self, block, scheduler: str = "agenda", cache: bool = True):
+    min_parallel_batch = 64
+
+    def __init__(self, block, scheduler: str = "agenda", cache: bool = True,
+                 workers: int = 0):
+        if not isinstance(workers, int) or workers < 0:
+            raise ValueError(f"workers must be a non-negative int, got {workers!r}")
         if scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler must be one of {sorted(SCHEDULERS)}, got "
                              f"{scheduler!r}")
@@ -95,11 +105,27 @@ class Compiler:
         self.executor = Executor(self.program.ops, self.program.value_types)
         self._cache: dict[int, tuple[Any, ExampleGraph]] | None = {} if cache else None
         self._run_fn = None
+        self.workers = workers
+        self._pool = None
 
     @classmethod
-    def create(cls, block, scheduler: str = "agenda", cache: bool = True) -> Compiler:
+    def create(cls, block, scheduler: str = "agenda", cache: bool = True,
+               workers: int = 0) -> Compiler:
         """A compiler for `block` (see the class docstring)."""
-        return cls(block, scheduler=scheduler, cache=cache)
+        return cls(block, scheduler=scheduler, cache=cache, workers=workers)
+
+    def pool(self):
+        """The worker pool (forked on first call), or None without workers."""
+        if self.workers and self._pool is None:
+            from compiler.parallel import ExpansionPool
+            self._pool = ExpansionPool(self, self.workers)
+        return self._pool
+
+    def close(self) -> None:
+        """Stops the worker processes, if any (a later parallel call forks new ones)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     @property
     def root(self):
@@ -110,7 +136,7 @@ class Compiler:
     def expand(self, inputs: Sequence[Any], start: int = 0) -> list[ExampleGraph]:
         """The expanded graph of each input (from the cache where possible)."""
         if self._cache is None:
-            return expand_all(self.program, list(inputs), start)
+            return self._expand_fresh(list(inputs), start)
         out: list[ExampleGraph | None] = []
         missing, missing_at = [], []
         for i, x in enumerate(inputs):
@@ -122,13 +148,45 @@ class Compiler:
                 missing.append(x)
                 missing_at.append(i)
         if missing:
-            fresh = _expand_indexed(self.program, missing, missing_at, start)
+            fresh = self._expand_fresh(missing, start, missing_at)
             for i, x, g in zip(missing_at, missing, fresh):
                 out[i] = g
                 if not _is_cacheable(x):
                     continue
                 self._cache[id(x)] = (x, g)
         return out  # type: ignore[return-value]
+
+    def _expand_fresh(self, inputs: list, start: int, positions=None) -> list[ExampleGraph]:
+        """Expands inputs (in the workers for large batches); an error names the
+        input's index, `start + positions[i]` (or `start + i`)."""
+        from blocks.errors import InputError
+        try:
+            if self.workers and len(inputs) >= self.min_parallel_batch:
+                return self.pool().expand(inputs, 0)
+            return expand_all(self.program, inputs, 0)
+        except InputError as e:
+            idx = e.example_index or 0
+            raise e.with_example_index(
+                start + (positions[idx] if positions is not None else idx)) from e.__cause__
+
+    def plan_batches(self, batches: Iterable[Sequence[Any]], grouped: bool = False):
+        """Yields `plan(batch, grouped)` for each batch, in order.
+
+        With workers, whole batches are expanded, scheduled and packed in the
+        worker processes, a few batches ahead, while the caller runs the device
+        (the cache is not used there). An `InputError` names the example's index
+        in its batch.
+        """
+        if not self.workers:
+            for batch in batches:
+                yield self.plan(batch, grouped)
+            return
+        yield from self.pool().plan_batches((_as_list(b) for b in batches), grouped)
+
+    def _plan_serial(self, inputs: list, grouped: bool) -> BatchPlan:
+        # In a worker: the parent's cache is not shared, so expand afresh.
+        examples = expand_all(self.program, inputs, 0)
+        return self._plan_examples(examples, grouped)
 
     def plan(self, inputs: Sequence[Any], grouped: bool = False) -> BatchPlan:
         """Expands, merges, schedules and packs a batch of inputs.
@@ -139,7 +197,9 @@ class Compiler:
         metric in turn (see `BatchPlan.metric_bounds`), as training wants them.
         """
         inputs = _as_list(inputs)
-        examples = self.expand(inputs)
+        return self._plan_examples(self.expand(inputs), grouped)
+
+    def _plan_examples(self, examples: list[ExampleGraph], grouped: bool) -> BatchPlan:
         graph = OpGraph.concatenate([e.graph for e in examples]) if examples else \
             _empty_graph(self.program)
         schedule = SCHEDULERS[self.scheduler](graph)
@@ -261,15 +321,6 @@ def engine_eval(block, inp: Any, tolist: bool = False) -> Any:
         return compiler.run_eagerly([inp], tolist=tolist)[0]
     except InputError as e:
         raise type(e)(e.block_path, e.reason) from e.__cause__
-
-
-def _expand_indexed(program, inputs, positions, start):
-    from blocks.errors import InputError
-    try:
-        return expand_all(program, inputs, 0)
-    except InputError as e:
-        idx = e.example_index
-        raise e.with_example_index(start + positions[idx]) from e.__cause__
 
 
 def _is_cacheable(x: Any) -> bool:

@@ -1,28 +1,53 @@
 """Tree-structured LSTMs (Tai, Socher and Manning, 2015) as blocks.
 
 The state of a node is the pair `(h, c)`, each a float32 vector of `hidden` units
-(`state_type(hidden)`). A leaf runs an LSTM step on its input vector with zero
-child states; an internal node combines its children's states, with one forget
-gate per child:
+(`state_type(hidden)`).
 
-    i, o, u = sigmoid(W_i [x, h_1..h_N]), sigmoid(...), tanh(...)
-    f_k = sigmoid(W_f [x, h_1..h_N] + b_f)            (one per child k)
+**N-ary** (`NaryTreeLSTMCell`, `leaf_cell`, `binary_cell`): a node has exactly N
+ordered children, each with its own weights, and one forget gate per child; every
+gate sees the input and all the children's `h`:
+
+    i, o, u = sigmoid(W_i [x, h_1..h_N] + b_i), sigmoid(W_o [..] + b_o), tanh(W_u [..] + b_u)
+    f_k = sigmoid(W_fk [x, h_1..h_N] + b_fk)            (one per child k)
     c = i * u + sum_k f_k * c_k,   h = o * tanh(c)
 
-`NaryTreeLSTMCell(hidden, n)` takes a tuple of `n` child states (plus an optional
-input vector); `leaf_cell` is the `n = 0` case on an input vector.
+A leaf is the `N = 0` case on an input vector.
+
+**Child-sum** (`ChildSumTreeLSTMCell`): any number of unordered children (none for
+a leaf); the gates see the sum of the children's `h`, and each child's forget gate
+sees that child's `h`:
+
+    h~ = sum_k h_k
+    i, o, u = sigmoid(W_i x + U_i h~ + b_i), sigmoid(..o..), tanh(..u..)
+    f_k = sigmoid(W_f x + U_f h_k + b_f)
+    c = i * u + sum_k f_k * c_k,   h = o * tanh(c)
+
+Its input is `(x, children)`: a vector and a *sequence* of child states.
 
 >>> import blocks as td
 >>> cell = NaryTreeLSTMCell(4, num_children=2)
 >>> node = td.Record((td.Zeros(state_type(4)), td.Zeros(state_type(4)))) >> cell
 >>> node.output_type == state_type(4)
 True
+>>> child_sum = ChildSumTreeLSTMCell(4, input_size=3)
+>>> child_sum.input_type
+TupleType(TensorType((3,), 'float32'), SequenceType(TupleType(TensorType((4,), 'float32'),
+          TensorType((4,), 'float32'))))
+>>> tree = td.ForwardDeclaration(td.PyObjectType(), state_type(4))
+>>> tree.resolve_to(td.Record((td.Vector(3), td.Map(tree()))) >> child_sum)  # node: (x, kids)
+>>> h, c = tree().eval(([1, 2, 3], [([0, 1, 0], []), ([1, 1, 1], []), ([0, 0, 1], [])]))
+>>> h.shape, c.shape
+((4,), (4,))
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import blocks as td
+from blocks.block import Block
 from blocks.layers import Layer
-from blocks.types import TensorType, TupleType
+from blocks.types import SequenceType, TensorType, TupleType
 
 
 def state_type(hidden: int) -> TupleType:
@@ -48,6 +73,12 @@ class NaryTreeLSTMCell(Layer):
     def __init__(self, hidden: int, num_children: int = 2, input_size: int | None = None,
                  forget_bias: float = 1.0, name: str | None = None):
         import keras
+        _check_positive("hidden", hidden)
+        if isinstance(num_children, bool) or not isinstance(num_children, int) \
+                or num_children < 0:
+            raise ValueError(f"num_children must be an int >= 0, got {num_children!r}")
+        if input_size is not None:
+            _check_positive("input_size", input_size)
         if num_children == 0 and input_size is None:
             raise ValueError("a leaf cell (num_children=0) needs input_size")
         self.hidden = hidden
@@ -105,3 +136,126 @@ def leaf_cell(hidden: int, input_size: int, name: str | None = None) -> NaryTree
 def binary_cell(hidden: int, name: str | None = None) -> NaryTreeLSTMCell:
     """A binary TreeLSTM cell: `((h_l, c_l), (h_r, c_r)) -> (h, c)`."""
     return NaryTreeLSTMCell(hidden, num_children=2, name=name)
+
+
+def nary_cell(hidden: int, num_children: int, input_size: int | None = None,
+              name: str | None = None) -> NaryTreeLSTMCell:
+    """An N-ary TreeLSTM cell: `(state_1, ..., state_N) -> (h, c)`, or
+    `(x, (state_1, ..., state_N)) -> (h, c)` with `input_size`."""
+    return NaryTreeLSTMCell(hidden, num_children=num_children, input_size=input_size,
+                            name=name)
+
+
+class _ChildSumGates(Layer):
+    """`(x, h~, sum_k f_k * c_k) -> (h, c)`: the input, output and update gates."""
+
+    def __init__(self, hidden: int, input_size: int, name: str | None):
+        import keras
+        self.hidden = hidden
+        self.dense = keras.layers.Dense(3 * hidden, name=f"{name or 'child_sum'}_iou")
+        self.dense.build((None, input_size + hidden))
+        vec = TensorType((hidden,))
+        super().__init__(input_type=TupleType(TensorType((input_size,)), vec, vec),
+                         output_type=state_type(hidden), name=name)
+
+    def _keras_layer(self):
+        return self.dense
+
+    def _call(self, x, h_sum, fc_sum):
+        import tensorflow as tf
+        n = self.hidden
+        z = self.dense(tf.concat([x, h_sum], axis=1))
+        i, o, u = tf.sigmoid(z[:, :n]), tf.sigmoid(z[:, n:2 * n]), tf.tanh(z[:, 2 * n:])
+        c = i * u + fc_sum
+        return o * tf.tanh(c), c
+
+
+class _ChildSumForget(Layer):
+    """`(x, (h_k, c_k)) -> f_k * c_k`: one child's gated memory."""
+
+    def __init__(self, hidden: int, input_size: int, forget_bias: float, name: str | None):
+        import keras
+        self.dense = keras.layers.Dense(hidden, name=f"{name or 'child_sum'}_forget")
+        self.dense.build((None, input_size + hidden))
+        if forget_bias:
+            self.dense.bias.assign(self.dense.bias.numpy() + forget_bias)
+        super().__init__(input_type=TupleType(TensorType((input_size,)), state_type(hidden)),
+                         output_type=TensorType((hidden,)), name=name)
+
+    def _keras_layer(self):
+        return self.dense
+
+    def _call(self, x, state):
+        import tensorflow as tf
+        h, c = state
+        return tf.sigmoid(self.dense(tf.concat([x, h], axis=1))) * c
+
+
+class ChildSumTreeLSTMCell(Block):
+    """The child-sum TreeLSTM cell: `(x, children) -> (h, c)`, where `children` is a
+    sequence (any length, empty for a leaf) of child states `(h_k, c_k)`.
+
+    It is a block (it contains a `Map` and `Sum`s over the children), so it is used
+    in one place; `shared()` gives another block with the same weights.
+
+    Args:
+        hidden: the number of units of `h` and `c`.
+        input_size: the size of the input vector `x` read at every node.
+        forget_bias: added to the forget gate's bias at initialisation.
+        name: a name for the block and its weights.
+
+    Attributes:
+        gates: the layer computing i, o, u from `[x, h~]` (kernel `[input_size +
+            hidden, 3 * hidden]`, columns i, o, u).
+        forget: the layer computing a child's forget gate from `[x, h_k]` (kernel
+            `[input_size + hidden, hidden]`).
+    """
+
+    def __init__(self, hidden: int, input_size: int, forget_bias: float = 1.0,
+                 name: str | None = None, _layers: tuple | None = None):
+        _check_positive("hidden", hidden)
+        _check_positive("input_size", input_size)
+        self.hidden, self.input_size, self.forget_bias = hidden, input_size, forget_bias
+        if _layers is None:
+            _layers = (_ChildSumGates(hidden, input_size, name),
+                       _ChildSumForget(hidden, input_size, forget_bias, name))
+        self.gates, self.forget = _layers
+        x, kids = td.GetItem(0), td.GetItem(1)
+        h_sum = td.GetItem(1) >> td.Map(td.GetItem(0)) >> td.Sum()
+        fc_sum = (td.AllOf(x >> td.Broadcast(), kids) >> td.Zip()
+                  >> td.Map(td.Function(self.forget)) >> td.Sum())
+        body = td.AllOf(td.GetItem(0), h_sum, fc_sum) >> self.gates
+        in_type = TupleType(TensorType((input_size,)), SequenceType(state_type(hidden)))
+        super().__init__([body], input_type=in_type, output_type=state_type(hidden),
+                         name=name)
+
+    def shared(self) -> ChildSumTreeLSTMCell:
+        """Another cell block with the same weights (for a second place in a model)."""
+        return ChildSumTreeLSTMCell(self.hidden, self.input_size, self.forget_bias,
+                                    name=self._name, _layers=(self.gates, self.forget))
+
+    @property
+    def weights(self) -> list:
+        """The variables: the gates' kernel and bias, then the forget gate's."""
+        return self.gates.weights + self.forget.weights
+
+    def _repr_args(self):
+        return {"hidden": self.hidden, "input_size": self.input_size}
+
+    def _infer(self):
+        body = self._children[0]
+        body.set_input_type(self.input_type)
+        body.set_output_type(self.output_type)
+
+    def _evaluate(self, ctx, x):
+        return self._children[0]._eval(ctx, x)
+
+
+def child_sum_cell(hidden: int, input_size: int, name: str | None = None) -> ChildSumTreeLSTMCell:
+    """A child-sum TreeLSTM cell: `(x, [(h_1, c_1), ..., (h_K, c_K)]) -> (h, c)`, K >= 0."""
+    return ChildSumTreeLSTMCell(hidden, input_size, name=name)
+
+
+def _check_positive(arg: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{arg} must be a positive int, got {value!r}")

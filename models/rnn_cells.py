@@ -1,0 +1,221 @@
+"""Recurrent cells as weight-sharing layers: `SimpleRNNCell`, `LSTMCell`, `GRUCell`.
+
+A cell takes `(input, state)` and returns `(output, state)`, so it plugs into
+`td.RNN` as it is, and into `td.Fold` through `fold_step(cell)` (a fold's combine
+takes `(state, element)` and returns the state). Inputs and outputs are float32
+vectors; the state is `h` (simple RNN, GRU) or the pair `(h, c)` (LSTM).
+
+The weights are laid out as Keras lays out its own cells (`kernel` for the input,
+`recurrent_kernel` for the state, `bias`; LSTM gates in the order i, f, g, o; GRU
+gates z, r, h with separate input and recurrent biases, Keras's `reset_after=True`),
+so weights move between these cells and `keras.layers.*Cell` with `set_weights`.
+The input size is taken from the first input type the cell meets, or given as
+`input_size`.
+
+>>> import blocks as td
+>>> cell = LSTMCell(4)
+>>> encoder = td.Map(td.Vector(3)) >> td.RNN(cell)        # (outputs, final (h, c))
+>>> outputs, (h, c) = encoder.eval([[1, 0, 0], [0, 1, 0]])
+>>> len(outputs), h.shape, bool((outputs[-1] == h).all())
+(2, (4,), True)
+>>> [tuple(w.shape) for w in cell.weights]   # kernel, recurrent kernel, bias
+[(3, 16), (4, 16), (16,)]
+>>> gru = GRUCell(4)
+>>> (td.Map(td.Vector(3)) >> td.Fold(fold_step(gru), td.Zeros(gru.state_type))).eval(
+...     [[1, 0, 0]]).shape
+(4,)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+import blocks as td
+from blocks.layers import Layer
+from blocks.types import ResultType, TensorType, TupleType
+
+
+class _CellWeights(keras.layers.Layer):
+    """Holds a cell's kernel, recurrent kernel and bias (Keras names and layout)."""
+
+    def __init__(self, units: int, gates: int, bias_shape: tuple, unit_forget_bias: bool,
+                 name: str | None):
+        super().__init__(name=name)
+        self.units, self.gates = units, gates
+        self.bias_shape, self.unit_forget_bias = bias_shape, unit_forget_bias
+
+    def build(self, input_size: int):
+        u, g = self.units, self.gates
+        self.kernel = self.add_weight(shape=(input_size, g * u), name="kernel",
+                                      initializer="glorot_uniform")
+        self.recurrent_kernel = self.add_weight(shape=(u, g * u), name="recurrent_kernel",
+                                                initializer="orthogonal")
+        bias = "zeros"
+        if self.unit_forget_bias:  # LSTM: the forget gate starts open (Jozefowicz et al.)
+            def bias(shape, dtype=None):
+                return tf.concat([tf.zeros([u]), tf.ones([u]), tf.zeros([2 * u])], 0)
+        self.bias = self.add_weight(shape=self.bias_shape, name="bias", initializer=bias)
+        self.built = True
+
+
+class _RecurrentCell(Layer):
+    """Shared machinery: argument checks, the types, building weights on first input."""
+
+    _gates = 1
+    _stateful_c = False
+
+    def __init__(self, units: int, input_size: int | None = None,
+                 activation: Any = "tanh", name: str | None = None):
+        kind = type(self).__name__
+        if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
+            raise ValueError(f"{kind}: units must be a positive int, got {units!r}")
+        if input_size is not None and (isinstance(input_size, bool)
+                                       or not isinstance(input_size, int) or input_size <= 0):
+            raise ValueError(f"{kind}: input_size must be a positive int or None, "
+                             f"got {input_size!r}")
+        self.units = units
+        self.activation = keras.activations.get(activation)
+        self._weights = _CellWeights(units, self._gates, self._bias_shape(),
+                                     self._stateful_c, name or kind)
+        vec = TensorType((units,))
+        in_type = None if input_size is None else TupleType(TensorType((input_size,)),
+                                                            self.state_type)
+        super().__init__(input_type=in_type, output_type=TupleType(vec, self.state_type),
+                         name=name)
+
+    def _bias_shape(self) -> tuple:
+        return (self._gates * self.units,)
+
+    @property
+    def state_type(self) -> ResultType:
+        """The type of the state: `h`, or `(h, c)` for an LSTM."""
+        vec = TensorType((self.units,))
+        return TupleType(vec, vec) if self._stateful_c else vec
+
+    @property
+    def kernel(self):
+        return self._weights.kernel
+
+    @property
+    def recurrent_kernel(self):
+        return self._weights.recurrent_kernel
+
+    @property
+    def bias(self):
+        return self._weights.bias
+
+    def _keras_layer(self):
+        return self._weights
+
+    def _infer(self):
+        t = self.input_type
+        if t is not None:
+            label = self._label()
+            if not isinstance(t, TupleType) or len(t) != 2:
+                raise TypeError(f"{label}: expected an (input, state) pair, got {t}")
+            x = t[0]
+            if not isinstance(x, TensorType) or x.ndim != 1 or x.dtype != "float32":
+                raise TypeError(f"{label}: the input must be a float32 vector, got {x}")
+            if t[1] != self.state_type:
+                raise TypeError(f"{label}: the state must be {self.state_type}, got {t[1]}")
+            if not self._weights.built:
+                self._weights.build(x.shape[0])
+        super()._infer()
+
+
+class SimpleRNNCell(_RecurrentCell):
+    """The Elman cell: `h' = activation(x W + h U + b)`; `(x, h) -> (h', h')`.
+
+    Args:
+        units: the size of the state and output.
+        input_size: the size of `x` (inferred from the first input type if None).
+        activation: a callable or Keras activation name (tanh by default).
+        name: the layer's name.
+    """
+
+    def _call(self, x, h):
+        h = self.activation(x @ self.kernel + h @ self.recurrent_kernel + self.bias)
+        return h, h
+
+
+class LSTMCell(_RecurrentCell):
+    """The LSTM cell (Hochreiter and Schmidhuber, with forget gates):
+    `(x, (h, c)) -> (h', (h', c'))`.
+
+        i, f, g, o = sigmoid(.), sigmoid(.), activation(.), sigmoid(.)  of  x W + h U + b
+        c' = f * c + i * g,    h' = o * activation(c')
+
+    The forget gate's bias starts at 1.
+
+    Args:
+        units: the size of `h` and `c`.
+        input_size: the size of `x` (inferred from the first input type if None).
+        activation: for `g` and the output (tanh by default).
+        name: the layer's name.
+    """
+
+    _gates = 4
+    _stateful_c = True
+
+    def _call(self, x, state):
+        h, c = state
+        n = self.units
+        z = x @ self.kernel + h @ self.recurrent_kernel + self.bias
+        i = tf.sigmoid(z[:, :n])
+        f = tf.sigmoid(z[:, n:2 * n])
+        g = self.activation(z[:, 2 * n:3 * n])
+        o = tf.sigmoid(z[:, 3 * n:])
+        c = f * c + i * g
+        h = o * self.activation(c)
+        return h, (h, c)
+
+
+class GRUCell(_RecurrentCell):
+    """The GRU cell (Cho et al. 2014), reset gate applied after the recurrent
+    matmul: `(x, h) -> (h', h')`.
+
+        z = sigmoid(x W_z + b_z + h U_z + b'_z),  r = sigmoid(x W_r + b_r + h U_r + b'_r)
+        n = activation(x W_n + b_n + r * (h U_n + b'_n))
+        h' = z * h + (1 - z) * n
+
+    Args:
+        units: the size of the state and output.
+        input_size: the size of `x` (inferred from the first input type if None).
+        activation: for the candidate state (tanh by default).
+        name: the layer's name.
+    """
+
+    _gates = 3
+
+    def _bias_shape(self) -> tuple:
+        return (2, 3 * self.units)  # input bias, recurrent bias
+
+    def _call(self, x, h):
+        n = self.units
+        from_x = x @ self.kernel + self.bias[0]
+        from_h = h @ self.recurrent_kernel + self.bias[1]
+        z = tf.sigmoid(from_x[:, :n] + from_h[:, :n])
+        r = tf.sigmoid(from_x[:, n:2 * n] + from_h[:, n:2 * n])
+        candidate = self.activation(from_x[:, 2 * n:] + r * from_h[:, 2 * n:])
+        h = z * h + (1.0 - z) * candidate
+        return h, h
+
+
+def fold_step(cell: Any) -> td.Block:
+    """A `td.Fold` combine block from a cell: `(state, x) -> cell((x, state))[1]`.
+
+    Args:
+        cell: a layer or block taking `(input, state)` and returning `(output, state)`.
+    """
+    return td.AllOf(td.GetItem(1), td.GetItem(0)) >> cell >> td.GetItem(1)
+
+
+def rnn_outputs(cell: Any) -> td.Block:
+    """`td.RNN(cell)`'s outputs only: a sequence of inputs to a sequence of outputs."""
+    return td.RNN(cell) >> td.GetItem(0)
+
+
+__all__ = ["SimpleRNNCell", "LSTMCell", "GRUCell", "fold_step", "rnn_outputs"]

@@ -1,0 +1,116 @@
+"""RNN cells equal Keras's cells with the same weights, one input at a time and batched."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+import blocks as td
+from compiler import Compiler
+from models import rnn_cells
+
+UNITS, DIM = 3, 2
+SEQS = [[], [[0.5, -1.0]], [[1.0, 2.0], [0.0, -0.5], [-1.5, 0.25]], [[0.3, 0.3]] * 5]
+
+
+def keras_run(cell, seq, stateful_c):
+    """Runs a Keras cell over one sequence, eagerly; returns (outputs, final state)."""
+    zeros = np.zeros((1, UNITS), np.float32)
+    state = [zeros, zeros] if stateful_c else [zeros]
+    outs = []
+    for x in seq:
+        out, state = cell(np.asarray([x], np.float32), state)
+        outs.append(np.asarray(out)[0])
+    return outs, [np.asarray(s)[0] for s in state]
+
+
+def random_weights(cell, seed):
+    rng = np.random.default_rng(seed)
+    for w in cell.weights:
+        w.assign(rng.normal(0, 0.7, tuple(w.shape)).astype(np.float32))
+
+
+CASES = [
+    (rnn_cells.SimpleRNNCell, keras.layers.SimpleRNNCell, False),
+    (rnn_cells.LSTMCell, keras.layers.LSTMCell, True),
+    (rnn_cells.GRUCell, keras.layers.GRUCell, False),
+]
+
+
+@pytest.mark.parametrize("ours, theirs, stateful_c", CASES, ids=["simple", "lstm", "gru"])
+def test_cell_equals_keras_cell_in_eval_and_batched(ours, theirs, stateful_c):
+    cell = ours(UNITS)
+    block = td.Map(td.Vector(DIM)) >> td.RNN(cell)
+    random_weights(cell, seed=1)
+    ref = theirs(UNITS)
+    ref.build((None, DIM))
+    ref.set_weights([np.asarray(w) for w in cell.weights])
+    batched = Compiler.create(block).run(SEQS)
+    for seq, got_batched in zip(SEQS, batched):
+        want_outs, want_state = keras_run(ref, seq, stateful_c)
+        for got in (block.eval(seq), got_batched):
+            outs, state = got
+            assert len(outs) == len(want_outs)
+            for o, w in zip(outs, want_outs):
+                np.testing.assert_allclose(o, w, atol=1e-5)
+            state = list(state) if stateful_c else [state]
+            for s, w in zip(state, want_state):
+                np.testing.assert_allclose(s, w, atol=1e-5)
+
+
+def test_lstm_state_is_h_c_and_output_is_h():
+    cell = rnn_cells.LSTMCell(UNITS, input_size=DIM)
+    vec = td.TensorType((UNITS,))
+    assert cell.input_type == td.TupleType(td.TensorType((DIM,)), td.TupleType(vec, vec))
+    assert cell.output_type == td.TupleType(vec, td.TupleType(vec, vec))
+    out, (h, c) = (td.Record((td.Vector(DIM), (td.Vector(UNITS), td.Vector(UNITS)))) >> cell
+                   ).eval(([1, 1], ([0.5] * UNITS, [-0.5] * UNITS)))
+    np.testing.assert_array_equal(out, h)
+    assert not np.allclose(h, c)
+
+
+def test_lstm_forget_bias_starts_at_one():
+    cell = rnn_cells.LSTMCell(UNITS, input_size=DIM)
+    np.testing.assert_array_equal(np.asarray(cell.bias),
+                                  [0] * UNITS + [1] * UNITS + [0] * 2 * UNITS)
+
+
+@pytest.mark.parametrize("ours", [rnn_cells.SimpleRNNCell, rnn_cells.GRUCell])
+def test_fold_step_gives_the_rnn_final_state(ours):
+    cell = ours(UNITS)
+    fold = td.Map(td.Vector(DIM)) >> td.Fold(rnn_cells.fold_step(cell), td.Zeros(cell.state_type))
+    rnn = td.Map(td.Vector(DIM)) >> td.RNN(cell) >> td.GetItem(1)
+    batched = Compiler.create(fold).run(SEQS)
+    for seq, got in zip(SEQS, batched):
+        want = rnn.eval(seq)
+        np.testing.assert_allclose(fold.eval(seq), want, atol=1e-6)
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    assert not np.allclose(batched[2], 0)
+
+
+def test_cells_share_weights_across_uses():
+    cell = rnn_cells.GRUCell(UNITS)
+    a = td.Map(td.Vector(DIM)) >> td.RNN(cell)
+    b = td.Map(td.Vector(DIM)) >> td.RNN(cell)
+    assert len(cell.weights) == 3
+    np.testing.assert_array_equal(a.eval(SEQS[2])[1], b.eval(SEQS[2])[1])
+
+
+@pytest.mark.parametrize("args, match", [((0,), "units"), ((2.5,), "units"),
+                                         ((3, 0), "input_size"), ((True,), "units")])
+def test_bad_arguments_name_the_argument(args, match):
+    with pytest.raises(ValueError, match=match):
+        rnn_cells.LSTMCell(*args)
+
+
+def test_wrong_state_type_is_a_type_error():
+    cell = rnn_cells.LSTMCell(UNITS)
+    with pytest.raises(TypeError, match="state"):
+        td.Record((td.Vector(DIM), td.Vector(UNITS))) >> cell
+
+
+def test_integer_input_is_a_type_error():
+    cell = rnn_cells.SimpleRNNCell(UNITS)
+    with pytest.raises(TypeError, match="float32 vector"):
+        td.Record((td.Vector(DIM, "int32"), td.Vector(UNITS))) >> cell

@@ -1,0 +1,122 @@
+"""The sentiment example: data preparation, the two models, evaluation, and main()."""
+
+import csv
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from examples.sentiment import __main__ as sentiment
+from examples.sentiment.model import SentimentModel, accuracies, binarize, prepare
+from examples.sentiment.synthetic import relabel
+from examples.sentiment.treebank import Vocabulary, parse_tree, to_ptb
+
+
+def _tree(text):
+    return relabel(parse_tree(text))
+
+
+GOOD_BUT_DULL = "(2 (2 (2 the) (2 (2 plot) (2 (2 is) (2 good)))) (2 (2 but) (2 (2 the) " \
+                "(2 (2 cast) (2 (2 is) (2 dull))))))"
+DULL_BUT_GOOD = GOOD_BUT_DULL.replace("good", "X").replace("dull", "good").replace("X", "dull")
+
+
+def test_binarize_collapses_unary_nodes_and_chains_wide_ones():
+    tree = parse_tree("(3 (1 (2 a)) (4 (2 b) (3 c) (0 d)))")
+    assert to_ptb(binarize(tree)) == "(3 (2 a) (4 (2 b) (4 (3 c) (0 d))))"
+    assert to_ptb(tree) == "(3 (1 (2 a)) (4 (2 b) (3 c) (0 d)))"  # not changed
+
+
+def test_prepare_puts_word_ids_at_the_leaves():
+    tree = parse_tree("(3 (2 It) (4 (2 so) (4 great)))")
+    vocab = Vocabulary(["great", "It"])
+    (out,) = prepare([tree], vocab)
+    assert [out["children"][0]["word"], out["children"][1]["children"][0]["word"],
+            out["children"][1]["children"][1]["word"]] == [2, 0, 1]
+    assert tree["children"][0]["word"] == "It"
+
+
+def test_bag_of_words_is_blind_to_order_and_the_tree_lstm_is_not():
+    from compiler import Compiler
+    a, b = _tree(GOOD_BUT_DULL), _tree(DULL_BUT_GOOD)
+    assert a["label"] != b["label"]
+    vocab = Vocabulary.from_trees([a])
+    data = prepare([a, b], vocab)
+    logits = {}
+    for encoder in ("bag_of_words", "tree_lstm"):
+        model = SentimentModel(encoder, len(vocab), embed=6, hidden=7)
+        logits[encoder] = Compiler(model.logits_block).run(data)
+        assert logits[encoder][0].shape == (5,)
+    np.testing.assert_allclose(logits["bag_of_words"][0], logits["bag_of_words"][1], rtol=1e-5)
+    assert np.abs(logits["tree_lstm"][0] - logits["tree_lstm"][1]).max() > 1e-4
+
+
+def test_accuracies_count_fine_grained_and_binary_hits():
+    rows = np.array([[4, 1, 4], [0, 0, 1], [2, 1, 2], [3, 1, 1]], np.float32)
+    acc = accuracies(rows, rows[:2])
+    assert acc == {"root": 0.5, "root_binary": 1.0, "all": 0.5, "all_binary": 2 / 3}
+
+
+def test_evaluate_matches_the_unbatched_eval_block():
+    trees = [_tree(GOOD_BUT_DULL), _tree(DULL_BUT_GOOD), _tree("(2 (2 very) (2 good))")]
+    vocab = Vocabulary.from_trees(trees)
+    data = prepare(trees, vocab)
+    model = SentimentModel("tree_lstm", len(vocab), embed=5, hidden=6)
+    rows = [model.eval_block.eval(t)[1] for t in data]
+    expected = accuracies(np.concatenate([r["node"] for r in rows]),
+                          np.concatenate([r["root"] for r in rows]))
+    assert sentiment.evaluate(model, data, batch_size=2) == expected
+
+
+def test_glove_vectors_initialise_the_embedding(tmp_path):
+    glove = tmp_path / "glove.txt"
+    glove.write_text("good 0.5 0.25 1\nmovie 1 2 3\n")
+    args = sentiment.parse_args(["--glove", str(glove)])
+    splits = {"train": [parse_tree("(3 (2 movie) (3 good))")], "dev": [parse_tree("(1 bad)")],
+              "test": []}
+    vocab, table = sentiment.build_vocabulary(splits, args)
+    assert "bad" in vocab  # dev words get (random) vectors too when vectors are given
+    model = SentimentModel("tree_lstm", len(vocab), hidden=4, embeddings=table)
+    weights = np.asarray(model.embedding.embeddings)
+    assert weights.shape == (len(vocab), 3)
+    np.testing.assert_allclose(weights[vocab.id("good")], [0.5, 0.25, 1])
+    np.testing.assert_allclose(weights[vocab.id("movie")], [1, 2, 3])
+
+
+def test_arguments_are_checked():
+    with pytest.raises(SystemExit):
+        sentiment.parse_args(["--models", "cnn"])
+    with pytest.raises(SystemExit):
+        sentiment.parse_args(["--epochs", "0"])
+
+
+def test_missing_data_files_are_reported(tmp_path):
+    with pytest.raises(SystemExit, match="train.txt not found"):
+        sentiment.main(["--data", str(tmp_path), "--out", str(tmp_path / "out")])
+
+
+def test_main_trains_reports_and_writes_its_outputs(tmp_path, capsys):
+    out = tmp_path / "out"
+    result = sentiment.main([
+        "--models", "tree_lstm", "--epochs", "2", "--train-size", "32", "--eval-size", "8",
+        "--batch-size", "16", "--embed", "8", "--hidden", "16", "--lr", "0.03",
+        "--out", str(out), "--verbose", "0"])
+    history = result["histories"]["tree_lstm"]
+    losses = history["loss"]
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0]
+    assert set(history) >= {"loss", "accuracy", "root_accuracy", "val_loss",
+                            "val_root_accuracy"}
+    acc = result["results"]["tree_lstm"]
+    assert set(acc) == {"dev", "test"}
+    assert all(0 <= v <= 1 for split in acc.values() for v in split.values())
+    printed = capsys.readouterr().out
+    assert "tree_lstm" in printed and "dev root" in printed
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["accuracy"]["tree_lstm"] == acc
+    with open(out / "history_tree_lstm.csv") as f:
+        assert len(list(csv.DictReader(f))) == 2
+    logs = [f for _, _, files in os.walk(out / "tensorboard" / "tree_lstm") for f in files]
+    assert any(f.startswith("events.out.tfevents") for f in logs)

@@ -155,7 +155,7 @@ class GetItem(Block):
         except (KeyError, IndexError):
             keys = ""
             if isinstance(x, dict):
-                keys = f"; the input has keys {sorted(map(repr, x))}"
+                keys = "; the input has keys " + ", ".join(sorted(map(repr, x)))
             elif hasattr(x, "__len__"):
                 keys = f"; the input has length {len(x)}"
             raise InputKeyError(self.path, f"missing key {self._key!r}{keys}") from None

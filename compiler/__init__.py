@@ -2,13 +2,15 @@
 
 `Compiler` lowers a block expression to ops (`lowering`), expands each input into
 an op graph (`expansion`), and runs batches through the scheduler's executor.
+`Model` is a compiled block as a `keras.Model`: fit, evaluate, predict, export.
 """
 
 from blocks.evaluation import register_engine
 from compiler.compiler import BatchPlan, Compiler, engine_eval
 from compiler.expansion import ExampleGraph, expand
 from compiler.lowering import Program, lower
+from compiler.model import Model
 
 register_engine(engine_eval)
 
-__all__ = ["Compiler", "BatchPlan", "Program", "lower", "expand", "ExampleGraph"]
+__all__ = ["Compiler", "Model", "BatchPlan", "Program", "lower", "expand", "ExampleGraph"]

@@ -1,0 +1,316 @@
+"""`compiler.Model`: Keras training, evaluation, prediction, callbacks, saving, export."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import blocks as td
+from blocks.errors import InputError
+from compiler import Compiler, Model
+from tests.compiler import factories
+
+
+def random_tree(rng, n_leaves: int):
+    if n_leaves == 1:
+        return float(np.round(rng.normal(), 2))
+    k = int(rng.integers(1, n_leaves))
+    return (random_tree(rng, k), random_tree(rng, n_leaves - k))
+
+
+def leaves(t):
+    return leaves(t[0]) + leaves(t[1]) if isinstance(t, tuple) else [t]
+
+
+def sign_data(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    trees = [random_tree(rng, int(rng.integers(1, 7))) for _ in range(n)]
+    return trees, np.array([int(sum(leaves(t)) > 0) for t in trees])
+
+
+def labelled(t):
+    """A tree of numbers as the Fold-style input: a label (sum > 0) at every node."""
+    if isinstance(t, tuple):
+        left, right = labelled(t[0]), labelled(t[1])
+        return {"l": left, "r": right, "y": int(left["s"] + right["s"] > 0),
+                "s": left["s"] + right["s"]}
+    return {"x": t, "y": int(t > 0), "s": t}
+
+
+def compiled(model: Model, lr: float = 0.05, **kwargs) -> Model:
+    model.compile(optimizer=keras.optimizers.Adam(lr),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"], **kwargs)
+    return model
+
+
+SCCE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def test_fit_trains_a_tree_model_beyond_the_majority_baseline():
+    trees, y = sign_data(240)
+    model = compiled(Model(factories.tree_sign()))
+    history = model.fit(trees[:200], y[:200], batch_size=16, epochs=8, verbose=0,
+                        validation_data=(trees[200:], y[200:]))
+    losses = history.history["loss"]
+    assert losses[-1] < 0.6 * losses[0]
+    majority = max(y[200:].mean(), 1 - y[200:].mean())
+    assert history.history["val_accuracy"][-1] > majority + 0.1
+    loss, acc = model.evaluate(trees[200:], y[200:], verbose=0)
+    assert acc == pytest.approx(history.history["val_accuracy"][-1])
+
+
+def test_fold_style_losses_and_metrics_come_from_metric_blocks():
+    trees, _ = sign_data(160, seed=1)
+    data = [labelled(t) for t in trees]
+    model = Model(factories.labelled_tree_sign())
+    model.compile(optimizer=keras.optimizers.Adam(0.05))
+    history = model.fit(data[:120], batch_size=16, epochs=6, verbose=0,
+                        validation_data=data[120:])
+    h = history.history
+    assert sorted(h) == ["accuracy", "loss", "val_accuracy", "val_loss"]
+    assert h["loss"][-1] < 0.7 * h["loss"][0]
+    assert h["val_accuracy"][-1] > 0.8
+    # the logged loss is the mean over nodes of the per-node losses
+    logs = model.evaluate(data[120:], batch_size=100, verbose=0, return_dict=True)
+    per_node = np.concatenate([model.block.eval(x)[1]["loss"] for x in data[120:]])
+    assert logs["loss"] == pytest.approx(per_node.mean(), rel=1e-4)
+
+
+def test_training_changes_the_weights_the_blocks_use():
+    block = factories.tree_sign()
+    before = block.eval((1.0, -0.5))
+    model = compiled(Model(block))
+    trees, y = sign_data(32)
+    model.fit(trees, y, batch_size=8, epochs=1, verbose=0)
+    after = block.eval((1.0, -0.5))
+    assert not np.allclose(before, after)
+    np.testing.assert_allclose(model.predict([(1.0, -0.5)], verbose=0)[0], after, atol=1e-5)
+
+
+def test_predict_returns_one_output_per_input_in_order():
+    block = factories.tree_sign()
+    model = Model(block)
+    trees, _ = sign_data(37, seed=3)
+    got = model.predict(trees, batch_size=8, verbose=0)
+    assert got.shape == (37, 2)
+    want = Compiler.create(block).run(trees)
+    np.testing.assert_allclose(got, np.stack(want), atol=1e-5)
+
+
+def test_predict_of_structured_outputs_gives_eval_results():
+    block = td.Map(td.Scalar() >> td.Function(tf.square))
+    got = Model(block).predict([[1.0, 2.0], [], [3.0]], batch_size=2, verbose=0)
+    assert [[float(v) for v in r] for r in got] == [[1.0, 4.0], [], [9.0]]
+
+
+def test_training_is_traced_once_for_every_batch_shape():
+    class Counting(Model):
+        traces = 0
+
+        def _forward(self, x):
+            Counting.traces += 1  # Python runs only while tracing
+            return super()._forward(x)
+
+    trees, y = sign_data(45, seed=4)
+    model = compiled(Counting(factories.tree_sign()))
+    model.fit(trees, y, batch_size=7, epochs=1, verbose=0)
+    # Keras traces a step twice when its first run creates variables (metrics' state)
+    first = Counting.traces
+    assert first <= 2
+    model.fit(trees, y, batch_size=7, epochs=2, verbose=0)
+    model.fit(trees[:20], y[:20], batch_size=3, epochs=1, verbose=0)
+    assert Counting.traces == first  # every batch shape ran on the same trace
+
+
+def test_shuffling_changes_per_epoch_and_is_reproducible():
+    trees, y = sign_data(40, seed=5)
+
+    def run(shuffle):
+        model = compiled(Model(factories.tree_sign(), seed=3))
+        model.fit(trees, y, batch_size=8, epochs=2, verbose=0, shuffle=shuffle)
+        return [w.numpy() for w in model.weights]
+
+    a, b, c = run(True), run(True), run(False)
+    for x, z in zip(a, b):
+        np.testing.assert_array_equal(x, z)
+    assert any(not np.allclose(x, z) for x, z in zip(a, c))
+
+
+def test_keras_callbacks_work_unchanged(tmp_path):
+    trees, y = sign_data(64, seed=6)
+    model = compiled(Model(factories.tree_sign()))
+    ckpt = tmp_path / "best.weights.h5"
+    log = tmp_path / "log.csv"
+    tb = tmp_path / "tb"
+    history = model.fit(
+        trees[:48], y[:48], batch_size=16, epochs=30, verbose=0,
+        validation_data=(trees[48:], y[48:]),
+        callbacks=[keras.callbacks.EarlyStopping(monitor="loss", patience=1, min_delta=10.0),
+                   keras.callbacks.ModelCheckpoint(str(ckpt), save_weights_only=True),
+                   keras.callbacks.CSVLogger(str(log)),
+                   keras.callbacks.TensorBoard(str(tb))])
+    assert len(history.history["loss"]) == 2  # EarlyStopping stopped it
+    with open(log) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 and {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(rows[0])
+    assert any(name.startswith("events") for _, _, files in os.walk(tb) for name in files)
+    other = Model(factories.tree_sign(seed=9))
+    other.load_weights(str(ckpt))
+    for a, b in zip(model.weights, other.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_an_interrupted_save_leaves_the_old_checkpoint_intact(tmp_path, monkeypatch):
+    model = Model(factories.tree_sign())
+    path = tmp_path / "m.weights.h5"
+    model.save_weights(str(path))
+    before = path.read_bytes()
+
+    def crash(self, filepath, *a, **k):
+        with open(filepath, "wb") as f:
+            f.write(b"half a file")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(keras.Model, "save_weights", crash)
+    with pytest.raises(KeyboardInterrupt):
+        model.save_weights(str(path))
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["m.weights.h5"]
+
+
+def test_resuming_from_a_checkpoint_continues_exactly(tmp_path):
+    trees, y = sign_data(48, seed=7)
+
+    def fresh():
+        return compiled(Model.from_factory("tests.compiler.factories:tree_sign",
+                                           {"seed": 1}, seed=5))
+
+    straight = fresh()
+    straight.fit(trees, y, batch_size=8, epochs=3, verbose=0)
+
+    first = fresh()
+    path = tmp_path / "model.keras"
+    first.fit(trees, y, batch_size=8, epochs=1, verbose=0,
+              callbacks=[keras.callbacks.ModelCheckpoint(str(path))])
+    resumed = keras.models.load_model(str(path))
+    assert isinstance(resumed, Model)
+    resumed.fit(trees, y, batch_size=8, epochs=3, initial_epoch=1, verbose=0)
+    for a, b in zip(straight.weights, resumed.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6, err_msg=a.name)
+
+
+def test_a_model_built_from_a_block_object_explains_how_to_save_it_whole(tmp_path):
+    with pytest.raises(NotImplementedError, match="from_factory"):
+        Model(factories.tree_sign()).save(str(tmp_path / "m.keras"))
+    assert not os.listdir(tmp_path)
+
+
+def test_an_exported_savedmodel_predicts_the_same_in_a_fresh_process(tmp_path):
+    trees, y = sign_data(20, seed=8)
+    model = compiled(Model(factories.tree_sign()))
+    model.fit(trees, y, batch_size=8, epochs=1, verbose=0)
+    path = tmp_path / "served"
+    model.export(str(path), verbose=False)
+    np.savez(tmp_path / "feed.npz", **model.packed_inputs(trees))
+    script = textwrap.dedent(f"""
+        import sys, numpy as np, tensorflow as tf
+        assert "blocks" not in sys.modules and "compiler" not in sys.modules
+        feed = dict(np.load({str(tmp_path / 'feed.npz')!r}))
+        serve = tf.saved_model.load({str(path)!r}).signatures["serving_default"]
+        out = serve(**{{k: tf.constant(v) for k, v in feed.items()}})["output"].numpy()
+        np.save({str(tmp_path / 'out.npy')!r}, out)
+        assert "blocks" not in sys.modules
+    """)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path, env=env)
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"),
+                               model.predict(trees, verbose=0), atol=1e-5)
+
+
+def test_a_bad_example_names_its_index_in_the_dataset_and_the_block_path():
+    trees, y = sign_data(50, seed=9)
+    trees[37] = (1.0, "two")
+    model = compiled(Model(factories.tree_sign()))
+    with pytest.raises(InputError) as err:
+        model.fit(trees, y, batch_size=8, epochs=1, verbose=0)
+    assert err.value.example_index == 37
+    assert "Scalar" in err.value.block_path
+    assert str(err.value).startswith("example 37: ")
+
+
+def test_bad_examples_can_be_skipped_and_counted():
+    trees, y = sign_data(50, seed=10)
+    trees[3], trees[41] = "three", (None, 1.0)
+    model = compiled(Model(factories.tree_sign(), on_bad_example="skip"))
+    with pytest.warns(UserWarning, match="skipped 2 of 50 examples") as w:
+        history = model.fit(trees, y, batch_size=8, epochs=1, verbose=0)
+    assert "example 3: " in str(w[0].message)
+    assert model.skipped_examples == [3, 41]
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_a_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
+    keras.utils.set_random_seed(0)
+    block = td.Scalar() >> td.Function(lambda x: x[:, None]) >> td.FC(1, activation=None) \
+        >> td.Function(lambda z: tf.square(z[:, 0] - 1.0)) >> td.Metric("loss")
+    data = list(np.random.default_rng(0).normal(size=64))
+    model = Model(block)
+    model.compile(optimizer=keras.optimizers.SGD(0.01))
+    path = tmp_path / "ckpt.weights.h5"
+    ckpt = keras.callbacks.ModelCheckpoint(str(path), save_weights_only=True)
+    model.fit(data, batch_size=16, epochs=1, verbose=0, callbacks=[ckpt])
+    good = path.read_bytes()
+    poisoned = list(data)
+    poisoned[20] = float("nan")
+    with pytest.warns(UserWarning, match="NaN"):
+        history = model.fit(poisoned, batch_size=16, epochs=3, verbose=0, shuffle=False,
+                            callbacks=[ckpt])
+    assert len(history.history["loss"]) == 1  # stopped in the first epoch
+    assert np.isnan(history.history["loss"][0])
+    assert path.read_bytes() == good
+    restored = Model(block)
+    restored.load_weights(str(path))
+    assert all(np.isfinite(w.numpy()).all() for w in restored.weights)
+
+
+def test_fit_without_any_loss_says_what_to_do():
+    model = Model(factories.tree_sign())
+    model.compile(optimizer="adam")
+    trees, y = sign_data(8)
+    with pytest.raises(ValueError, match="nothing to train on"):
+        model.fit(trees, y, verbose=0)
+
+
+def test_unknown_loss_metrics_and_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="not metrics of the block"):
+        Model(factories.labelled_tree_sign(), loss_metrics=["los"])
+    with pytest.raises(ValueError, match="on_bad_example"):
+        Model(factories.tree_sign(), on_bad_example="ignore")
+    model = compiled(Model(factories.tree_sign()))
+    with pytest.raises(TypeError, match="x must be a list"):
+        model.fit({"a": 1}, verbose=0)
+    with pytest.raises(TypeError, match="does not support"):
+        model.fit([1.0], [1], validation_split=0.5, verbose=0)
+
+
+def test_sample_weights_weigh_the_loss():
+    trees, y = sign_data(16, seed=12)
+    model = compiled(Model(factories.tree_sign()))
+    full = model.evaluate(trees, y, verbose=0, return_dict=True)["loss"]
+    w = np.zeros(16, np.float32)
+    w[:8] = 1.0
+    half = model.evaluate(trees, y, sample_weight=w, verbose=0, batch_size=16,
+                          return_dict=True)["loss"]
+    logits = model.predict(trees[:8], verbose=0)
+    want = float(SCCE(y[:8], logits)) * 8 / 16  # Keras averages over the whole batch
+    assert half == pytest.approx(want, rel=1e-4)
+    assert half != pytest.approx(full)

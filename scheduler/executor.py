@@ -112,6 +112,28 @@ class Executor:
         self.branch_of = np.full(max(n_ops, 1), -1, np.int64)
         self.branch_of[self.loop_ops] = np.arange(len(self.loop_ops))
         self._segments = self._segment_names()
+        # Tables for feed(), indexed by op: input count per value type, arity, number
+        # of outputs, value type per input/output slot (-1 past the end), and the
+        # position of each output among the op's outputs of the same type.
+        width = max([len(t) for t in self.op_in] + [1])
+        out_width = self._max_outputs
+        rows = max(n_ops, 1)
+        self.in_count = np.zeros((rows, len(self.value_types)), np.int64)
+        self._arity = np.zeros(rows, np.int64)
+        self._n_outputs = np.zeros(rows, np.int64)
+        self._in_type_table = np.full((rows, width), -1, np.int64)
+        self._out_type_table = np.full((rows, out_width), -1, np.int64)
+        self._slot_typepos = np.zeros((rows, out_width), np.int64)
+        for o in range(n_ops):
+            self._arity[o] = len(self.op_in[o])
+            self._n_outputs[o] = len(self.op_out[o])
+            for a, k in enumerate(self.op_in[o]):
+                self.in_count[o, k] += 1
+                self._in_type_table[o, a] = k
+            for s, k in enumerate(self.op_out[o]):
+                self._out_type_table[o, s] = k
+                self._slot_typepos[o, s] = self.out_typepos[o][s]
+        self._type_dtypes = [_dtype_name(t) for t in self.value_types]
 
         self._segment_id = {name: i for i, name in enumerate(self._segments)}
 
@@ -137,54 +159,84 @@ class Executor:
         return spec
 
     def feed(self, graph: OpGraph, schedule: Schedule, read_values: np.ndarray) -> Feed:
-        """Packs a scheduled batch; `read_values` are the value ids to return."""
+        """Packs a scheduled batch; `read_values` are the value ids to return.
+
+        Vectorised and sort-free but for one argsort of the nodes by launch: every
+        value's buffer row and every argument's place in its launch's gather list
+        are computed directly from per-launch offsets (cumulative sums over
+        launches), so packing is linear in the batch.
+        """
         n_types = len(self.value_types)
-        g_op, node_group = schedule.group_op, schedule.node_group
+        n_nodes = graph.num_nodes
+        g_op = schedule.group_op.astype(np.int64)
+        node_group = schedule.node_group.astype(np.int64)
         n_groups = len(g_op)
-        prelude = schedule.group_step == 0
-        n_pre = int(prelude.sum())  # prelude launches come first (step 0 sorts first)
+        # prelude launches come first (step 0 sorts first)
+        n_pre = int(np.count_nonzero(schedule.group_step == 0))
         group_size = np.bincount(node_group, minlength=n_groups)
-        # position of each node within its launch
+        # position of each node within its launch, in node order
         order = np.argsort(node_group, kind="stable")
         group_start = np.zeros(n_groups + 1, np.int64)
         np.cumsum(group_size, out=group_start[1:])
-        pos_in_group = np.empty(graph.num_nodes, np.int64)
-        pos_in_group[order] = np.arange(graph.num_nodes) - group_start[node_group[order]]
+        pos_in_group = np.empty(n_nodes, np.int64)
+        pos_in_group[order] = np.arange(n_nodes) - np.repeat(group_start[:-1], group_size)
+        node_op = graph.node_op.astype(np.int64)
 
         # --- rows of every value -------------------------------------------------------
+        # Rows of type k: constants, then launch after launch; within a launch, output
+        # slot (among the op's outputs of type k), then node.
         vtype = graph.value_type.astype(np.int64)
         vnode = graph.value_node.astype(np.int64)
-        const_counts = np.array([len(c) for c in graph.constants], np.int64)
-        value_row = graph.value_index.astype(np.int64).copy()
+        vindex = graph.value_index.astype(np.int64)
+        const_counts = np.zeros(n_types, np.int64)
+        for k, c in enumerate(graph.constants[:n_types]):
+            const_counts[k] = len(c)
+        out_per_group = group_size[:, None] * self.out_count[g_op]           # [G, K]
+        out_group_start = np.cumsum(out_per_group, 0) - out_per_group
+        type_counts = out_per_group.sum(0)
+        n_rows = const_counts + type_counts
+        value_row = vindex.copy()
         out_vals = np.flatnonzero(vnode >= 0)
         on = vnode[out_vals]
-        slot_typepos = self._slot_typepos_table()[graph.node_op[on], graph.value_index[out_vals]]
-        ok = np.lexsort((pos_in_group[on], slot_typepos, node_group[on],
-                                     vtype[out_vals]))
-        sorted_vals = out_vals[ok]
-        sorted_types = vtype[sorted_vals]
-        type_counts = np.bincount(sorted_types, minlength=n_types)
-        type_start = np.cumsum(type_counts) - type_counts
-        rank = np.arange(len(sorted_vals)) - type_start[sorted_types]
-        value_row[sorted_vals] = const_counts[sorted_types] + rank
-        n_rows = const_counts + type_counts
-        expected = (group_size[:, None] * self.out_count[g_op]).sum(0) if n_groups else \
-            np.zeros(n_types, np.int64)
-        if np.any(type_counts != expected) or len(np.unique(
-                on * self._max_outputs + graph.value_index[out_vals])) != len(out_vals):
+        slot = vindex[out_vals]
+        o_of = node_op[on]
+        n_out = self._n_outputs[o_of]
+        if np.any((slot < 0) | (slot >= n_out)) or np.any(
+                self._out_type_table[o_of, np.minimum(slot, n_out - 1)] != vtype[out_vals]) \
+                or len(out_vals) != int(type_counts.sum()) or (len(on) and np.bincount(
+                    on * self._max_outputs + slot).max() > 1):
             raise ValueError("the graph's node outputs do not match its ops: every output "
                              "of every node must be exactly one value of the graph")
+        grp = node_group[on]
+        t = vtype[out_vals]
+        value_row[out_vals] = (const_counts[t] + out_group_start[grp, t]
+                               + self._slot_typepos[o_of, slot] * group_size[grp]
+                               + pos_in_group[on])
 
         # --- arguments ---------------------------------------------------------------
+        # Gather list of type k: launch after launch; within a launch, argument (among
+        # the op's arguments of type k), then node.
         arity = graph.node_arity.astype(np.int64)
-        consumer = np.repeat(np.arange(graph.num_nodes), arity)
+        if np.any(arity != self._arity[node_op]):
+            raise ValueError("a node's number of arguments differs from its op's")
+        consumer = np.repeat(np.arange(n_nodes), arity)
         arg_start = np.cumsum(arity) - arity
         arg_idx = np.arange(len(graph.node_args)) - np.repeat(arg_start, arity)
         arg_val = graph.node_args.astype(np.int64)
         arg_type = vtype[arg_val]
-        arg_group = node_group[consumer].astype(np.int64)
-        arg_tpos = self.arg_typepos[graph.node_op[consumer], arg_idx]
-        arg_order = np.lexsort((pos_in_group[consumer], arg_tpos, arg_group, arg_type))
+        c_op = node_op[consumer]
+        if np.any(self._in_type_table[c_op, arg_idx] != arg_type):
+            raise ValueError("an argument's value type differs from its op's input type")
+        in_per_group = group_size[:, None] * self.in_count[g_op]               # [G, K]
+        in_group_start = np.cumsum(in_per_group, 0) - in_per_group
+        in_totals = in_per_group.sum(0)
+        type_base = np.cumsum(in_totals) - in_totals
+        arg_group = node_group[consumer]
+        dest = (type_base[arg_type] + in_group_start[arg_group, arg_type]
+                + self.arg_typepos[c_op, arg_idx] * group_size[arg_group]
+                + pos_in_group[consumer])
+        gathered = np.empty(len(arg_val), np.int64)
+        gathered[dest] = value_row[arg_val]
 
         segs: dict[str, np.ndarray] = {}
         loop_ops = g_op[n_pre:]
@@ -198,77 +250,62 @@ class Executor:
         segs["group_op"] = branch
         segs["group_size"] = loop_sizes
         segs["n_rows"] = n_rows
-        n_loop = n_groups - n_pre
-        srt_type, srt_group = arg_type[arg_order], arg_group[arg_order]
-        srt_rows = value_row[arg_val[arg_order]]
-        in_loop = srt_group >= n_pre
+        pre_in = in_group_start[n_pre] if n_pre < n_groups else in_totals  # [K]
+        pre_out = out_group_start[n_pre] if n_pre < n_groups else type_counts
         for k in range(n_types):
-            sel = in_loop & (srt_type == k)
-            counts = np.bincount(srt_group[sel] - n_pre, minlength=n_loop)
-            segs[f"in_splits_{k}"] = np.concatenate([[0], np.cumsum(counts)])
-            segs[f"in_rows_{k}"] = srt_rows[sel]
-            # output rows of type k per loop launch, after constants and prelude outputs
-            per_launch = loop_sizes * self.out_count[loop_ops, k] if n_loop else \
-                np.zeros(0, np.int64)
-            pre_rows = int((group_size[:n_pre] * self.out_count[g_op[:n_pre], k]).sum())
-            base = const_counts[k] + pre_rows
-            segs[f"out_bounds_{k}"] = np.concatenate([[base, base], base + np.cumsum(per_launch)])
+            full = gathered[type_base[k]:type_base[k] + in_totals[k]]
+            segs[f"in_rows_{k}"] = full[pre_in[k]:]
+            segs[f"in_splits_{k}"] = np.append(in_group_start[n_pre:, k], in_totals[k]) \
+                - pre_in[k]
+            segs[f"out_bounds_{k}"] = np.concatenate([
+                [const_counts[k] + pre_out[k]], out_group_start[n_pre:, k] + const_counts[k],
+                [const_counts[k] + type_counts[k]]])
         # prelude arguments per op (rows of constant tables)
-        pre_group_of_op = {int(g_op[i]): i for i in range(n_pre)}
-        pre_sel = ~in_loop
-        pre_rows_all = srt_rows[pre_sel]
-        pre_groups = srt_group[pre_sel]
-        pre_args_idx = arg_idx[arg_order][pre_sel]
-        if np.any(vnode[arg_val[arg_order][pre_sel]] >= 0):
+        if n_pre and np.any(vnode[arg_val[arg_group < n_pre]] >= 0):
             raise ValueError("a prelude node reads a value that is not a constant")
+        pre_group_of_op = dict(zip(g_op[:n_pre].tolist(), range(n_pre)))
         for o, types in enumerate(self.op_in):
             gi = pre_group_of_op.get(o)
-            n = int(group_size[gi]) if gi is not None else 0
-            segs[f"pre_count_{o}"] = np.array([n])
+            segs[f"pre_count_{o}"] = np.array([group_size[gi] if gi is not None else 0])
+            if types and gi is not None:
+                first_arg = arg_start[order[group_start[gi]:group_start[gi + 1]]]
             for a in range(len(types)):
-                if gi is None:
-                    segs[f"pre_args_{o}_{a}"] = np.zeros(0, np.int64)
-                    continue
-                mask = (pre_groups == gi) & (pre_args_idx == a)
-                segs[f"pre_args_{o}_{a}"] = pre_rows_all[mask]
+                segs[f"pre_args_{o}_{a}"] = value_row[arg_val[first_arg + a]] \
+                    if gi is not None else np.zeros(0, np.int64)
         # results
         read_values = np.asarray(read_values, np.int64)
-        read_type = vtype[read_values] if len(read_values) else np.zeros(0, np.int64)
-        read_pos = np.zeros(len(read_values), np.int64)
+        read_type = vtype[read_values]
+        read_order = np.argsort(read_type, kind="stable")
+        read_counts = np.bincount(read_type, minlength=n_types)
+        read_start = np.cumsum(read_counts) - read_counts
+        read_pos = np.empty(len(read_values), np.int64)
+        read_pos[read_order] = np.arange(len(read_values)) - np.repeat(read_start, read_counts)
+        sorted_reads = value_row[read_values[read_order]]
         for k in range(n_types):
-            sel = np.flatnonzero(read_type == k)
-            read_pos[sel] = np.arange(len(sel))
-            segs[f"read_rows_{k}"] = value_row[read_values[sel]]
+            segs[f"read_rows_{k}"] = sorted_reads[read_start[k]:read_start[k] + read_counts[k]]
         # constants, one flat vector per dtype
         flat: dict[str, list] = {d: [] for d in self.dtypes}
         used = dict.fromkeys(self.dtypes, 0)
-        for k, t in enumerate(self.value_types):
-            d = _dtype_name(t)
-            c = graph.constants[k] if k < len(graph.constants) else np.zeros((0, *t.shape))
+        for k, d in enumerate(self._type_dtypes):
+            c = graph.constants[k] if k < len(graph.constants) else np.zeros(0, d)
             c = np.asarray(c, dtype=d).reshape(-1)
             segs[f"const_bounds_{k}"] = np.array([used[d], used[d] + len(c)])
             flat[d].append(c)
             used[d] += len(c)
-        pieces = [np.asarray(segs[name], np.int32) for name in self._segments]
+        pieces = [segs[name] for name in self._segments]
         layout = np.zeros(len(pieces) + 1, np.int64)
         np.cumsum([len(p) for p in pieces], out=layout[1:])
-        arrays = {"index": np.concatenate(pieces) if pieces else np.zeros(0, np.int32),
+        if layout[-1] >= 2 ** 31 or n_rows.max(initial=0) >= 2 ** 31:
+            raise ValueError("the batch is too large for int32 indices")
+        arrays = {"index": np.concatenate(pieces).astype(np.int32),
                   "layout": layout.astype(np.int32)}
         for d in self.dtypes:
-            arrays[f"consts_{d}"] = np.concatenate(flat[d]) if flat[d] else \
-                np.zeros(0, d)
+            arrays[f"consts_{d}"] = np.concatenate(flat[d]) if flat[d] else np.zeros(0, d)
         return Feed(arrays, read_type, read_pos)
 
     @property
     def _max_outputs(self) -> int:
         return max([len(t) for t in self.op_out] + [1])
-
-    def _slot_typepos_table(self) -> np.ndarray:
-        width = max([len(t) for t in self.op_out] + [1])
-        table = np.zeros((max(len(self.ops), 1), width), np.int64)
-        for o, pos in enumerate(self.out_typepos):
-            table[o, :len(pos)] = pos
-        return table
 
     # --- the TensorFlow program -------------------------------------------------------
 

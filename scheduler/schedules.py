@@ -73,7 +73,11 @@ class Schedule:
         node_step = np.asarray(node_step, np.int64)
         n_ops = int(graph.node_op.max()) + 1 if graph.num_nodes else 1
         key = node_step * n_ops + graph.node_op
-        uniq, node_group = np.unique(key, return_inverse=True)
+        # the non-empty (step, op) pairs in order, without sorting: keys are dense
+        present = np.bincount(key, minlength=1) > 0 if len(key) else np.zeros(0, bool)
+        uniq = np.flatnonzero(present)
+        group_of_key = np.cumsum(present) - 1
+        node_group = group_of_key[key]
         group_step = (uniq // n_ops).astype(np.int32)
         group_op = (uniq % n_ops).astype(np.int32)
         sizes = np.bincount(node_group, minlength=len(uniq))
@@ -122,8 +126,6 @@ def agenda_schedule(graph: OpGraph, op_cost: Sequence[float] | None = None) -> S
     cost = np.zeros(n_ops) if op_cost is None else np.asarray(op_cost, float)[:n_ops]
     # Priority rank of each op: lower average depth first, then cheaper, then lower id.
     priority = np.lexsort((np.arange(n_ops), cost, avg_depth))
-    rank = np.empty(n_ops, np.int64)
-    rank[priority] = np.arange(n_ops)
 
     # Successor lists (CSR) over node->node edges, counting repeated arguments.
     producer = graph.node_dependencies().astype(np.int64)
@@ -140,30 +142,39 @@ def agenda_schedule(graph: OpGraph, op_cost: Sequence[float] | None = None) -> S
     prelude = np.flatnonzero(graph.sdepth == 0)
     # ready[o]: list of arrays of ready nodes of op o
     ready: list[list[np.ndarray]] = [[] for _ in range(n_ops)]
-    n_ready = np.zeros(n_ops, np.int64)
+    n_ready = [0] * n_ops  # Python lists: few ops, many launches, cheaper than numpy calls
+    by_rank = priority.tolist()
+
+    seen = np.full(n, -1, np.int64)  # scratch for de-duplicating newly ready nodes
 
     def release(done: np.ndarray) -> None:
+        # Decrement the wait count of every successor of `done` (once per edge) and
+        # queue those that became ready, by op. Linear in the edges released.
         lengths = succ_start[done + 1] - succ_start[done]
         total = int(lengths.sum())
         if total == 0:
             return
         starts = np.repeat(succ_start[done] - np.cumsum(lengths) + lengths, lengths)
         targets = succ[starts + np.arange(total)]
-        uniq, dec = np.unique(targets, return_counts=True)
-        waiting[uniq] -= dec
-        now = uniq[waiting[uniq] == 0]
+        np.subtract.at(waiting, targets, 1)
+        now = targets[waiting[targets] == 0]
         if len(now) == 0:
             return
+        if len(now) > 1:  # a node reading two values of this launch appears twice
+            idx = np.arange(len(now))
+            seen[now] = idx
+            now = now[seen[now] == idx]
         ops = node_op[now]
         if len(now) == 1 or np.all(ops == ops[0]):
-            ready[ops[0]].append(now)
-            n_ready[ops[0]] += len(now)
+            o = int(ops[0])
+            ready[o].append(now)
+            n_ready[o] += len(now)
             return
         by_op = np.argsort(ops, kind="stable")
         now, ops = now[by_op], ops[by_op]
         cuts = np.flatnonzero(np.diff(ops)) + 1
         for part in np.split(now, cuts):
-            o = node_op[part[0]]
+            o = int(node_op[part[0]])
             ready[o].append(part)
             n_ready[o] += len(part)
 
@@ -171,8 +182,7 @@ def agenda_schedule(graph: OpGraph, op_cost: Sequence[float] | None = None) -> S
     current = 0
     remaining = n - len(prelude)
     while remaining:
-        candidates = np.flatnonzero(n_ready)
-        o = candidates[np.argmin(rank[candidates])]
+        o = next(o for o in by_rank if n_ready[o])
         nodes = ready[o][0] if len(ready[o]) == 1 else np.concatenate(ready[o])
         ready[o] = []
         n_ready[o] = 0

@@ -1,0 +1,1 @@
+"""The calculator example: a recursive model over arithmetic expression trees."""

@@ -7,10 +7,12 @@ an op graph (`expansion`), and runs batches through the scheduler's executor.
 
 from blocks.evaluation import register_engine
 from compiler.compiler import BatchPlan, Compiler, engine_eval
+from compiler.distributed import MirroredTrainer
 from compiler.expansion import ExampleGraph, expand
 from compiler.lowering import Program, lower
 from compiler.model import Model
 
 register_engine(engine_eval)
 
-__all__ = ["Compiler", "Model", "BatchPlan", "Program", "lower", "expand", "ExampleGraph"]
+__all__ = ["Compiler", "Model", "MirroredTrainer", "BatchPlan", "Program", "lower", "expand",
+           "ExampleGraph"]

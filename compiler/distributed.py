@@ -1,0 +1,146 @@
+"""Training a `Model` on several devices with `tf.distribute.MirroredStrategy`.
+
+Each replica runs its own whole schedule: a global batch of inputs is split into
+one contiguous part per replica, each part is expanded, scheduled and packed on
+its own, and every replica runs the traced step on its part. Losses are scaled so
+that the gradients the strategy sums across replicas are those of the loss of the
+whole batch on one device: a labelled loss counts `n_part / n_global` of its
+replica's mean, and a `td.Metric` loss sums its values and divides by the number
+of values in the whole batch.
+
+Keras' `fit` does not work under a strategy here (its first step tries to average
+one input batch across replicas, and schedules of different sizes cannot be
+averaged); `MirroredTrainer` is a small custom loop on public APIs only
+(`strategy.run`, `experimental_distribute_values_from_function`, the Keras
+optimizer). Build the block and the `Model` inside `strategy.scope()` so that the
+layers' weights are mirrored:
+
+>>> import keras, tensorflow as tf
+>>> import blocks as td
+>>> from compiler import Model, MirroredTrainer
+>>> strategy = tf.distribute.MirroredStrategy(["CPU:0"])   # or several devices
+>>> with strategy.scope():
+...     block = td.Map(td.Scalar() >> td.Function(lambda x: x[:, None]) >> td.FC(1)) \\
+...         >> td.Sum() >> td.Function(lambda s: tf.reduce_sum(s, 1)) >> td.Metric("loss")
+...     model = Model(block)
+...     model.compile(optimizer=keras.optimizers.SGD(0.1))
+>>> trainer = MirroredTrainer(model, strategy)
+>>> history = trainer.fit([[1.0, 2.0], [3.0], [0.5]], batch_size=2, epochs=2, verbose=0)
+>>> len(history["loss"])
+2
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from compiler.model import Model, _as_inputs, _Labels
+
+
+class MirroredTrainer:
+    """A custom training loop for `Model` under a `tf.distribute` strategy.
+
+    Args:
+        model: a compiled `Model` (with an optimizer) built in `strategy.scope()`.
+        strategy: the strategy (default: the current one).
+    """
+
+    def __init__(self, model: Model, strategy: tf.distribute.Strategy | None = None):
+        if model.optimizer is None:
+            raise ValueError("compile the model (with an optimizer) before training it")
+        self.model = model
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.replicas = self.strategy.num_replicas_in_sync
+        self._step = tf.function(self._distributed_step, reduce_retracing=True,
+                                 autograph=False)
+
+    # --- one step ---------------------------------------------------------------
+
+    def _replica_step(self, arrays: dict, y=None):
+        m = self.model
+        weights = m.trainable_weights
+        with tf.GradientTape() as tape:
+            y_pred, values = m._forward(arrays)
+            loss = self._replica_loss(arrays, y, y_pred, values)
+        grads = tape.gradient(loss, weights)
+        grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
+        m.optimizer.apply_gradients(zip(grads, weights))
+        return loss
+
+    def _replica_loss(self, arrays, y, y_pred, values):
+        m = self.model
+        n_local = tf.cast(arrays["batch_size"][0], tf.float32)
+        n_global = tf.cast(arrays["global_batch_size"][0], tf.float32)
+        terms = [tf.constant(0.0)]
+        if y is not None and m._compile_loss is not None:
+            # Keras losses divide by the number of replicas when a strategy is active;
+            # undo that to get the mean over this replica's inputs, then weigh it.
+            replicas = tf.distribute.get_strategy().num_replicas_in_sync
+            part = m._compile_loss(y, y_pred) * float(replicas)
+            terms.append(part * n_local / n_global)
+        counts = tf.cast(arrays["global_metric_counts"], tf.float32)
+        for i in m._loss_ids:
+            v = tf.cast(values[i], tf.float32)
+            terms.append(tf.reduce_sum(v) / tf.maximum(counts[i], 1.0))
+        return tf.add_n(terms)
+
+    def _distributed_step(self, per_replica_arrays, per_replica_y=None):
+        args = (per_replica_arrays,) if per_replica_y is None else \
+            (per_replica_arrays, per_replica_y)
+        losses = self.strategy.run(self._replica_step, args=args)
+        return self.strategy.reduce("SUM", losses, axis=None)
+
+    def train_step(self, inputs: list, y=None) -> float:
+        """One optimizer step on a global batch; returns its loss (as on one device)."""
+        parts = np.array_split(np.arange(len(inputs)), self.replicas)
+        feeds = [self.model._pack([inputs[i] for i in p]) for p in parts]
+        n_metrics = len(self.model.program.metric_names)
+        counts = np.zeros(n_metrics, np.int64)
+        for f in feeds:
+            b = f["metric_bounds"].reshape(-1, 2)
+            counts += b[:, 1] - b[:, 0]
+        for f in feeds:
+            f["global_batch_size"] = np.array([len(inputs)], np.int32)
+            f["global_metric_counts"] = counts.astype(np.int32)
+        arrays = self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: {k: tf.constant(v) for k, v in
+                         feeds[ctx.replica_id_in_sync_group].items()})
+        if y is None:
+            return float(self._step(arrays))
+        y = np.asarray(y)
+        ys = self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: tf.constant(y[parts[ctx.replica_id_in_sync_group]]))
+        return float(self._step(arrays, ys))
+
+    # --- epochs -------------------------------------------------------------------
+
+    def fit(self, x: Any, y=None, batch_size: int = 32, epochs: int = 1,
+            shuffle: bool = True, verbose: int = 1) -> dict:
+        """Trains for `epochs` on `x` (and labels `y`); returns `{"loss": [per epoch]}`.
+
+        Inputs are expanded once up front (bad inputs raise or are skipped as the
+        model's `on_bad_example` says); epoch `e` shuffles with `model.seed + e`.
+        """
+        m = self.model
+        inputs, labels = m._expand(_as_inputs(x), _Labels(y, None, len(_as_inputs(x))))
+        n = len(inputs)
+        n_batches = math.ceil(n / batch_size)
+        history: dict[str, list] = {"loss": []}
+        for epoch in range(epochs):
+            order = np.random.default_rng(m.seed + epoch).permutation(n) if shuffle \
+                else np.arange(n)
+            bar = keras.utils.Progbar(n_batches, verbose=verbose)
+            total = 0.0
+            for b in range(n_batches):
+                idx = order[b * batch_size:(b + 1) * batch_size]
+                loss = self.train_step([inputs[i] for i in idx],
+                                       None if labels.y is None else labels.y[idx])
+                total += loss
+                bar.update(b + 1, [("loss", loss)])
+            history["loss"].append(total / n_batches)
+        return history

@@ -1,0 +1,86 @@
+"""Training through `compiler.Model.fit` against the bare engine, same process.
+
+The sst-synth TreeLSTM workload (loss at the root, batch 64 by default): the bare
+engine plans each batch in Python and runs one traced train step (forward,
+backward, SGD); `Model.fit` does the same work through Keras (its `tf.data`
+producer, callbacks, progress bookkeeping, metric trackers). Epochs of the two
+alternate, after a warm-up epoch each (tracing, expansion of every tree), and the
+median epoch throughput of each is reported with their ratio.
+
+    python -m benchmarks.fit            # 1,280 trees, 3 rounds
+    python -m benchmarks.fit --quick    # 320 trees, 2 rounds
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trees", type=int, default=1280)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.trees, args.rounds = 320, 2
+
+    import keras
+
+    from benchmarks.treelstm import EngineVariant
+    from compiler import Model
+
+    rng = np.random.default_rng(0)
+    trees = [sst_synth_tree(rng) for _ in range(args.trees)]
+    labels = rng.integers(0, CLASSES, args.trees).astype(np.int32)
+    workload = TreeLSTMModel(seed=0)
+    engine = EngineVariant(workload, "agenda", lr=0.01)
+    model = Model(workload.block)
+    model.compile(optimizer=keras.optimizers.SGD(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    b = args.batch
+    batches = [(trees[i:i + b], labels[i:i + b]) for i in range(0, len(trees), b)]
+
+    def engine_epoch() -> float:
+        start = time.perf_counter()
+        for x, y in batches:
+            engine.train(x, y).numpy()
+        return len(trees) / (time.perf_counter() - start)
+
+    epoch_times: list[float] = []
+
+    class Timer(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            epoch_times.append(time.perf_counter() - self.start)
+
+    def fit_epoch() -> float:
+        model.fit(trees, labels, batch_size=b, epochs=1, verbose=0, shuffle=False,
+                  callbacks=[Timer()])
+        return len(trees) / epoch_times[-1]
+
+    engine_epoch()
+    fit_epoch()  # warm-up: tracing, expansion, caches
+    rates = {"engine": [], "fit": []}
+    for _ in range(args.rounds):
+        rates["engine"].append(engine_epoch())
+        rates["fit"].append(fit_epoch())
+    result = {k: float(np.median(v)) for k, v in rates.items()}
+    result["ratio"] = result["fit"] / result["engine"]
+    print(f"batch {b}, {len(trees)} trees, {args.rounds} rounds (median trees/s)")
+    print(f"  bare engine : {result['engine']:8.0f}")
+    print(f"  Model.fit   : {result['fit']:8.0f}")
+    print(f"  fit / engine: {result['ratio']:8.2f}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

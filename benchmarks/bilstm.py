@@ -117,11 +117,11 @@ class KerasPadded:
         bi.set_weights([np.asarray(w) for w in model.forward.weights + model.backward.weights])
         dense.set_weights([np.asarray(w) for w in model.output.weights])
         variables = [w.value for w in net.trainable_weights]
-        spec = [tf.TensorSpec([None, None], tf.int32)] * 2
+        ids = tf.TensorSpec([None, None], tf.int32)
+        spec = [ids, tf.TensorSpec([None, None], tf.bool)]
 
-        @tf.function(input_signature=spec, autograph=False)
-        def train(words, tags):
-            mask = words > 0
+        @tf.function(input_signature=[*spec, ids], autograph=False)
+        def train(words, mask, tags):
             with tf.GradientTape() as tape:
                 xent = tf.nn.sparse_softmax_cross_entropy_with_logits(
                     labels=tags, logits=net([words, mask]))
@@ -130,28 +130,27 @@ class KerasPadded:
             sgd_apply(variables, tape.gradient(loss, variables), lr)
             return loss
 
-        @tf.function(input_signature=spec[:1], autograph=False)
-        def infer(words):
-            return net([words, words > 0])
+        @tf.function(input_signature=spec, autograph=False)
+        def infer(words, mask):
+            return net([words, mask])
 
         self.train_fn, self.infer_fn = train, infer
 
     @staticmethod
     def pad(batch, key):
-        # Word ids are shifted by one so that 0 marks padding (the table's row for
-        # id w is row w + 1 here; the ids are random, so the function is the same in
-        # distribution; exact equality is not needed for throughput).
-        n = max(len(s[key]) for s in batch)
-        out = np.zeros((len(batch), n), np.int32)
+        """`[batch, longest]` ids padded with 0, and the mask of real words."""
+        lengths = np.asarray([len(s[key]) for s in batch])
+        out = np.zeros((len(batch), lengths.max()), np.int32)
         for i, s in enumerate(batch):
-            out[i, :len(s[key])] = np.asarray(s[key]) + (key == "words")
-        return out
+            out[i, :lengths[i]] = s[key]
+        return out, np.arange(lengths.max())[None, :] < lengths[:, None]
 
     def train(self, batch):
-        return self.train_fn(self.pad(batch, "words"), self.pad(batch, "tags"))
+        words, mask = self.pad(batch, "words")
+        return self.train_fn(words, mask, self.pad(batch, "tags")[0])
 
     def infer(self, batch):
-        return self.infer_fn(self.pad(batch, "words"))
+        return self.infer_fn(*self.pad(batch, "words"))
 
 
 class Eager:

@@ -1,0 +1,42 @@
+"""The README's quick start runs as written and prints what its comments say."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def readme() -> str:
+    with open(os.path.join(ROOT, "README.md")) as f:
+        return f.read()
+
+
+def test_the_readme_has_exactly_two_setup_commands():
+    setup = readme().split("## Set up", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"```sh\n(.*?)```", setup, re.S)
+    assert [c.strip() for c in commands] == [
+        "python -m pip install -e . && python -m examples.sentiment",
+        'python -m pip install -e ".[test]" && python -m pytest -q']
+
+
+def test_the_quick_start_runs_and_its_comments_are_true():
+    code = re.search(r"## Quick start\n\n```python\n(.*?)```", readme(), re.S).group(1)
+    *body, bad_line, error_comment = code.rstrip("\n").split("\n")
+    assert error_comment.startswith("# TypeError: ")
+    body = "\n".join(body).replace("epochs=5)", "epochs=5, verbose=0)").replace(
+        "model.predict([(3.0, -1.0)])", "model.predict([(3.0, -1.0)], verbose=0)")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(body, "README.md", "exec"), {})
+    printed = out.getvalue()
+    assert "PyObjectType() -> TensorType((2,), 'float32')" in printed
+    try:
+        exec(bad_line, {"td": __import__("blocks"), "tf": __import__("tensorflow")})
+    except TypeError as e:
+        assert str(e) == error_comment[len("# TypeError: "):]
+    else:
+        raise AssertionError("the README's type error example raised nothing")

@@ -89,18 +89,21 @@ class Compiler:
             processes (`compiler.parallel.ExpansionPool`), and let
             `plan_batches` plan whole batches there ahead of the device. The
             workers are forked on first use and stopped by `close()`.
+        share_layers: batch `Function` blocks that share a layer and a signature
+            as one op (the default); False gives each block instance its own op,
+            as TensorFlow Fold does (for comparison).
     """
 
     min_parallel_batch = 64
 
     def __init__(self, block, scheduler: str = "agenda", cache: bool = True,
-                 workers: int = 0):
+                 workers: int = 0, share_layers: bool = True):
         if not isinstance(workers, int) or workers < 0:
             raise ValueError(f"workers must be a non-negative int, got {workers!r}")
         if scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler must be one of {sorted(SCHEDULERS)}, got "
                              f"{scheduler!r}")
-        self.program: Program = lower(block)
+        self.program: Program = lower(block, share_layers=share_layers)
         self.scheduler = scheduler
         self.executor = Executor(self.program.ops, self.program.value_types)
         self._cache: dict[int, tuple[Any, ExampleGraph]] | None = {} if cache else None
@@ -110,9 +113,10 @@ class Compiler:
 
     @classmethod
     def create(cls, block, scheduler: str = "agenda", cache: bool = True,
-               workers: int = 0) -> Compiler:
+               workers: int = 0, share_layers: bool = True) -> Compiler:
         """A compiler for `block` (see the class docstring)."""
-        return cls(block, scheduler=scheduler, cache=cache, workers=workers)
+        return cls(block, scheduler=scheduler, cache=cache, workers=workers,
+                   share_layers=share_layers)
 
     def pool(self):
         """The worker pool (forked on first call), or None without workers."""

@@ -55,8 +55,13 @@ class Program:
     metric_labels: list = field(default_factory=list)
 
 
-def lower(block_like) -> Program:
-    """Validates and lowers a block expression (block-like values allowed)."""
+def lower(block_like, share_layers: bool = True) -> Program:
+    """Validates and lowers a block expression (block-like values allowed).
+
+    With `share_layers=False` every `Function`/`FromTensor` block instance gets its
+    own op, even where instances share a layer: TensorFlow Fold's batching, kept
+    to measure what sharing gains (BENCHMARKS.md).
+    """
     root = convert_to_block(block_like)
     blocks = validate(root)
     ops: list[Op] = []
@@ -67,7 +72,7 @@ def lower(block_like) -> Program:
     for b in blocks:
         op = b.op() if isinstance(b, Function) else b._op if isinstance(b, FromTensor) else None
         if op is not None:
-            key = _hashable_key(op.key)
+            key = _hashable_key(op.key) if share_layers else ("block", id(b))
             if key not in by_key:
                 by_key[key] = len(ops)
                 ops.append(op)

@@ -1,0 +1,363 @@
+"""Engine figures beyond throughput: schedules, memory, layer sharing, expansion, plan cost.
+
+Run: `python -m benchmarks.engine [--quick] [--only schedules,memory,sharing,expansion,plan]`.
+Each section prints a markdown table (the figures in BENCHMARKS.md come from it):
+
+- `schedules`: agenda vs depth (steps, launches, mean batch size of the busiest
+  loop op, train trees/s) on (a) sst-synth TreeLSTM with a loss at every node
+  (variant A) and (b) variable-length LSTM sequences with one loss at the end
+  (DyNet's Figure 1 case).
+- `memory`: peak extra memory of one TreeLSTM training step at 256 and 1,024 trees,
+  per node (VmHWM of a fresh subprocess, ENGINE_NOTES P7).
+- `sharing`: a TreeLSTM with two kinds of internal node that share one cell
+  layer, compiled with sharing (one op) and per block instance (two ops, as
+  TensorFlow Fold batches): launches and train trees/s.
+- `expansion`: op-graph nodes/s expanding unseen inputs, serial and with workers.
+- `plan`: merging + scheduling + packing cached graphs, as % of a training step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from benchmarks.workloads import (
+    CLASSES,
+    HIDDEN,
+    VOCAB,
+    TreeLSTMModel,
+    sst_synth_tree,
+)
+
+
+def _tf():
+    import tensorflow as tf
+    return tf
+
+
+# --- workloads -----------------------------------------------------------------------
+
+
+def tree_lstm_all_nodes_block(model: TreeLSTMModel):
+    """sst-synth variant A: logits at every node, emitted as metric "node_logits"."""
+    import blocks as td
+    from models import tree_lstm
+    tree = td.ForwardDeclaration(td.PyObjectType(), tree_lstm.state_type(HIDDEN))
+
+    def with_loss(b):
+        loss = td.GetItem(0) >> model.output >> td.Metric("node_logits")
+        return b >> td.AllOf(td.Identity(), loss) >> td.GetItem(0)
+
+    leaf = with_loss(td.Scalar("int32") >> model.embedding >> model.leaf)
+    node = with_loss(td.Record((tree(), tree())) >> model.cell)
+    tree.resolve_to(td.OneOf(lambda t: isinstance(t, tuple), {False: leaf, True: node}))
+    return tree() >> td.GetItem(0) >> model.output
+
+
+def sequence_block(seed: int = 0, hidden: int = 128):
+    """DyNet's Figure 1 case: an LSTM over each sequence, one loss after the last step."""
+    import keras
+
+    import blocks as td
+    keras.utils.set_random_seed(seed)
+    cell = td.ScopedLayer(keras.layers.LSTMCell(hidden), "lstm")
+    return (td.Map(td.Scalar("int32") >> td.Embedding(VOCAB, 128)) >> td.RNN(cell)
+            >> td.GetItem(1) >> td.GetItem(0) >> td.FC(1, activation=None)
+            >> td.Metric("loss"))
+
+
+def sequences(rng, n: int) -> list:
+    lengths = np.clip(np.round(rng.normal(24, 10, n)), 2, 80).astype(int)
+    return [rng.integers(0, VOCAB, k).tolist() for k in lengths]
+
+
+def two_kind_tree(rng, n_leaves: int | None = None):
+    """An sst-synth tree whose internal nodes are tagged "a" or "b" at random."""
+    def tag(t):
+        if isinstance(t, tuple):
+            return ("a" if rng.random() < 0.5 else "b", tag(t[0]), tag(t[1]))
+        return t
+    return tag(sst_synth_tree(rng, n_leaves))
+
+
+def two_kind_block(model: TreeLSTMModel):
+    """Two internal-node blocks (for tags "a", "b") that share one binary cell layer."""
+    import blocks as td
+    from models import tree_lstm
+    tree = td.ForwardDeclaration(td.PyObjectType(), tree_lstm.state_type(HIDDEN))
+    leaf = td.Scalar("int32") >> model.embedding >> model.leaf
+    node_a = td.Record((td.GetItem(1) >> tree(), td.GetItem(2) >> tree())) >> model.cell
+    node_b = td.Record((td.GetItem(1) >> tree(), td.GetItem(2) >> tree())) >> model.cell
+    tree.resolve_to(td.OneOf(lambda t: t[0] if isinstance(t, tuple) else "leaf",
+                             {"leaf": leaf, "a": node_a, "b": node_b}))
+    return tree() >> td.GetItem(0) >> model.output
+
+
+# --- a generic training step on a Compiler --------------------------------------------
+
+
+class Trainer:
+    """Plan + one traced train step: softmax cross-entropy of the root logits (if a
+    result type is given) plus the mean square of every metric's values; plain SGD
+    on every variable the step reads."""
+
+    def __init__(self, compiler, result_type=None, lr: float = 0.01):
+        tf = _tf()
+        from benchmarks.treelstm import sgd_apply
+        self.c = compiler
+        ex = compiler.executor
+        k_res = None if result_type is None else compiler.program.type_id[result_type]
+        metric_k = [compiler.program.type_id[t] for t in compiler.program.metric_types]
+
+        @tf.function(input_signature=[ex.input_signature(), tf.TensorSpec([None], tf.int32),
+                                      tf.TensorSpec([None, 2], tf.int32)], autograph=False)
+        def train(arrays, labels, bounds):
+            with tf.GradientTape() as tape:
+                outs = ex.compute(arrays)
+                loss = 0.0
+                if k_res is not None:
+                    logits = outs[k_res][:tf.size(labels)]
+                    loss += tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                        labels=labels, logits=logits))
+                for m, k in enumerate(metric_k):
+                    vals = outs[k][bounds[m, 0]:bounds[m, 1]]
+                    loss += tf.reduce_mean(tf.square(vals))
+            variables = tape.watched_variables()
+            sgd_apply(variables, tape.gradient(loss, variables), lr)
+            return loss
+
+        self.fn = train
+
+    def step(self, batch, labels):
+        plan = self.c.plan(batch, grouped=True)
+        bounds = plan.metric_bounds(self.c.program)
+        if len(bounds) == 0:
+            bounds = np.zeros((0, 2), np.int32)
+        return self.fn(plan.feed.arrays, labels, bounds)
+
+
+def _rate(fn, batches, seconds: float) -> float:
+    fn(batches[0])
+    done, calls, start = 0, 0, time.perf_counter()
+    while calls < 3 or time.perf_counter() - start < seconds:
+        b = batches[calls % len(batches)]
+        fn(b)
+        done += len(b)
+        calls += 1
+    return done / (time.perf_counter() - start)
+
+
+def _busiest_mean(stats) -> float:
+    """Mean batch size of the op with the most nodes outside the prelude (loop op)."""
+    return max(stats.mean_batch_size.values())
+
+
+# --- sections --------------------------------------------------------------------------
+
+
+def section_schedules(seconds: float) -> dict:
+    from blocks.types import TensorType
+    from compiler import Compiler
+    rng = np.random.default_rng(0)
+    model = TreeLSTMModel(seed=0)
+    out = {}
+    cases = {
+        "(a) TreeLSTM, loss at every node, B=64":
+            (tree_lstm_all_nodes_block(model), TensorType((CLASSES,)),
+             [[sst_synth_tree(rng) for _ in range(64)] for _ in range(4)]),
+        "(b) LSTM sequences, loss at the end, B=64":
+            (None, None, [sequences(rng, 64) for _ in range(4)]),
+    }
+    for name, (block, rtype, batches) in cases.items():
+        if block is None:
+            block = sequence_block()
+        row = {}
+        for sched in ("depth", "agenda"):
+            c = Compiler.create(block, scheduler=sched)
+            st = c.schedule(batches[0]).stats
+            labels = np.zeros(64, np.int32)
+            tr = Trainer(c, rtype)
+            rate = _rate(lambda b, tr=tr, y=labels: tr.step(b, y), batches, seconds)
+            row[sched] = {"steps": st.steps, "launches": st.launches,
+                          "mean_batch": _busiest_mean(st), "train_per_s": rate}
+        out[name] = row
+    lines = ["| workload | scheduler | steps | launches | mean batch (busiest op) | "
+             "train examples/s |", "|---|---|---|---|---|---|"]
+    for name, row in out.items():
+        for sched, r in row.items():
+            lines.append(f"| {name} | {sched} | {r['steps']} | {r['launches']} | "
+                         f"{r['mean_batch']:.1f} | {r['train_per_s']:.0f} |")
+    print("\n".join(lines), flush=True)
+    return out
+
+
+_MEMORY_CHILD = r"""
+import json, sys
+import numpy as np
+from benchmarks.workloads import TreeLSTMModel, sst_synth_tree, count_nodes
+from benchmarks.treelstm import EngineVariant
+n = int(sys.argv[1])
+rng = np.random.default_rng(0)
+model = TreeLSTMModel(seed=0)
+ev = EngineVariant(model, "agenda")
+small = [sst_synth_tree(rng) for _ in range(4)]
+ev.train(small, np.zeros(4, np.int32))            # trace once on a small batch
+trees = [sst_synth_tree(rng) for _ in range(n)]
+labels = np.zeros(n, np.int32)
+plan = ev.compiler.plan(trees)
+arrays = {k: v for k, v in plan.feed.arrays.items()}
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1])
+base = status("VmRSS")
+open("/proc/self/clear_refs", "w").write("5")
+ev.train_fn(arrays, labels).numpy()
+peak = status("VmHWM")
+print(json.dumps({"trees": n, "nodes": int(plan.graph.num_nodes), "extra_kb": peak - base}))
+"""
+
+
+def section_memory(sizes=(256, 1024)) -> dict:
+    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="0", MALLOC_MMAP_THRESHOLD_="4096",
+               MALLOC_TRIM_THRESHOLD_="0", TF_CPP_MIN_LOG_LEVEL="3")
+    rows = []
+    for n in sizes:
+        res = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(n)], env=env,
+                             capture_output=True, text=True, check=True,
+                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    lines = ["| trees | nodes | peak extra MB | KB per node |", "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['trees']} | {r['nodes']} | {r['extra_kb'] / 1024:.1f} | "
+                     f"{r['extra_kb'] / r['nodes']:.2f} |")
+    print("\n".join(lines), flush=True)
+    return {"rows": rows}
+
+
+def section_sharing(seconds: float) -> dict:
+    from blocks.types import TensorType
+    from compiler import Compiler
+    rng = np.random.default_rng(0)
+    model = TreeLSTMModel(seed=0)
+    block = two_kind_block(model)
+    batches = [[two_kind_tree(rng) for _ in range(64)] for _ in range(4)]
+    labels = rng.integers(0, CLASSES, 64).astype(np.int32)
+    out = {}
+    trainers = {}
+    for share in (True, False):
+        c = Compiler.create(block, share_layers=share)
+        st = c.schedule(batches[0]).stats
+        trainers[share] = Trainer(c, TensorType((CLASSES,)))
+        out["shared" if share else "per block instance"] = {
+            "ops": len(c.program.ops), "steps": st.steps, "launches": st.launches}
+    for _ in range(2):  # interleave, keep the last (warm) figures
+        for share, tr in trainers.items():
+            rate = _rate(lambda b, tr=tr: tr.step(b, labels), batches, seconds)
+            out["shared" if share else "per block instance"]["train_per_s"] = rate
+    lines = ["| lowering | ops | steps | launches | train trees/s |", "|---|---|---|---|---|"]
+    for name, r in out.items():
+        lines.append(f"| {name} | {r['ops']} | {r['steps']} | {r['launches']} | "
+                     f"{r['train_per_s']:.0f} |")
+    a, b = out["shared"]["train_per_s"], out["per block instance"]["train_per_s"]
+    lines.append(f"\nshared ÷ per block instance, training: {a / b:.2f}x")
+    print("\n".join(lines), flush=True)
+    return out
+
+
+def section_expansion(n_trees: int, workers: int) -> dict:
+    from compiler import Compiler
+    rng = np.random.default_rng(0)
+    model = TreeLSTMModel(seed=0)
+    trees = [sst_synth_tree(rng) for _ in range(n_trees)]
+    out = {}
+    serial = Compiler.create(model.block, cache=False)
+    par = Compiler.create(model.block, cache=False, workers=workers)
+    par.expand(trees[:128])  # fork the workers before timing
+    for _ in range(2):  # alternate; keep the best of each
+        for name, c in (("serial", serial), (f"{workers} workers", par)):
+            t = time.perf_counter()
+            graphs = c.expand(trees)
+            dt = time.perf_counter() - t
+            rate = sum(g.graph.num_nodes for g in graphs) / dt
+            out[name] = max(out.get(name, 0.0), rate)
+    par.close()
+    lines = ["| expansion of unseen inputs | op-graph nodes/s |", "|---|---|"]
+    lines += [f"| {name} | {rate:,.0f} |" for name, rate in out.items()]
+    print("\n".join(lines), flush=True)
+    return out
+
+
+def section_plan(sizes=(16, 64, 256), seconds: float = 1.0) -> dict:
+    from benchmarks.treelstm import EngineVariant
+    rng = np.random.default_rng(0)
+    model = TreeLSTMModel(seed=0)
+    out = {}
+    for sched in ("agenda", "depth"):
+        ev = EngineVariant(model, sched)
+        for b in sizes:
+            trees = [sst_synth_tree(rng) for _ in range(b)]
+            labels = rng.integers(0, CLASSES, b).astype(np.int32)
+            ev.compiler.plan(trees)  # cache the graphs
+            plan_ms = _best_ms(lambda c=ev.compiler, t=trees: c.plan(t), seconds / 2)
+            arrays = ev.compiler.plan(trees).feed.arrays
+            step_ms = _best_ms(lambda f=ev.train_fn, a=arrays, y=labels: f(a, y).numpy(),
+                               seconds)
+            out[(sched, b)] = (plan_ms, step_ms)
+    lines = ["| scheduler | B | plan ms (cached graphs) | train step ms (device) | "
+             "plan ÷ (plan + step) |", "|---|---|---|---|---|"]
+    for (sched, b), (p, s) in out.items():
+        lines.append(f"| {sched} | {b} | {p:.2f} | {s:.1f} | {100 * p / (p + s):.1f}% |")
+    print("\n".join(lines), flush=True)
+    return {f"{k[0]}-{k[1]}": v for k, v in out.items()}
+
+
+def _best_ms(fn, seconds: float) -> float:
+    fn()
+    best, start = float("inf"), time.perf_counter()
+    while time.perf_counter() - start < seconds or best == float("inf"):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best * 1e3
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="schedules,memory,sharing,expansion,plan")
+    parser.add_argument("--quick", action="store_true", help="short run (1 s each)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+    seconds = 1.0 if args.quick else 4.0
+    only = args.only.split(",")
+    results = {}
+    if "schedules" in only:
+        print("\n## agenda vs depth")
+        results["schedules"] = section_schedules(seconds)
+    if "memory" in only:
+        print("\n## memory of one TreeLSTM training step")
+        results["memory"] = section_memory()
+    if "sharing" in only:
+        print("\n## batching across blocks that share a layer")
+        results["sharing"] = section_sharing(seconds)
+    if "expansion" in only:
+        print("\n## expansion")
+        results["expansion"] = section_expansion(1024 if args.quick else 4096, args.workers)
+    if "plan" in only:
+        print("\n## plan overhead")
+        results["plan"] = section_plan(seconds=seconds)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+    return results
+
+
+if __name__ == "__main__":
+    main()

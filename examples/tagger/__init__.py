@@ -1,0 +1,1 @@
+"""The tagger example: a BiLSTM part-of-speech tagger on a synthetic language."""

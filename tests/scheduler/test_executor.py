@@ -429,6 +429,29 @@ def test_feed_rejects_a_schedule_whose_prelude_reads_a_node_output():
         executor().feed(graph, Schedule.from_steps(graph, np.array([0, 0])), np.array([1]))
 
 
+def test_feed_rejects_an_argument_of_the_wrong_value_type():
+    b = Builder()
+    (g,) = b.node("sq", b.node("bias")[0])  # sq: f -> s
+    b.node("gate", g, b.node("bias")[0])  # gate wants (s, f)
+    graph, _ = b.graph()
+    graph.node_args[[1, 2]] = graph.node_args[[2, 1]]  # gate now reads (f, s)
+    for name in NAMES:
+        with pytest.raises(ValueError, match="value type differs"):
+            executor().feed(graph, SCHEDULERS[name](graph), np.array([1]))
+
+
+def test_feed_rejects_a_node_with_the_wrong_number_of_arguments():
+    b = Builder()
+    b.node("mix", b.node("bias")[0], b.node("bias")[0])
+    graph, _ = b.graph()
+    assert graph.node_arity.tolist() == [0, 0, 2]
+    graph = OpGraph.build(graph.node_op, [0, 0, 1], graph.node_args[:1], graph.value_type,
+                          graph.value_node, graph.value_index, graph.constants)
+    for name in NAMES:
+        with pytest.raises(ValueError, match="number of arguments"):
+            executor().feed(graph, SCHEDULERS[name](graph), np.array([1]))
+
+
 def test_executor_rejects_an_op_whose_value_type_is_not_listed():
     with pytest.raises(ValueError, match="value type"):
         Executor([OPS[0], OPS[1]], [F])

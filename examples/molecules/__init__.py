@@ -1,0 +1,1 @@
+"""The molecules example: weave graph convolutions over random molecule-like graphs."""

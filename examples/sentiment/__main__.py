@@ -191,15 +191,26 @@ def plot_curves(histories: dict[str, dict], path: str) -> None:
 
 
 def format_table(results: dict[str, dict[str, dict[str, float]]]) -> str:
-    """Accuracies (in %) by model, split and column, as a text table."""
-    head = f"{'model':<14}" + "".join(
-        f"{split + ' ' + col:>18}" for split in ("dev", "test") for col in COLUMNS)
-    lines = [head, "-" * len(head)]
+    """Accuracies (in %) by model, split and column, as a text table.
+
+    For example (tests/examples/test_sentiment.py checks it)::
+
+                      |             dev              |            test
+        model         |  root root-bin   all all-bin |  root root-bin   all all-bin
+        m             |  50.0     75.0  87.5   100.0 |  50.0     75.0  87.5   100.0
+    """
+    names = {"root": "root", "root_binary": "root-bin", "all": "all", "all_binary": "all-bin"}
+    widths = [max(len(names[c]), 5) + 1 for c in COLUMNS]
+    span = sum(widths)
+    lines = [f"{'':<14}|" + " |".join(f"{split:^{span}}" for split in ("dev", "test")),
+             f"{'model':<14}|" + " |".join(
+                 "".join(f"{names[c]:>{w}}" for c, w in zip(COLUMNS, widths))
+                 for _ in ("dev", "test"))]
     for name, by_split in results.items():
-        lines.append(f"{name:<14}" + "".join(
-            f"{100 * by_split[split][col]:>18.1f}" for split in ("dev", "test")
-            for col in COLUMNS))
-    return "\n".join(lines)
+        lines.append(f"{name:<14}|" + " |".join(
+            "".join(f"{100 * by_split[split][c]:>{w}.1f}" for c, w in zip(COLUMNS, widths))
+            for split in ("dev", "test")))
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def main(argv: Sequence[str] | None = None) -> dict:

@@ -62,7 +62,8 @@ def test_classifier_shares_one_layer_per_operator():
 
 
 def test_main_learns_on_a_small_set(capsys):
-    result = calculator_main.main(["--train-size", "96", "--test-size", "16", "--epochs", "4",
+    result = calculator_main.main(["--train-size", "96", "--dev-size", "16", "--test-size",
+                                   "16", "--epochs", "4",
                                    "--batch-size", "16", "--max-depth", "2", "--state", "16",
                                    "--lr", "0.02", "--verbose", "0"])
     losses = result["history"]["loss"]

@@ -11,7 +11,13 @@ import pytest
 from examples.sentiment import __main__ as sentiment
 from examples.sentiment.model import SentimentModel, accuracies, binarize, prepare
 from examples.sentiment.synthetic import relabel
-from examples.sentiment.treebank import Vocabulary, parse_tree, to_ptb
+from examples.sentiment.treebank import (
+    Vocabulary,
+    parse_tree,
+    read_treebank,
+    to_ptb,
+    write_treebank,
+)
 
 
 def _tree(text):
@@ -85,6 +91,14 @@ def test_glove_vectors_initialise_the_embedding(tmp_path):
     np.testing.assert_allclose(weights[vocab.id("movie")], [1, 2, 3])
 
 
+def test_format_table_lines_up_dev_and_test_columns():
+    row = {"root": 0.5, "root_binary": 0.75, "all": 0.875, "all_binary": 1.0}
+    assert sentiment.format_table({"m": {"dev": row, "test": dict(row, root=0.25)}}) == (
+        "              |             dev              |            test\n"
+        "model         |  root root-bin   all all-bin |  root root-bin   all all-bin\n"
+        "m             |  50.0     75.0  87.5   100.0 |  25.0     75.0  87.5   100.0")
+
+
 def test_arguments_are_checked():
     with pytest.raises(SystemExit):
         sentiment.parse_args(["--models", "cnn"])
@@ -97,11 +111,25 @@ def test_missing_data_files_are_reported(tmp_path):
         sentiment.main(["--data", str(tmp_path), "--out", str(tmp_path / "out")])
 
 
-def test_main_trains_reports_and_writes_its_outputs(tmp_path, capsys):
+def test_default_data_is_the_shipped_treebank():
+    args = sentiment.parse_args([])
+    assert args.data == sentiment.DATA
+    assert all(os.path.exists(os.path.join(args.data, f"{s}.txt")) for s in sentiment.SPLITS)
+
+
+def test_main_trains_on_a_treebank_folder_with_glove_and_writes_its_outputs(tmp_path, capsys):
+    # An SST-style folder: a few shipped trees, and word vectors for some words.
+    trees = read_treebank(os.path.join(sentiment.DATA, "train.txt"))
+    data = tmp_path / "sst"
+    data.mkdir()
+    for name, part in (("train", trees[:32]), ("dev", trees[32:40]), ("test", trees[40:48])):
+        write_treebank(data / f"{name}.txt", part)
+    glove = tmp_path / "glove.txt"
+    glove.write_text("good 0.1 0.2 0.3 0.4 0.5 0.6\nthe 0 0 0 0 0 1\n")
     out = tmp_path / "out"
     result = sentiment.main([
-        "--models", "tree_lstm", "--epochs", "2", "--train-size", "32", "--eval-size", "8",
-        "--batch-size", "16", "--embed", "8", "--hidden", "16", "--lr", "0.03",
+        "--data", str(data), "--glove", str(glove), "--models", "tree_lstm",
+        "--epochs", "2", "--batch-size", "16", "--hidden", "16", "--lr", "0.03",
         "--out", str(out), "--verbose", "0"])
     history = result["histories"]["tree_lstm"]
     losses = history["loss"]
@@ -112,6 +140,7 @@ def test_main_trains_reports_and_writes_its_outputs(tmp_path, capsys):
     assert set(acc) == {"dev", "test"}
     assert all(0 <= v <= 1 for split in acc.values() for v in split.values())
     printed = capsys.readouterr().out
+    assert "32 train, 8 dev, 8 test trees" in printed and "glove.txt" in printed
     assert "tree_lstm" in printed and "dev root" in printed
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     saved = json.loads((out / "results.json").read_text())

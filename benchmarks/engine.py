@@ -4,14 +4,15 @@ Run: `python -m benchmarks.engine [--quick] [--only schedules,memory,sharing,exp
 Each section prints a markdown table (the figures in BENCHMARKS.md come from it):
 
 - `schedules`: agenda vs depth (steps, launches, mean batch size = nodes per
-  launch, train examples/s) on (a) sst-synth TreeLSTM with a loss at every node
+  launch, train examples/s from paired calls: the two variants alternate on the
+  same batch and the median call time counts) on (a) sst-synth TreeLSTM with a loss at every node
   (variant A) and (b) variable-length LSTM sequences with one loss at the end
   (DyNet's Figure 1 case).
 - `memory`: peak extra memory of one TreeLSTM training step at 256 and 1,024 trees,
   per node (VmHWM of a fresh subprocess, ENGINE_NOTES P7).
 - `sharing`: a TreeLSTM with two kinds of internal node that share one cell
   layer, compiled with sharing (one op) and per block instance (two ops, as
-  TensorFlow Fold batches): launches and train trees/s.
+  TensorFlow Fold batches): launches and train trees/s (paired calls).
 - `expansion`: op-graph nodes/s expanding unseen inputs, serial and with workers.
 - `plan`: merging + scheduling + packing cached graphs, as % of a training step.
 """
@@ -142,27 +143,27 @@ class Trainer:
         return self.fn(plan.feed.arrays, labels, bounds)
 
 
-def _rate(fn, batches, seconds: float, rounds: int = 3) -> float:
-    """Examples/s of `fn` over `batches` (graphs cached first); best of `rounds`."""
-    for b in batches:
-        fn(b)
-    best, calls = 0.0, 0
-    for _ in range(rounds):
-        done, n, start = 0, 0, time.perf_counter()
-        while n < 2 or time.perf_counter() - start < seconds / rounds:
-            b = batches[calls % len(batches)]
+def _paired_rates(fns: dict, batches, reps: int) -> dict:
+    """Examples/s of each of `fns`, called in turn on the same batch, `reps` times
+    (graphs cached first): from the median call time, so that every variant sees
+    the same load on a shared machine."""
+    for fn in fns.values():
+        for b in batches:
             fn(b)
-            done += len(b)
-            n += 1
-            calls += 1
-        best = max(best, done / (time.perf_counter() - start))
-    return best
+    times: dict = {name: [] for name in fns}
+    for r in range(reps):
+        b = batches[r % len(batches)]
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn(b)
+            times[name].append((time.perf_counter() - t) / len(b))
+    return {name: 1.0 / float(np.median(t)) for name, t in times.items()}
 
 
 # --- sections --------------------------------------------------------------------------
 
 
-def section_schedules(seconds: float) -> dict:
+def section_schedules(reps: int) -> dict:
     from blocks.types import TensorType
     from compiler import Compiler
     rng = np.random.default_rng(0)
@@ -178,17 +179,18 @@ def section_schedules(seconds: float) -> dict:
     for name, (block, rtype, batches) in cases.items():
         if block is None:
             block = sequence_block()
-        row = {}
+        row, fns = {}, {}
+        labels = np.zeros(64, np.int32)
         for sched in ("depth", "agenda"):
             c = Compiler.create(block, scheduler=sched)
             first = c.schedule(batches[0])
             st = first.stats
-            labels = np.zeros(64, np.int32)
             tr = Trainer(c, rtype)
-            rate = _rate(lambda b, tr=tr, y=labels: tr.step(b, y), batches, seconds)
+            fns[sched] = lambda b, tr=tr, y=labels: tr.step(b, y)
             row[sched] = {"steps": st.steps, "launches": st.launches,
-                          "mean_batch": first.graph.num_nodes / st.launches,
-                          "train_per_s": rate}
+                          "mean_batch": first.graph.num_nodes / st.launches}
+        for sched, rate in _paired_rates(fns, batches, reps).items():
+            row[sched]["train_per_s"] = rate
         out[name] = row
     lines = ["| workload | scheduler | steps | launches | mean batch size (nodes/launch) | "
              "train examples/s |", "|---|---|---|---|---|---|"]
@@ -244,7 +246,7 @@ def section_memory(sizes=(256, 1024)) -> dict:
     return {"rows": rows}
 
 
-def section_sharing(seconds: float) -> dict:
+def section_sharing(reps: int) -> dict:
     from blocks.types import TensorType
     from compiler import Compiler
     rng = np.random.default_rng(0)
@@ -252,18 +254,16 @@ def section_sharing(seconds: float) -> dict:
     block = two_kind_block(model)
     batches = [[two_kind_tree(rng) for _ in range(64)] for _ in range(4)]
     labels = rng.integers(0, CLASSES, 64).astype(np.int32)
-    out = {}
-    trainers = {}
+    out, fns = {}, {}
     for share in (True, False):
         c = Compiler.create(block, share_layers=share)
         st = c.schedule(batches[0]).stats
-        trainers[share] = Trainer(c, TensorType((CLASSES,)))
-        out["shared" if share else "per block instance"] = {
-            "ops": len(c.program.ops), "steps": st.steps, "launches": st.launches}
-    for _ in range(2):  # interleave, keep the last (warm) figures
-        for share, tr in trainers.items():
-            rate = _rate(lambda b, tr=tr: tr.step(b, labels), batches, seconds)
-            out["shared" if share else "per block instance"]["train_per_s"] = rate
+        tr = Trainer(c, TensorType((CLASSES,)))
+        name = "shared" if share else "per block instance"
+        fns[name] = lambda b, tr=tr: tr.step(b, labels)
+        out[name] = {"ops": len(c.program.ops), "steps": st.steps, "launches": st.launches}
+    for name, rate in _paired_rates(fns, batches, reps).items():
+        out[name]["train_per_s"] = rate
     lines = ["| lowering | ops | steps | launches | train trees/s |", "|---|---|---|---|---|"]
     for name, r in out.items():
         lines.append(f"| {name} | {r['ops']} | {r['steps']} | {r['launches']} | "
@@ -339,17 +339,18 @@ def main(argv=None) -> dict:
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     seconds = 1.0 if args.quick else 4.0
+    reps = 12 if args.quick else 40  # paired calls per variant
     only = args.only.split(",")
     results = {}
     if "schedules" in only:
         print("\n## agenda vs depth")
-        results["schedules"] = section_schedules(seconds)
+        results["schedules"] = section_schedules(reps)
     if "memory" in only:
         print("\n## memory of one TreeLSTM training step")
         results["memory"] = section_memory()
     if "sharing" in only:
         print("\n## batching across blocks that share a layer")
-        results["sharing"] = section_sharing(seconds)
+        results["sharing"] = section_sharing(reps)
     if "expansion" in only:
         print("\n## expansion")
         results["expansion"] = section_expansion(1024 if args.quick else 4096, args.workers)

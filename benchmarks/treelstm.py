@@ -232,6 +232,47 @@ def throughput(fn, batches, seconds: float, min_calls: int = 3, warm_up: bool = 
     return best
 
 
+def paired(sizes, reps: int, model, shape, rng) -> dict:
+    """Engine (same-shape trees, plan included) and hand-batched steps on the same
+    batch, call after call: per batch size, the median per-pair time ratio. Pairing
+    makes the ratio robust to the neighbours' load drifting during the run."""
+    engine, hand = EngineVariant(model, "agenda"), HandBatched(model, shape)
+    out = {}
+    for b in sizes:
+        trees = [_reshape_like(shape, None, rng) for _ in range(b)]
+        labels = rng.integers(0, CLASSES, b).astype(np.int32)
+        row = {}
+        for mode in ("train", "infer"):
+            if mode == "train":
+                def e_fn(t=trees, y=labels):
+                    return engine.train(t, y).numpy()
+
+                def h_fn(t=trees, y=labels):
+                    return hand.train(t, y).numpy()
+            else:
+                def e_fn(t=trees):
+                    return engine.infer(t).numpy()
+
+                def h_fn(t=trees):
+                    return hand.infer(t).numpy()
+            e_fn(), h_fn()
+            ratios, e_times = [], []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                e_fn()
+                t1 = time.perf_counter()
+                h_fn()
+                t2 = time.perf_counter()
+                ratios.append((t2 - t1) / (t1 - t0))  # engine speed / hand speed
+                e_times.append(t1 - t0)
+            row[mode] = (float(np.median(ratios)), b / float(np.median(e_times)))
+        out[b] = row
+        print(f"B={b:4d} engine ÷ hand-batched (same shape, paired median of {reps}): "
+              f"train {row['train'][0]:.2f} ({row['train'][1]:.0f} trees/s), "
+              f"infer {row['infer'][0]:.2f} ({row['infer'][1]:.0f} trees/s)", flush=True)
+    return out
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-sizes", default="1,16,64,256")
@@ -241,6 +282,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--quick", action="store_true", help="short run (1.5 s each)")
     parser.add_argument("--eager-max-batch", type=int, default=64,
                         help="skip eager above this batch size (it runs ~10 trees/s)")
+    parser.add_argument("--paired", type=int, default=0, metavar="REPS",
+                        help="instead: engine vs hand-batched, call after call, REPS pairs")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     seconds = 1.5 if args.quick else args.seconds
@@ -250,6 +293,8 @@ def main(argv=None) -> dict:
     rng = np.random.default_rng(0)
     model = TreeLSTMModel(seed=0)
     shape = sst_synth_tree(np.random.default_rng(1), 19)
+    if args.paired:
+        return paired(sizes, args.paired, model, shape, rng)
     runners = {}
     if "engine-agenda" in variants:
         runners["engine-agenda"] = EngineVariant(model, "agenda")

@@ -44,15 +44,16 @@ Why this design (the storage and loop scheme chosen, with the figures behind it)
   schedules alike (the executor never sees which), runs nothing for ops absent
   from a step, and costs about 5 us per op per iteration forward and about 15 us
   with gradients (ENGINE_NOTES §1), negligible next to a TreeLSTM launch
-  (milliseconds at batch >= 16). On sst-synth at batch 64 the engine trains at
-  about the speed of a hand-written level-by-level program on same-shape trees
-  (0.8-1.1x in BENCHMARKS.md, noisy on the shared 2-core machine; inference
-  0.6-0.9x, where the per-batch planning is a larger share).
+  (milliseconds at batch >= 16). On sst-synth same-shape trees, paired against
+  a hand-written level-by-level TensorFlow program (BENCHMARKS.md), the engine
+  (planning included) runs at 0.80x of it for training and inference at batch
+  64 and 0.84-0.89x at batch 256; the gap is per-launch loop overhead in the
+  backward pass and the per-batch planning (8-10% of an inference step).
 - **Feeding.** `feed` is numpy, linear in the batch and sort-free but for one
   argsort of the nodes by launch: buffer rows and gather positions come from
   per-launch cumulative sums. At batch 64 (2.4k nodes) it takes about 0.7 ms,
   3-4x less than the earlier lexsort-based packing; merging + scheduling +
-  packing cached graphs is about 2-5% of a training step (BENCHMARKS.md).
+  packing cached graphs is 1.3-5% of a training step (BENCHMARKS.md).
 
 The packed form: the schedule's integer arrays travel as one int32 vector `index`
 plus the segment bounds `layout`, and constants as one flat vector per dtype,

@@ -72,13 +72,16 @@ class Schedule:
         """Groups the nodes by (step, op): one launch per non-empty pair."""
         node_step = np.asarray(node_step, np.int64)
         n_ops = int(graph.node_op.max()) + 1 if graph.num_nodes else 1
-        key = node_step * n_ops + graph.node_op
-        # the non-empty (step, op) pairs in order, without sorting: keys are dense
-        present = np.bincount(key, minlength=1) > 0 if len(key) else np.zeros(0, bool)
-        uniq = np.flatnonzero(present)
-        group_of_key = np.cumsum(present) - 1
-        node_group = group_of_key[key]
-        group_step = (uniq // n_ops).astype(np.int32)
+        lo = int(node_step.min()) if len(node_step) else 0
+        key = (node_step - lo) * n_ops + graph.node_op
+        if len(key) and int(key.max()) <= 4 * len(key) + 1024:
+            # the non-empty (step, op) pairs in order, without sorting: keys are dense
+            present = np.bincount(key) > 0
+            uniq = np.flatnonzero(present)
+            node_group = (np.cumsum(present) - 1)[key]
+        else:  # sparse keys (arbitrary step numbers): sort
+            uniq, node_group = np.unique(key, return_inverse=True)
+        group_step = (uniq // n_ops + lo).astype(np.int32)
         group_op = (uniq % n_ops).astype(np.int32)
         sizes = np.bincount(node_group, minlength=len(uniq))
         per_op_nodes = np.bincount(group_op, weights=sizes, minlength=n_ops)

@@ -219,3 +219,18 @@ def test_agenda_needs_no_more_launches_than_depth_on_trees_with_a_loss_at_every_
     a.validate()
     d.validate()
     assert a.stats.launches <= d.stats.launches
+
+
+@pytest.mark.parametrize("steps", [[3, 1, 3, 0], [1000, 7, 1000, 0], [-2, -5, -2, -9]])
+def test_from_steps_groups_by_step_then_op_whatever_the_step_numbers(steps):
+    # ops 1, 0, 0, 1: nodes 0 and 2 share a step but not an op
+    g = OpGraph.build([1, 0, 0, 1], [0] * 4, [], [0] * 4, [0, 1, 2, 3], [0] * 4,
+                      [np.zeros(0)])
+    s = Schedule.from_steps(g, np.array(steps))
+    order = sorted(range(4), key=lambda j: (steps[j], g.node_op[j]))
+    pairs = sorted({(steps[j], int(g.node_op[j])) for j in range(4)})
+    assert s.group_step.tolist() == [p[0] for p in pairs]
+    assert s.group_op.tolist() == [p[1] for p in pairs]
+    assert [pairs[s.node_group[j]] for j in order] == [(steps[j], int(g.node_op[j]))
+                                                      for j in order]
+    assert s.stats.launches == len(pairs)

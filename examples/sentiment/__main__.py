@@ -2,8 +2,8 @@
 
     python -m examples.sentiment                      # the shipped synthetic treebank
     python -m examples.sentiment --data DIR           # SST: DIR/{train,dev,test}.txt
-    python -m examples.sentiment --data DIR --glove glove.840B.300d.txt --embed 300 \\
-        --hidden 150 --epochs 20
+    python -m examples.sentiment --data DIR --glove glove.840B.300d.txt --hidden 150 \\
+        --epochs 20
 
 Both models get a loss at every node (labels come with the trees) and are trained the
 same way (Adam, same batches, same epochs); the best epoch on dev root accuracy is
@@ -119,28 +119,27 @@ def evaluate(model: SentimentModel, trees: list, batch_size: int = 128,
     return accuracies(np.concatenate(node_rows), np.concatenate(root_rows))
 
 
-class _KeepBest:
-    """A Keras callback keeping the weights of the epoch with the best `monitor`."""
+def keep_best(monitor: str):
+    """A Keras callback that restores, when training ends, the weights of the epoch
+    with the highest `monitor` (e.g. `"val_root_accuracy"`); `.best_epoch` is 0-based."""
+    import keras
 
-    def __new__(cls, monitor: str):
-        import keras
+    class KeepBest(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.best, self.best_epoch, self.weights = -np.inf, None, None
 
-        class KeepBest(keras.callbacks.Callback):
-            def __init__(self):
-                super().__init__()
-                self.best, self.best_epoch, self.weights = -np.inf, None, None
+        def on_epoch_end(self, epoch, logs=None):
+            value = (logs or {}).get(monitor)
+            if value is not None and value > self.best:
+                self.best, self.best_epoch = value, epoch
+                self.weights = self.model.get_weights()
 
-            def on_epoch_end(self, epoch, logs=None):
-                value = (logs or {}).get(monitor)
-                if value is not None and value > self.best:
-                    self.best, self.best_epoch = value, epoch
-                    self.weights = self.model.get_weights()
+        def on_train_end(self, logs=None):
+            if self.weights is not None:
+                self.model.set_weights(self.weights)
 
-            def on_train_end(self, logs=None):
-                if self.weights is not None:
-                    self.model.set_weights(self.weights)
-
-        return KeepBest()
+    return KeepBest()
 
 
 def train(encoder: str, data: dict[str, list], vocab_size: int, embeddings,
@@ -155,8 +154,8 @@ def train(encoder: str, data: dict[str, list], vocab_size: int, embeddings,
                                train_embeddings=not args.freeze_embeddings)
     model = Model(sentiment.train_block, scheduler=args.scheduler, seed=args.seed)
     model.compile(optimizer=keras.optimizers.Adam(args.lr))
-    keep_best = _KeepBest("val_root_accuracy")
-    callbacks = [keep_best,
+    best = keep_best("val_root_accuracy")
+    callbacks = [best,
                  keras.callbacks.CSVLogger(os.path.join(args.out, f"history_{encoder}.csv"))]
     callbacks.append(keras.callbacks.TensorBoard(
         os.path.join(args.out, "tensorboard", encoder), write_graph=False))
@@ -164,7 +163,7 @@ def train(encoder: str, data: dict[str, list], vocab_size: int, embeddings,
     history = model.fit(data["train"], batch_size=args.batch_size, epochs=args.epochs,
                         validation_data=data["dev"], callbacks=callbacks,
                         verbose=args.verbose)
-    return sentiment, history, keep_best.best_epoch, time.perf_counter() - start
+    return sentiment, history, best.best_epoch, time.perf_counter() - start
 
 
 def plot_curves(histories: dict[str, dict], path: str) -> None:

@@ -187,14 +187,13 @@ class SentimentModel:
         tree = td.ForwardDeclaration(td.PyObjectType(), self._state_type())
         leaf = self._leaf()
         node = td.GetItem("children") >> td.Record((tree(), tree())) >> self._combine()
-        logits = self._logits()
         at_node = td.Composition(name="node")
         with at_node.scope():
             state = td.OneOf(lambda t: "word" in t, {True: leaf, False: node}) \
                 .reads(at_node.input)
             if mode != "logits":
                 label = (td.GetItem("label") >> td.Scalar("int32")).reads(at_node.input)
-                self._emit(logits.reads(state), label, mode, root=False)
+                self._emit(self._logits().reads(state), label, mode, root=False)
             at_node.output.reads(state)
         tree.resolve_to(at_node)
 

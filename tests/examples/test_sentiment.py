@@ -99,6 +99,18 @@ def test_format_table_lines_up_dev_and_test_columns():
         "m             |  50.0     75.0  87.5   100.0 |  25.0     75.0  87.5   100.0")
 
 
+def test_keep_best_restores_the_weights_of_the_best_epoch():
+    import keras
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    callback = sentiment.keep_best("val_root_accuracy")
+    callback.set_model(model)
+    for epoch, (score, weight) in enumerate([(0.5, 1.0), (0.9, 2.0), (0.7, 3.0)]):
+        model.set_weights([np.full((1, 1), weight), np.zeros(1)])
+        callback.on_epoch_end(epoch, {"val_root_accuracy": score})
+    callback.on_train_end()
+    assert callback.best_epoch == 1 and model.get_weights()[0][0, 0] == 2.0
+
+
 def test_arguments_are_checked():
     with pytest.raises(SystemExit):
         sentiment.parse_args(["--models", "cnn"])

@@ -61,6 +61,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-size", type=int, default=None,
                    help="use the first N dev and test trees")
     p.add_argument("--lowercase", action="store_true", help="lowercase words")
+    p.add_argument("--min-count", type=int, default=1,
+                   help="rarer training words share the unknown word's vector")
     p.add_argument("--scheduler", default="agenda", choices=("agenda", "depth"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join("runs", "sentiment"),
@@ -96,7 +98,8 @@ def build_vocabulary(splits: dict[str, list[dict]], args: argparse.Namespace):
     come pretrained) and the initial embedding table, or None."""
     sources = splits["train"] if args.glove is None else \
         [t for name in SPLITS for t in splits[name]]
-    vocab = Vocabulary.from_trees(sources, lowercase=args.lowercase)
+    vocab = Vocabulary.from_trees(sources, min_count=args.min_count,
+                                  lowercase=args.lowercase)
     embeddings = None
     if args.glove is not None:
         embeddings = read_glove(args.glove, vocab, seed=args.seed)

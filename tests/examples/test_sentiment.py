@@ -111,6 +111,22 @@ def test_keep_best_restores_the_weights_of_the_best_epoch():
     assert callback.best_epoch == 1 and model.get_weights()[0][0, 0] == 2.0
 
 
+def test_lowercase_and_frozen_embeddings_options():
+    args = sentiment.parse_args(["--lowercase", "--freeze-embeddings", "--min-count", "2"])
+    splits = {"train": [parse_tree("(3 (2 The) (3 good))"), parse_tree("(2 (2 the) (2 a))"),
+                        parse_tree("(3 (2 GOOD) (2 film))")], "dev": [], "test": []}
+    vocab, table = sentiment.build_vocabulary(splits, args)
+    assert table is None and vocab.id("THE") == vocab.id("the") != 0
+    assert vocab.id("film") == 0  # seen once
+    (tree,) = prepare([parse_tree("(3 (2 the) (3 GOOD))")], vocab)
+    assert [c["word"] for c in tree["children"]] == [vocab.id("the"), vocab.id("good")]
+    frozen = SentimentModel("tree_lstm", len(vocab), embed=3, hidden=4,
+                            train_embeddings=not args.freeze_embeddings)
+    assert not frozen.embedding.weights[0].trainable
+    assert SentimentModel("tree_lstm", len(vocab), embed=3, hidden=4).embedding \
+        .weights[0].trainable
+
+
 def test_arguments_are_checked():
     with pytest.raises(SystemExit):
         sentiment.parse_args(["--models", "cnn"])

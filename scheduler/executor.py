@@ -391,13 +391,15 @@ class Executor:
 
         def branch(o, xs, n):
             def run():
+                # Arguments of one value type arrive stacked, argument after argument
+                # (n rows each): one Split separates them (cheaper, with its gradient,
+                # than a strided slice per argument).
+                parts = {k: tf.split(xs[slot[k]], self.op_in[o].count(k), axis=0)
+                         for k in set(self.op_in[o]) if self.op_in[o].count(k) > 1}
                 args = []
                 for a, k in enumerate(self.op_in[o]):
-                    x = xs[slot[k]]
-                    if self.op_in[o].count(k) > 1:
-                        p = int(self.arg_typepos[o, a])
-                        x = x[p * n:(p + 1) * n]
-                    args.append(x)
+                    args.append(parts[k][int(self.arg_typepos[o, a])] if k in parts
+                                else xs[slot[k]])
                 outs = self._call(o, self.ops[o], args, n)
                 ys = []
                 for k in loop_types:
@@ -407,17 +409,29 @@ class Executor:
                 return ys
             return run
 
+        # Every per-launch scalar the loop needs, as one table [launches, fields] built
+        # before the loop: each iteration reads its row with one gather and slices it
+        # at constant positions, instead of indexing a dozen vectors at `g` and `g + 1`
+        # (each such read costs several ops, and their gradients, per iteration).
+        cols = [group_op, group_size]
+        for k in loop_types:
+            s = in_splits[k]
+            cols += [s[:-1], s[1:] - s[:-1], out_bounds[k][:-2], out_bounds[k][1:-1]]
+        table = tf.stack(cols, axis=1)
+
         def body(g, bufs, ys):
+            row = tf.gather(table, g)
             new_bufs, xs = [], []
             for i, k in enumerate(loop_types):
-                rows = in_rows[k][in_splits[k][g]:in_splits[k][g + 1]]
-                written = tf.range(out_bounds[k][g], out_bounds[k][g + 1])
+                f = 2 + 4 * i
+                rows = tf.slice(in_rows[k], row[f:f + 1], row[f + 1:f + 2])
+                written = tf.range(row[f + 2], row[f + 3])
                 b, x = write_read(bufs[i], ys[i], written, rows)
                 new_bufs.append(b)
                 xs.append(x)
-            n = group_size[g]
+            n = row[1]
             branches = [branch(o, xs, n) for o in self.loop_ops]
-            ys = tf.switch_case(group_op[g], branches) if len(branches) > 1 else branches[0]()
+            ys = tf.switch_case(row[0], branches) if len(branches) > 1 else branches[0]()
             ys = [tf.ensure_shape(y, (None, *shapes[k])) for k, y in zip(loop_types, ys)]
             return g + 1, new_bufs, ys
 

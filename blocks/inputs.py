@@ -142,10 +142,11 @@ class GetItem(Block):
             self.set_output_type(PY)
         elif isinstance(t, TupleType):
             try:
-                self.set_output_type(t[self._key])
+                item = t[self._key]
             except (IndexError, TypeError):
                 raise TypeError(
                     f"{self.path}: cannot take item {self._key!r} of {t}") from None
+            self.set_output_type(item)  # errors further along keep their own path
         elif isinstance(t, SequenceType):
             self.set_output_type(t if isinstance(self._key, slice) else t.element_type)
 

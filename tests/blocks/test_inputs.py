@@ -502,3 +502,15 @@ def test_types_of_input_blocks_are_what_fold_documents():
     assert td.OneHot(2).input_type == PY
     assert td.OneHotFromList([1]).input_type == PY
     assert td.Void().input_type is None
+
+
+def test_a_type_error_downstream_of_getitem_names_the_block_that_failed():
+    t = td.TupleType(td.SequenceType(td.TensorType((2,))), td.PyObjectType())
+    c = td.Composition()
+    with c.scope():
+        seq, idx = td.GetItem(0).reads(c.input), td.GetItem(1).reads(c.input)
+        c.output.reads((td.Zip() >> td.Map(td.Nth())).reads(td.Broadcast().reads(seq), idx))
+    with pytest.raises(TypeError) as err:
+        c.set_input_type(t)
+    assert "cannot take item" not in str(err.value)
+    assert "Zip" in str(err.value)

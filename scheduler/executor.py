@@ -34,7 +34,7 @@ Why this design (the storage and loop scheme chosen, with the figures behind it)
   TensorArray per iteration 1,020 ms; a TensorArray per row gave wrong gradients
   on repeated reads. It was the only scheme linear in both time and memory for
   every dependency pattern. Re-measured here (BENCHMARKS.md, `python -m
-  benchmarks.engine --only memory`): a TreeLSTM training step peaks at 8.4 KB
+  benchmarks.engine --only memory`): a TreeLSTM training step peaks at 8.6 KB
   per op-graph node at 256 trees (14k nodes) and 8.8 KB at 1,024 trees (58k
   nodes), i.e. linear; most of it is the cell's saved activations.
 - **Prelude hoisting.** Variable lookups inside the loop cost a dense
@@ -42,13 +42,20 @@ Why this design (the storage and loop scheme chosen, with the figures behind it)
   prototype), so every op whose arguments are all constants runs before it.
 - **One launch per iteration with `tf.switch_case`.** It serves depth and agenda
   schedules alike (the executor never sees which), runs nothing for ops absent
-  from a step, and costs about 5 us per op per iteration forward and about 15 us
-  with gradients (ENGINE_NOTES §1), negligible next to a TreeLSTM launch
-  (milliseconds at batch >= 16). On sst-synth same-shape trees, paired against
+  from a step. Its fixed cost is small next to a TreeLSTM launch (milliseconds
+  at batch >= 16) but not nil: in training, a tiny extra launch costs about
+  0.5 ms here (depth's 9 extra classifier launches at batch 64 made its step
+  ~7% slower than agenda's, paired). On sst-synth same-shape trees, paired against
   a hand-written level-by-level TensorFlow program (BENCHMARKS.md), the engine
-  (planning included) runs at 0.80x of it for training and inference at batch
-  64 and 0.84-0.89x at batch 256; the gap is per-launch loop overhead in the
-  backward pass and the per-batch planning (8-10% of an inference step).
+  (planning included) trains at 0.87x of it at batch 64 and 0.93x at 256, and
+  infers at 0.81x and 0.86x; the gap is the loop's per-launch overhead (most
+  of it in the backward pass: tensors saved per iteration, the switch_case's
+  gradient) and the per-batch planning (~8% of an inference step at batch 64).
+- **A lean loop body.** Each iteration reads its launch's scalars (op, size,
+  gather and write bounds per value type) from one row of a table built before
+  the loop, and separates same-typed arguments with one `Split`: 106 ops in the
+  body instead of 156 and 35 saved tensors instead of 43 (TreeLSTM), which made
+  training steps 9-14% faster (paired, BENCHMARKS.md).
 - **Feeding.** `feed` is numpy, linear in the batch and sort-free but for one
   argsort of the nodes by launch: buffer rows and gather positions come from
   per-launch cumulative sums. At batch 64 (2.4k nodes) it takes about 0.7 ms,

@@ -32,14 +32,18 @@ layers' weights are mirrored:
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from compiler.model import Model, _as_inputs, _Labels
+from compiler.model import Model, _as_inputs, _check_batch_size, _Labels
+
+
+def replicas_f() -> float:
+    """The number of replicas in sync, as a float (1.0 outside any strategy)."""
+    return float(tf.distribute.get_strategy().num_replicas_in_sync)
 
 
 class MirroredTrainer:
@@ -67,7 +71,8 @@ class MirroredTrainer:
         with tf.GradientTape() as tape:
             y_pred, values = m._forward(arrays)
             loss = self._replica_loss(arrays, y, y_pred, values)
-        grads = tape.gradient(loss, weights)
+            scaled = m.optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled, weights)
         grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
         m.optimizer.apply_gradients(zip(grads, weights))
         return loss
@@ -80,13 +85,14 @@ class MirroredTrainer:
         if y is not None and m._compile_loss is not None:
             # Keras losses divide by the number of replicas when a strategy is active;
             # undo that to get the mean over this replica's inputs, then weigh it.
-            replicas = tf.distribute.get_strategy().num_replicas_in_sync
-            part = m._compile_loss(y, y_pred) * float(replicas)
+            part = m._compile_loss(y, y_pred) * replicas_f()
             terms.append(part * n_local / n_global)
         counts = tf.cast(arrays["global_metric_counts"], tf.float32)
         for i in m._loss_ids:
             v = tf.cast(values[i], tf.float32)
             terms.append(tf.reduce_sum(v) / tf.maximum(counts[i], 1.0))
+        if m.losses:  # weight penalties: each replica adds its share
+            terms.append(tf.add_n([tf.cast(x, tf.float32) for x in m.losses]) / replicas_f())
         return tf.add_n(terms)
 
     def _distributed_step(self, per_replica_arrays, per_replica_y=None):
@@ -96,7 +102,13 @@ class MirroredTrainer:
         return self.strategy.reduce("SUM", losses, axis=None)
 
     def train_step(self, inputs: list, y=None) -> float:
-        """One optimizer step on a global batch; returns its loss (as on one device)."""
+        """One optimizer step on a global batch; returns its loss (as on one device).
+
+        The batch needs at least one input per replica."""
+        if len(inputs) < self.replicas:
+            raise ValueError(f"a batch of {len(inputs)} inputs cannot feed "
+                             f"{self.replicas} replicas; use batches of at least "
+                             f"{self.replicas}")
         parts = np.array_split(np.arange(len(inputs)), self.replicas)
         feeds = [self.model._pack([inputs[i] for i in p]) for p in parts]
         n_metrics = len(self.model.program.metric_names)
@@ -123,24 +135,34 @@ class MirroredTrainer:
             shuffle: bool = True, verbose: int = 1) -> dict:
         """Trains for `epochs` on `x` (and labels `y`); returns `{"loss": [per epoch]}`.
 
+        A last batch with fewer inputs than replicas joins the batch before it.
         Inputs are expanded once up front (bad inputs raise or are skipped as the
         model's `on_bad_example` says); epoch `e` shuffles with `model.seed + e`.
         """
         m = self.model
-        inputs, labels = m._expand(_as_inputs(x), _Labels(y, None, len(_as_inputs(x))))
+        _check_batch_size(batch_size)
+        inputs = _as_inputs(x)
+        inputs, labels = m._expand(inputs, _Labels(y, None, len(inputs)))
         n = len(inputs)
-        n_batches = math.ceil(n / batch_size)
+        if n < self.replicas:
+            raise ValueError(f"{n} inputs cannot feed {self.replicas} replicas")
+        # a last batch too small to give every replica an input joins the one before
+        starts = list(range(0, n, batch_size))
+        if len(starts) > 1 and n - starts[-1] < self.replicas:
+            starts.pop()
+        bounds = list(zip(starts, starts[1:] + [n]))
+        n_batches = len(bounds)
         history: dict[str, list] = {"loss": []}
         for epoch in range(epochs):
             order = np.random.default_rng(m.seed + epoch).permutation(n) if shuffle \
                 else np.arange(n)
             bar = keras.utils.Progbar(n_batches, verbose=verbose)
             total = 0.0
-            for b in range(n_batches):
-                idx = order[b * batch_size:(b + 1) * batch_size]
+            for b, (lo, hi) in enumerate(bounds):
+                idx = order[lo:hi]
                 loss = self.train_step([inputs[i] for i in idx],
                                        None if labels.y is None else labels.y[idx])
-                total += loss
+                total += loss * len(idx)
                 bar.update(b + 1, [("loss", loss)])
-            history["loss"].append(total / n_batches)
+            history["loss"].append(total / n)  # per-example weighting, as Keras logs
         return history

@@ -68,7 +68,9 @@ class Model(keras.Model):
         on_bad_example: `"raise"` (default): an input that does not fit the block
             raises `blocks.InputError` naming its index in the dataset and the block
             path; `"skip"`: such inputs are left out, counted and reported
-            (`model.skipped_examples` holds the indices of the last call).
+            (`model.skipped_examples` holds the indices skipped by the last call,
+            `model.skipped_validation_examples` those of its validation data).
+            `predict` never skips: it gives one output per input.
         seed: seeds the per-epoch shuffling (epoch `e` uses `seed + e`), so a run
             resumed from a checkpoint sees the same batches as an uninterrupted one.
         name: the Keras model name.
@@ -93,6 +95,7 @@ class Model(keras.Model):
         self.on_bad_example = on_bad_example
         self.seed = int(seed)
         self.skipped_examples: list[int] = []
+        self.skipped_validation_examples: list[int] = []
         self._factory = _factory
         self._epoch = 0
         self._nan_seen = False
@@ -107,6 +110,7 @@ class Model(keras.Model):
             raise ValueError(f"loss_metrics {unknown} are not metrics of the block; its "
                              f"metrics are {names}")
         self._loss_ids = [names.index(n) for n in loss_metrics]
+        self.loss_metrics = list(loss_metrics)
         # every block metric is reported, except one named "loss" (that is Keras' total)
         self.block_metric_trackers = [keras.metrics.Mean(name=n) for n in names if n != "loss"]
         self._tracked_ids = [m for m, n in enumerate(names) if n != "loss"]
@@ -137,7 +141,7 @@ class Model(keras.Model):
                 "'module:function', {...}); or save the weights with save_weights().")
         return {"factory": self._factory[0], "factory_kwargs": self._factory[1],
                 "scheduler": self.scheduler, "seed": self.seed, "name": self.name,
-                "on_bad_example": self.on_bad_example}
+                "on_bad_example": self.on_bad_example, "loss_metrics": self.loss_metrics}
 
     @classmethod
     def from_config(cls, config: dict) -> Model:
@@ -212,9 +216,10 @@ class Model(keras.Model):
     def packed_inputs(self, inputs: Sequence[Any]) -> dict:
         """The tensors one batch of raw inputs becomes: the serving signature's inputs.
 
-        >>> # model.export(path); then, where the block's code can run:
-        >>> # feed = model.packed_inputs(trees); elsewhere, with TensorFlow only:
-        >>> # tf.saved_model.load(path).signatures["serving_default"](**feed)["output"]
+        Where the block's code can run, `feed = model.packed_inputs(trees)` gives a
+        dict of numpy arrays; a process with TensorFlow only then predicts with
+        `tf.saved_model.load(path).signatures["serving_default"](**feed)["output"]`
+        (one row per input, in order) for a model written by `model.export(path)`.
         """
         inputs = list(inputs)
         self._expand(inputs, _Labels(None, None), raise_errors=True)
@@ -233,7 +238,8 @@ class Model(keras.Model):
         spec["batch_size"] = tf.TensorSpec([1], tf.int32)
         return spec
 
-    def _expand(self, inputs: list, labels: _Labels, raise_errors: bool = False):
+    def _expand(self, inputs: list, labels: _Labels, raise_errors: bool = False,
+                what: str = "x"):
         """Expands every input once (filling the cache); drops or raises on bad ones."""
         skip = self.on_bad_example == "skip" and not raise_errors
         bad: list[int] = []
@@ -245,28 +251,40 @@ class Model(keras.Model):
                 self.compiler.expand(part, start)
                 start += len(part)
             except InputError as e:
+                if what != "x" and e.example_index is not None:
+                    e = type(e)(e.block_path, f"{e.reason} (in {what})", e.example_index)
                 if not skip or e.example_index is None:
-                    raise
+                    raise e from e.__cause__
                 bad.append(e.example_index)
                 first_error = first_error or e
                 start = e.example_index + 1
-        self.skipped_examples = bad
+        if what == "validation_data":
+            self.skipped_validation_examples = bad
+        else:
+            self.skipped_examples = bad
         if bad:
-            warnings.warn(f"skipped {len(bad)} of {len(inputs)} examples that do not fit the "
-                          f"block (on_bad_example='skip'); the first: {first_error}",
-                          stacklevel=3)
+            warnings.warn(f"skipped {len(bad)} of {len(inputs)} examples of {what} that do "
+                          f"not fit the block (on_bad_example='skip'); the first: "
+                          f"{first_error}", stacklevel=3)
             keep = np.setdiff1d(np.arange(len(inputs)), bad)
             return [inputs[i] for i in keep], labels.take(keep)
         return inputs, labels
 
     def _dataset(self, x, y, sample_weight, batch_size: int, shuffle: bool,
-                 with_labels: bool = True):
-        inputs = _as_inputs(x)
+                 with_labels: bool = True, what: str = "x", raise_errors: bool = False):
+        _check_batch_size(batch_size)
+        inputs = _as_inputs(x, what)
         labels = _Labels(y, sample_weight, len(inputs))
-        inputs, labels = self._expand(inputs, labels)
+        if labels.y is not None and self._out_type is None:
+            raise ValueError(f"labels y need a block whose output is one tensor per input "
+                             f"(y_pred), but its output type is {self.block.output_type}")
+        if labels.y is None and labels.w is not None:
+            raise ValueError("sample_weight needs labels y; with losses from td.Metric blocks "
+                             "weigh them inside the block")
+        inputs, labels = self._expand(inputs, labels, raise_errors=raise_errors, what=what)
         if not inputs:
-            raise ValueError("no inputs to run on" + (" (all were skipped)" if
-                                                      self.skipped_examples else ""))
+            raise ValueError(f"no inputs in {what}" + (" (all were skipped)" if
+                                                       len(x) else ""))
         n = len(inputs)
         n_batches = math.ceil(n / batch_size)
         signature = self._signature()
@@ -295,17 +313,23 @@ class Model(keras.Model):
         checkpoint is written once a loss was NaN.
         """
         _refuse(kwargs, "fit")
-        batch_size = batch_size or 32
+        if self.distribute_strategy.num_replicas_in_sync > 1:
+            raise ValueError("Model.fit runs on one device; under a multi-device strategy "
+                             "train with compiler.MirroredTrainer(model, strategy)")
+        batch_size = 32 if batch_size is None else batch_size
+        x = _as_inputs(x)
+        self._check_loss(y)
         data, _ = self._dataset(x, y, sample_weight, batch_size, shuffle)
         val = None
         if validation_data is not None:
             vx, vy, vw = _split_validation(validation_data)
-            val, _ = self._dataset(vx, vy, vw, validation_batch_size or batch_size, False)
+            val, _ = self._dataset(vx, vy, vw, validation_batch_size or batch_size, False,
+                                   what="validation_data")
         callbacks = list(callbacks or [])
         if not any(isinstance(c, keras.callbacks.TerminateOnNaN) for c in callbacks):
             callbacks.append(keras.callbacks.TerminateOnNaN())
         callbacks.insert(0, _Bookkeeping(self))
-        self._check_loss(y)
+        self._nan_seen = False
         if self.optimizer is not None and not self.optimizer.built:
             # creating its slots inside the traced step would make Keras trace it twice
             self.optimizer.build(self.trainable_variables)
@@ -321,7 +345,10 @@ class Model(keras.Model):
                                     sample_weight=sample_weight, callbacks=callbacks,
                                     return_dict=return_dict, **kwargs)
         _refuse(kwargs, "evaluate")
-        data, _ = self._dataset(x, y, sample_weight, batch_size or 32, False)
+        x = _as_inputs(x)
+        self._check_loss(y)
+        data, _ = self._dataset(x, y, sample_weight, 32 if batch_size is None else batch_size,
+                                False)
         return super().evaluate(data, verbose=verbose, callbacks=callbacks,
                                 return_dict=return_dict)
 
@@ -333,10 +360,12 @@ class Model(keras.Model):
         of per-input results in `block.eval`'s form.
         """
         _refuse(kwargs, "predict")
-        batch_size = batch_size or 32
+        batch_size = 32 if batch_size is None else batch_size
         if self._out_type is not None:
-            data, _ = self._dataset(x, None, None, batch_size, False, with_labels=False)
+            data, _ = self._dataset(x, None, None, batch_size, False, with_labels=False,
+                                    raise_errors=True)
             return super().predict(data, verbose=verbose, callbacks=callbacks)
+        _check_batch_size(batch_size)
         inputs, _ = self._expand(_as_inputs(x), _Labels(None, None), raise_errors=True)
         results = []
         for b in range(0, len(inputs), batch_size):
@@ -344,6 +373,9 @@ class Model(keras.Model):
         return results
 
     def _check_loss(self, y):
+        if y is not None and self._compile_loss is None and self._loss_ids:
+            warnings.warn("labels y are given but the model was compiled without a loss; "
+                          "only the td.Metric losses train it", stacklevel=3)
         if not self._loss_ids and (y is None or self._compile_loss is None):
             raise ValueError(
                 "nothing to train on: give labels y and compile(loss=...), or emit losses "
@@ -358,6 +390,11 @@ class Model(keras.Model):
             return
         _atomic(filepath, overwrite, lambda tmp: super(Model, self).save_weights(
             tmp, overwrite=True, **kwargs))
+
+    def load_weights(self, filepath, **kwargs):
+        """As Keras'; loaded weights count as good again (see `save_weights`)."""
+        super().load_weights(filepath, **kwargs)
+        self._nan_seen = False
 
     def save(self, filepath, overwrite: bool = True, **kwargs):
         """As Keras' (needs `Model.from_factory`), but atomic."""
@@ -379,6 +416,8 @@ class Model(keras.Model):
         """Writes a SavedModel for serving; its `serving_default` signature takes the
         tensors of `packed_inputs(batch)` and returns `{"output": [B, ...]}` (the
         block's output per input, in order). Loading it needs TensorFlow only."""
+        if self._refuse_save(filepath):
+            return
         if format != "tf_saved_model":
             raise ValueError("only format='tf_saved_model' is supported")
         if self._out_type is None:
@@ -409,6 +448,15 @@ class _Labels:
     def __init__(self, y, sample_weight, n: int | None = None):
         self.y = None if y is None else np.asarray(y)
         self.w = None if sample_weight is None else np.asarray(sample_weight, np.float32)
+        if self.y is not None:
+            if self.y.ndim == 0:
+                raise ValueError(f"y must have one row per input, got a scalar {y!r}")
+            if not (np.issubdtype(self.y.dtype, np.number) or self.y.dtype == bool):
+                raise TypeError(f"y must hold numbers (labels or targets), got dtype "
+                                f"{self.y.dtype}")
+        if self.w is not None and self.w.ndim != 1:
+            raise ValueError(f"sample_weight must be one number per input, got shape "
+                             f"{self.w.shape}")
         for what, a in (("y", self.y), ("sample_weight", self.w)):
             if a is not None and n is not None and len(a) != n:
                 raise ValueError(f"{what} has {len(a)} rows but there are {n} inputs")
@@ -465,20 +513,32 @@ def _weights_of(root) -> tuple[list, list]:
     return layers, variables
 
 
-def _as_inputs(x) -> list:
+def _as_inputs(x, what: str = "x") -> list:
     if x is None:
-        raise ValueError("no inputs: x is None")
+        raise ValueError(f"no inputs: {what} is None")
     if isinstance(x, (str, bytes, dict)) or not isinstance(x, Iterable):
-        raise TypeError(f"x must be a list (or iterable) of inputs, got {type(x).__name__}")
+        raise TypeError(f"{what} must be a list (or iterable) of inputs, got "
+                        f"{type(x).__name__}")
     if isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)):
-        raise TypeError("x must be a list of Python inputs; Model packs its own batches")
+        raise TypeError(f"{what} must be a list of Python inputs; Model packs its own "
+                        "batches")
     return x if isinstance(x, list) else list(x)
 
 
 def _split_validation(data):
-    if isinstance(data, tuple) and 2 <= len(data) <= 3 and not isinstance(data[1], list):
+    """`(x, y)` or `(x, y, sample_weight)` tuples; a list is Fold-style inputs only."""
+    if isinstance(data, tuple):
+        if len(data) not in (2, 3):
+            raise ValueError("validation_data must be (x, y), (x, y, sample_weight) or a list "
+                             f"of inputs, got a tuple of {len(data)}")
         return data[0], data[1], data[2] if len(data) == 3 else None
     return data, None, None
+
+
+def _check_batch_size(batch_size) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+            or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
 
 
 def _refuse(kwargs: dict, what: str) -> None:

@@ -8,17 +8,23 @@ import tensorflow as tf
 import blocks as td
 
 
-def tree_sign(hidden: int = 8, seed: int = 0):
+def tree_sign(hidden: int = 8, seed: int = 0, l2: float = 0.0):
     """A recursive net over trees of numbers: logits for whether the leaves' sum is > 0.
 
-    A tree is a float or a pair of trees.
+    A tree is a float or a pair of trees. With `l2`, the output layer's kernel has an
+    L2 penalty (a Keras regularizer loss).
     """
     keras.utils.set_random_seed(seed)
+    if l2:
+        out = td.ScopedLayer(keras.layers.Dense(2, kernel_regularizer=keras.regularizers.L2(l2),
+                                                name="logits"))
+    else:
+        out = td.FC(2, activation=None, name="logits")
     tree = td.ForwardDeclaration(td.PyObjectType(), td.TensorType((hidden,)))
     leaf = td.Scalar() >> td.Function(lambda x: x[:, None]) >> td.FC(hidden, name="leaf")
     pair = td.Record((tree(), tree())) >> td.Concat() >> td.FC(hidden, name="pair")
     tree.resolve_to(td.OneOf(lambda t: isinstance(t, tuple), {False: leaf, True: pair}))
-    return tree() >> td.FC(2, activation=None, name="logits")
+    return tree() >> out
 
 
 def labelled_tree_sign(hidden: int = 8, seed: int = 0):

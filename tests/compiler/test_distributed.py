@@ -51,6 +51,35 @@ SCRIPT = textwrap.dedent("""
         assert moved > 1e-3, (name, moved)
         assert np.isfinite(loss)
         print(name, "ok", loss, moved)
+    # labels, a weight penalty, and the loss a step returns, on two replicas
+    with strategy.scope():
+        mirrored = Model(factories.tree_sign(seed=4, l2=0.1))
+        mirrored.compile(optimizer=keras.optimizers.SGD(0.5),
+                         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    single = Model(factories.tree_sign(seed=4, l2=0.1))
+    single.compile(optimizer=keras.optimizers.SGD(0.5),
+                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    mirrored.set_weights(single.get_weights())
+    want_loss = single.evaluate(trees, y, batch_size=len(trees), verbose=0)
+    trainer = MirroredTrainer(mirrored, strategy)
+    loss = trainer.train_step(trees, y)
+    assert abs(loss - want_loss) < 1e-5, (loss, want_loss)
+    single.fit(trees, y, batch_size=len(trees), epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(single.weights, mirrored.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2e-6, err_msg="l2")
+    # fit over epochs, from a generator; a batch too small for the replicas; Keras fit
+    history = trainer.fit((t for t in trees), y, batch_size=4, epochs=2, verbose=0)
+    assert len(history["loss"]) == 2 and all(np.isfinite(history["loss"]))
+    try:
+        trainer.train_step(trees[:1], y[:1])
+        raise AssertionError("a one-input batch on two replicas was accepted")
+    except ValueError as e:
+        assert "cannot feed 2 replicas" in str(e)
+    try:
+        mirrored.fit(trees, y, verbose=0)
+        raise AssertionError("Model.fit under a two-replica strategy was accepted")
+    except ValueError as e:
+        assert "MirroredTrainer" in str(e)
     print("DONE")
 """)
 

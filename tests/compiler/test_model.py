@@ -280,6 +280,9 @@ def test_a_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
     restored = Model(block)
     restored.load_weights(str(path))
     assert all(np.isfinite(w.numpy()).all() for w in restored.weights)
+    model.load_weights(str(path))  # good weights again: saving works again
+    model.save_weights(str(tmp_path / "again.weights.h5"))
+    assert (tmp_path / "again.weights.h5").exists()
 
 
 def test_fit_without_any_loss_says_what_to_do():
@@ -314,3 +317,135 @@ def test_sample_weights_weigh_the_loss():
     want = float(SCCE(y[:8], logits)) * 8 / 16  # Keras averages over the whole batch
     assert half == pytest.approx(want, rel=1e-4)
     assert half != pytest.approx(full)
+
+
+def test_predict_never_skips_a_bad_input():
+    trees, _ = sign_data(10, seed=13)
+    trees[4] = "four"
+    model = Model(factories.tree_sign(), on_bad_example="skip")
+    with pytest.raises(InputError) as err:
+        model.predict(trees, verbose=0)
+    assert err.value.example_index == 4
+
+
+def test_skipping_keeps_labels_with_their_inputs():
+    trees, y = sign_data(40, seed=14)
+    bad = list(trees)
+    bad[5], bad[22] = "five", None
+    model = compiled(Model(factories.tree_sign(), on_bad_example="skip"))
+    with pytest.warns(UserWarning):
+        got = model.evaluate(bad, y, batch_size=40, verbose=0, return_dict=True)
+    assert model.skipped_examples == [5, 22]
+    keep = [i for i in range(40) if i not in (5, 22)]
+    want = model.evaluate([trees[i] for i in keep], y[keep], batch_size=40, verbose=0,
+                          return_dict=True)
+    assert got == pytest.approx(want)
+
+
+def test_validation_data_takes_label_lists_and_names_itself_in_errors():
+    trees, y = sign_data(24, seed=15)
+    model = compiled(Model(factories.tree_sign(), on_bad_example="skip"))
+    history = model.fit(trees[:16], y[:16], batch_size=8, epochs=1, verbose=0,
+                        validation_data=(trees[16:], list(y[16:])))
+    assert "val_accuracy" in history.history
+    bad = list(trees[16:])
+    bad[2] = "two"
+    with pytest.warns(UserWarning, match="examples of validation_data"):
+        model.fit(trees[:16], y[:16], batch_size=8, epochs=1, verbose=0,
+                  validation_data=(bad, y[16:]))
+    assert model.skipped_validation_examples == [2]
+    assert model.skipped_examples == []
+    strict = compiled(Model(factories.tree_sign()))
+    with pytest.raises(InputError, match=r"\(in validation_data\)") as err:
+        strict.fit(trees[:16], y[:16], verbose=0, validation_data=(bad, y[16:]))
+    assert err.value.example_index == 2
+
+
+def test_every_epoch_sees_its_own_order_and_a_resumed_run_sees_the_same():
+    trees, y = sign_data(24, seed=16)
+
+    def orders(epochs, initial_epoch=0):
+        model = compiled(Model(factories.tree_sign(), seed=7))
+        seen = []
+        pack = model._pack
+
+        def spy(batch):
+            seen.append([trees.index(t) for t in batch])
+            return pack(batch)
+        model._pack = spy
+        model.fit(trees, y, batch_size=24, epochs=epochs, initial_epoch=initial_epoch,
+                  verbose=0)
+        return seen
+
+    straight = orders(3)
+    assert straight[0] != straight[1] != straight[2]
+    assert sorted(straight[0]) == list(range(24))
+    assert orders(3, initial_epoch=2) == straight[2:]
+
+
+def test_labels_and_batch_sizes_are_checked_with_clear_errors():
+    trees, y = sign_data(8, seed=17)
+    model = compiled(Model(factories.tree_sign()))
+    with pytest.raises(TypeError, match="y must hold numbers"):
+        model.fit(trees, np.array(["a"] * 8), verbose=0)
+    with pytest.raises(ValueError, match="one row per input"):
+        model.fit(trees, 1, verbose=0)
+    with pytest.raises(ValueError, match="y has 7 rows but there are 8 inputs"):
+        model.fit(trees, y[:7], verbose=0)
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="batch_size must be a positive int"):
+            model.fit(trees, y, batch_size=bad, verbose=0)
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        model.predict(trees, batch_size=0, verbose=0)
+    fold = Model(factories.labelled_tree_sign())
+    fold.compile(optimizer="adam")
+    data = [labelled(t) for t in trees]
+    with pytest.raises(ValueError, match="sample_weight needs labels y"):
+        fold.fit(data, sample_weight=np.ones(8), verbose=0)
+    structured = Model(td.Map(td.Scalar()) >> td.Sum() >> td.Function(lambda s: (s, s)))
+    structured.compile(optimizer="adam", loss="mse")
+    with pytest.raises(ValueError, match="one tensor per input"):
+        structured.fit([[1.0]], np.array([1.0]), verbose=0)
+
+
+def test_evaluate_without_any_loss_says_what_to_do():
+    model = Model(factories.tree_sign())
+    model.compile(optimizer="adam", loss=SCCE)
+    with pytest.raises(ValueError, match="nothing to train on"):
+        model.evaluate(sign_data(4)[0], verbose=0)
+
+
+def test_a_chosen_loss_metric_trains_and_survives_saving(tmp_path):
+    trees, _ = sign_data(48, seed=18)
+    data = [labelled(t) for t in trees]
+
+    def build(**kw):
+        return Model.from_factory("tests.compiler.factories:labelled_tree_sign",
+                                  loss_metrics=["accuracy"], **kw)
+    model = build()  # maximising nothing sensible, but it must be *this* metric's mean
+    model.compile(optimizer=keras.optimizers.SGD(0.0))
+    logs = model.evaluate(data, batch_size=48, verbose=0, return_dict=True)
+    per_node = np.concatenate([model.block.eval(x)[1]["accuracy"] for x in data])
+    assert logs["loss"] == pytest.approx(per_node.mean(), rel=1e-5)
+    path = tmp_path / "m.keras"
+    model.save(str(path))
+    assert keras.models.load_model(str(path)).loss_metrics == ["accuracy"]
+
+
+def test_regularization_losses_join_the_training_loss():
+    trees, y = sign_data(16, seed=19)
+    plain = compiled(Model(factories.tree_sign(seed=2)))
+    penalised = compiled(Model(factories.tree_sign(seed=2, l2=0.5)))
+    penalised.set_weights(plain.get_weights())
+    a = plain.evaluate(trees, y, batch_size=16, verbose=0)[0]
+    b = penalised.evaluate(trees, y, batch_size=16, verbose=0)[0]
+    kernel = next(w for w in penalised.weights if "kernel" in w.path and "logits" in w.path)
+    assert b - a == pytest.approx(0.5 * float(np.sum(kernel.numpy() ** 2)), rel=1e-4)
+
+
+def test_a_depth_scheduled_model_predicts_the_same():
+    trees, _ = sign_data(20, seed=20)
+    block = factories.tree_sign()
+    agenda = Model(block).predict(trees, verbose=0)
+    depth = Model(block, scheduler="depth").predict(trees, verbose=0)
+    np.testing.assert_allclose(agenda, depth, atol=1e-5)

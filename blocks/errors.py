@@ -39,5 +39,10 @@ class InputError(ValueError):
         return err
 
 
+class BadValue(ValueError):
+    """Raised by an op's input check (`Op.check`); blocks turn it into an `InputError`
+    that names their path."""
+
+
 class InputKeyError(InputError, KeyError):
     """An `InputError` for a missing key or index; also a `KeyError`, as in Fold."""

@@ -102,6 +102,8 @@ class ReferenceContext:
 
     def op(self, op: Op, args: list) -> list:
         tf = self._tf
+        if op.check is not None:
+            op.check(*[np.asarray(a)[None] for a in args])
         if args:
             outs = op.fn(*[tf.expand_dims(a, 0) for a in args])
         else:

@@ -209,6 +209,19 @@ class Embedding(Layer):
                 raise TypeError(f"{self._label()}: Embeddings take integer inputs, got {t}")
         super()._infer()
 
+    def check_inputs(self, ids) -> None:
+        """Refuses ids beyond the table when they are not wrapped (`mod_inputs=False`)."""
+        if self._mod_inputs:
+            return
+        import numpy as np
+
+        from blocks.errors import BadValue
+        ids = np.asarray(ids)
+        bad = ids[(ids < 0) | (ids >= self._num_buckets)]
+        if bad.size:
+            raise BadValue(f"id {bad.flat[0]} is not in [0, {self._num_buckets}) "
+                           "(mod_inputs=False)")
+
     def _call(self, ids):
         import tensorflow as tf
         if ids.dtype not in (tf.int32, tf.int64):

@@ -34,6 +34,11 @@ class Op:
             two blocks with the same signature) and may be batched together.
             Defaults to the op itself.
         cost: a hint for schedulers: cheap ops may run before heavy ones.
+        check: optional `check(*input_rows)` on the numpy values of one call's
+            inputs (for prelude-only ops, which read input data only); it raises
+            `blocks.errors.BadValue` for a value the op cannot take (say, an id
+            beyond an embedding's rows), so that the error names the block path
+            before anything runs.
         prelude_only: the op reads a variable sparsely (an embedding lookup), so it
             must run before the batching loop, on inputs that are all constants;
             inside the loop TensorFlow would keep a dense gradient per iteration.
@@ -41,7 +46,7 @@ class Op:
 
     def __init__(self, name: str, fn: Callable, input_types: Sequence[TensorType],
                  output_types: Sequence[TensorType], key: Hashable | None = None,
-                 cost: float = 1.0, prelude_only: bool = False):
+                 cost: float = 1.0, prelude_only: bool = False, check: Callable | None = None):
         self.name = name
         self.fn = fn
         self.input_types = tuple(input_types)
@@ -52,6 +57,7 @@ class Op:
         self.key = self if key is None else key
         self.cost = cost
         self.prelude_only = prelude_only
+        self.check = check
 
     def __repr__(self) -> str:
         return f"Op({self.name!r}, {self.input_types} -> {self.output_types})"

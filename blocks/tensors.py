@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from blocks.block import Block
+from blocks.errors import BadValue
 from blocks.op import Op
 from blocks.types import (
     BroadcastSequenceType,
@@ -221,13 +222,17 @@ class Function(Block):
             name = self.name or self._fn_name()
             key = (fn, self.input_type, self.output_type)
             self._op = Op(name, call, in_types, out_types, key=key,
-                          prelude_only=getattr(fn, "reads_sparsely", False))
+                          prelude_only=getattr(fn, "reads_sparsely", False),
+                          check=getattr(fn, "check_inputs", None))
         return self._op
 
     def _evaluate(self, ctx, x):
         flat_in = self.input_type.flatten(x)
         try:
             flat_out = ctx.op(self.op(), flat_in)
+        except BadValue as e:
+            from blocks.errors import InputError
+            raise InputError(self.path, f"{self._fn_name()}: {e}") from None
         except _tf().errors.OpError as e:  # only the eager reference evaluator gets here
             import re
 

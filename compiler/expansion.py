@@ -86,6 +86,8 @@ class ExpansionContext:
         if d and op.prelude_only:
             raise ValueError(f"{op.name} looks up rows of a variable, so its input must come "
                              "from the input data (e.g. a Scalar), not from another op")
+        if op.check is not None and d == 0:
+            op.check(*[self._constant_row(a) for a in args])
         j = len(self.node_op)
         self.node_op.append(o)
         self.node_arity.append(len(args))
@@ -101,6 +103,9 @@ class ExpansionContext:
         if not args:
             self._sources[o] = outs
         return outs
+
+    def _constant_row(self, v: int) -> np.ndarray:
+        return np.asarray(self.constants[self.value_type[v]][self.value_index[v]])[None]
 
     def metric(self, name: str, value: int, label: Any = None) -> None:
         self.metrics.append((self._metric_id[name], value, label))

@@ -35,6 +35,7 @@ Two ways to give the loss:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import warnings
@@ -46,6 +47,7 @@ import numpy as np
 import tensorflow as tf
 
 from blocks.errors import InputError
+from blocks.evaluation import reference_eval
 from blocks.layers import Layer as BlockLayer
 from blocks.layers import is_keras_layer
 from blocks.tensors import FromTensor, Function
@@ -333,9 +335,14 @@ class Model(keras.Model):
         if self.optimizer is not None and not self.optimizer.built:
             # creating its slots inside the traced step would make Keras trace it twice
             self.optimizer.build(self.trainable_variables)
-        return super().fit(data, epochs=epochs, verbose=verbose, callbacks=callbacks, shuffle=False,
-                           validation_data=val, initial_epoch=initial_epoch,
-                           validation_freq=validation_freq)
+        blame = [(x, "x", self.skipped_examples)]
+        if validation_data is not None:
+            blame.append((_split_validation(validation_data)[0], "validation_data",
+                          self.skipped_validation_examples))
+        with self._blaming(blame):
+            return super().fit(data, epochs=epochs, verbose=verbose, callbacks=callbacks,
+                               shuffle=False, validation_data=val, initial_epoch=initial_epoch,
+                               validation_freq=validation_freq)
 
     def evaluate(self, x=None, y=None, batch_size: int | None = None, verbose="auto",
                  sample_weight=None, callbacks=None, return_dict: bool = False, **kwargs):
@@ -349,8 +356,9 @@ class Model(keras.Model):
         self._check_loss(y)
         data, _ = self._dataset(x, y, sample_weight, 32 if batch_size is None else batch_size,
                                 False)
-        return super().evaluate(data, verbose=verbose, callbacks=callbacks,
-                                return_dict=return_dict)
+        with self._blaming([(x, "x", self.skipped_examples)]):
+            return super().evaluate(data, verbose=verbose, callbacks=callbacks,
+                                    return_dict=return_dict)
 
     def predict(self, x, batch_size: int | None = None, verbose="auto", callbacks=None,
                 **kwargs):
@@ -362,15 +370,37 @@ class Model(keras.Model):
         _refuse(kwargs, "predict")
         batch_size = 32 if batch_size is None else batch_size
         if self._out_type is not None:
+            x = _as_inputs(x)
             data, _ = self._dataset(x, None, None, batch_size, False, with_labels=False,
                                     raise_errors=True)
-            return super().predict(data, verbose=verbose, callbacks=callbacks)
+            with self._blaming([(x, "x", [])]):
+                return super().predict(data, verbose=verbose, callbacks=callbacks)
         _check_batch_size(batch_size)
         inputs, _ = self._expand(_as_inputs(x), _Labels(None, None), raise_errors=True)
         results = []
         for b in range(0, len(inputs), batch_size):
             results.extend(self.compiler.run(inputs[b:b + batch_size]))
         return results
+
+    @contextlib.contextmanager
+    def _blaming(self, datasets: list):
+        """Turns a TensorFlow error in a step into an `InputError` naming the input
+        (its index in its dataset) and the block path, found by evaluating the inputs
+        one by one on the reference evaluator."""
+        try:
+            yield
+        except tf.errors.OpError as e:
+            for inputs, what, skipped in datasets:
+                skip = set(skipped)
+                for i, item in enumerate(_as_inputs(inputs, what)):
+                    if i in skip:
+                        continue
+                    try:
+                        reference_eval(self.block, item)
+                    except InputError as bad:
+                        reason = bad.reason if what == "x" else f"{bad.reason} (in {what})"
+                        raise InputError(bad.block_path, reason, i) from e
+            raise
 
     def _check_loss(self, y):
         if y is not None and self._compile_loss is None and self._loss_ids:

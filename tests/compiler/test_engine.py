@@ -91,15 +91,31 @@ def test_a_bad_input_in_a_batch_names_its_index_and_block_path():
 
 
 def test_an_input_that_fails_only_inside_tensorflow_is_blamed_on_its_example():
-    # the embedding has 20 rows; word 25 passes expansion (an int) but not the lookup
+    def checked_sqrt(x):
+        tf.debugging.assert_non_negative(x, message="sqrt of a negative number")
+        return tf.sqrt(x)
+
+    block = td.Map(td.Scalar() >> td.Function(checked_sqrt)) >> td.Sum()
+    c = Compiler.create(block)
+    with pytest.raises(InputError) as err:
+        c.run([[1.0, 4.0], [9.0], [4.0, -1.0, 0.0]])
+    assert err.value.example_index == 2
+    assert err.value.block_path == "Pipe[0] > Map > Pipe[1] > Function"
+    assert "sqrt of a negative number" in str(err.value)
+    assert [float(r) for r in c.run([[1.0, 4.0], [9.0]])] == [3.0, 3.0]
+
+
+def test_an_embedding_id_out_of_range_is_refused_before_running():
+    # the embedding has 20 rows and does not wrap ids: word 25 is caught at expansion
     block = td.Map(td.Scalar("int32") >> td.Embedding(20, 2, mod_inputs=False)) >> td.Sum()
     c = Compiler.create(block)
     with pytest.raises(InputError) as err:
         c.run([[1, 2], [3], [4, 25, 5]])
     assert err.value.example_index == 2
     assert err.value.block_path == "Pipe[0] > Map > Pipe[1] > Function"
-    assert "Embedding failed on this input" in str(err.value)
-    assert "25 is not in [0, 20)" in str(err.value)
+    assert "id 25 is not in [0, 20)" in str(err.value)
+    with pytest.raises(InputError, match="id -1 is not in"):
+        block.eval([-1])
 
 
 def test_wrong_shapes_are_refused_before_running():

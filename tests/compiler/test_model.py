@@ -449,3 +449,20 @@ def test_a_depth_scheduled_model_predicts_the_same():
     agenda = Model(block).predict(trees, verbose=0)
     depth = Model(block, scheduler="depth").predict(trees, verbose=0)
     np.testing.assert_allclose(agenda, depth, atol=1e-5)
+
+
+def test_an_input_failing_inside_a_training_step_is_named():
+    def checked_sqrt(x):
+        tf.debugging.assert_non_negative(x, message="sqrt of a negative number")
+        return tf.sqrt(x)
+
+    block = td.Map(td.Scalar() >> td.Function(checked_sqrt)) >> td.Sum() \
+        >> td.Function(lambda s: s[:, None]) >> td.FC(2, activation=None)
+    xs = [[float(i + 1), 2.0] for i in range(30)]
+    xs[17] = [1.0, -3.0]
+    model = compiled(Model(block))
+    with pytest.raises(InputError) as err:
+        model.fit(xs, np.zeros(30, np.int32), batch_size=8, verbose=0)
+    assert err.value.example_index == 17
+    assert "sqrt of a negative number" in str(err.value)
+    assert err.value.block_path.endswith("Function")

@@ -11,8 +11,9 @@ Two ways to give the loss:
   per input, e.g. logits) is `y_pred`.
 - Fold style: losses live inside the input and are emitted by `td.Metric` blocks.
   Every metric whose name ends with `"loss"` is a loss term: the training loss is
-  the sum over such metrics of the mean of their values in the batch. All other
-  metrics are reported in the logs as their mean over the epoch.
+  the sum over such metrics of the mean of their values in the batch (the logged
+  epoch loss averages those batch losses weighted by inputs per batch, as Keras
+  does). All other metrics are reported as their mean over all values of the epoch.
 
 >>> import numpy as np, tensorflow as tf, keras
 >>> import blocks as td
@@ -76,6 +77,9 @@ class Model(keras.Model):
         seed: seeds the per-epoch shuffling (epoch `e` uses `seed + e`), so a run
             resumed from a checkpoint sees the same batches as an uninterrupted one.
         name: the Keras model name.
+        cache: keep every input's expanded graph (keyed by the input object) so
+            later epochs skip expansion. Cached inputs are held in memory and must
+            not be mutated; turn it off to stream many inputs through `predict`.
 
     Weights are those of the layers the block uses (`td.FC`, `td.Embedding`,
     `td.ScopedLayer`, Keras layers in `td.Function`) and of `td.FromTensor`
@@ -84,13 +88,13 @@ class Model(keras.Model):
 
     def __init__(self, block=None, scheduler: str = "agenda", loss_metrics=None,
                  on_bad_example: str = "raise", seed: int = 0, name: str | None = None,
-                 _factory: tuple | None = None, **kwargs):
+                 cache: bool = True, _factory: tuple | None = None, **kwargs):
         super().__init__(name=name, **kwargs)
         if block is None:
             raise TypeError("Model needs a block expression: Model(block)")
         if on_bad_example not in ("raise", "skip"):
             raise ValueError(f"on_bad_example must be 'raise' or 'skip', got {on_bad_example!r}")
-        self.compiler = Compiler.create(block, scheduler=scheduler)
+        self.compiler = Compiler.create(block, scheduler=scheduler, cache=cache)
         self.program = self.compiler.program
         self.block = self.program.root
         self.scheduler = scheduler

@@ -466,3 +466,12 @@ def test_an_input_failing_inside_a_training_step_is_named():
     assert err.value.example_index == 17
     assert "sqrt of a negative number" in str(err.value)
     assert err.value.block_path.endswith("Function")
+
+
+def test_the_graph_cache_can_be_turned_off():
+    trees, y = sign_data(16, seed=21)
+    cached, streaming = Model(factories.tree_sign()), Model(factories.tree_sign(), cache=False)
+    np.testing.assert_allclose(cached.predict(trees, verbose=0),
+                               streaming.predict(trees, verbose=0), atol=1e-6)
+    assert len(cached.compiler._cache) == 16
+    assert streaming.compiler._cache is None

@@ -473,5 +473,6 @@ def test_the_graph_cache_can_be_turned_off():
     cached, streaming = Model(factories.tree_sign()), Model(factories.tree_sign(), cache=False)
     np.testing.assert_allclose(cached.predict(trees, verbose=0),
                                streaming.predict(trees, verbose=0), atol=1e-6)
-    assert len(cached.compiler._cache) == 16
+    # single-leaf trees are floats: small immutable values are not worth caching
+    assert len(cached.compiler._cache) == sum(isinstance(t, tuple) for t in trees) > 0
     assert streaming.compiler._cache is None

@@ -39,7 +39,7 @@ class InputError(ValueError):
         return err
 
 
-class BadValue(ValueError):
+class BadValueError(ValueError):
     """Raised by an op's input check (`Op.check`); blocks turn it into an `InputError`
     that names their path."""
 

@@ -215,11 +215,11 @@ class Embedding(Layer):
             return
         import numpy as np
 
-        from blocks.errors import BadValue
+        from blocks.errors import BadValueError
         ids = np.asarray(ids)
         bad = ids[(ids < 0) | (ids >= self._num_buckets)]
         if bad.size:
-            raise BadValue(f"id {bad.flat[0]} is not in [0, {self._num_buckets}) "
+            raise BadValueError(f"id {bad.flat[0]} is not in [0, {self._num_buckets}) "
                            "(mod_inputs=False)")
 
     def _call(self, ids):

@@ -36,7 +36,7 @@ class Op:
         cost: a hint for schedulers: cheap ops may run before heavy ones.
         check: optional `check(*input_rows)` on the numpy values of one call's
             inputs (for prelude-only ops, which read input data only); it raises
-            `blocks.errors.BadValue` for a value the op cannot take (say, an id
+            `blocks.errors.BadValueError` for a value the op cannot take (say, an id
             beyond an embedding's rows), so that the error names the block path
             before anything runs.
         prelude_only: the op reads a variable sparsely (an embedding lookup), so it

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from blocks.block import Block
-from blocks.errors import BadValue
+from blocks.errors import BadValueError
 from blocks.op import Op
 from blocks.types import (
     BroadcastSequenceType,
@@ -230,7 +230,7 @@ class Function(Block):
         flat_in = self.input_type.flatten(x)
         try:
             flat_out = ctx.op(self.op(), flat_in)
-        except BadValue as e:
+        except BadValueError as e:
             from blocks.errors import InputError
             raise InputError(self.path, f"{self._fn_name()}: {e}") from None
         except _tf().errors.OpError as e:  # only the eager reference evaluator gets here

@@ -147,7 +147,8 @@ class Model(keras.Model):
                 "'module:function', {...}); or save the weights with save_weights().")
         return {"factory": self._factory[0], "factory_kwargs": self._factory[1],
                 "scheduler": self.scheduler, "seed": self.seed, "name": self.name,
-                "on_bad_example": self.on_bad_example, "loss_metrics": self.loss_metrics}
+                "on_bad_example": self.on_bad_example, "loss_metrics": self.loss_metrics,
+                "cache": self.compiler._cache is not None}
 
     @classmethod
     def from_config(cls, config: dict) -> Model:
@@ -201,9 +202,10 @@ class Model(keras.Model):
             y_pred, values = self._forward(x)
             loss = self._total_loss(x, y, y_pred, sample_weight, values)
             scaled = self.optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, weights)
-        grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
-        self.optimizer.apply_gradients(zip(grads, weights))
+        if weights:
+            grads = tape.gradient(scaled, weights)
+            grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
+            self.optimizer.apply_gradients(zip(grads, weights))
         return self._update_metrics(x, y, y_pred, sample_weight, values, loss)
 
     def test_step(self, data):
@@ -325,6 +327,9 @@ class Model(keras.Model):
         batch_size = 32 if batch_size is None else batch_size
         x = _as_inputs(x)
         self._check_loss(y)
+        if not self.trainable_weights:
+            warnings.warn("the block has no trainable weights: fit only reports metrics",
+                          stacklevel=2)
         data, _ = self._dataset(x, y, sample_weight, batch_size, shuffle)
         val = None
         if validation_data is not None:
@@ -540,7 +545,10 @@ def _weights_of(root) -> tuple[list, list]:
             if layer is not None and id(layer) not in seen:
                 seen.add(id(layer))
                 layers.append(layer)
-        elif isinstance(b, FromTensor) and isinstance(b.tensor, (tf.Variable, keras.Variable)):
+        elif isinstance(b, FromTensor) and isinstance(b.tensor, tf.Variable):
+            raise TypeError(f"{b.path}: holds a tf.Variable, which a Keras model cannot "
+                            "track (train, checkpoint, save); create it as keras.Variable")
+        elif isinstance(b, FromTensor) and isinstance(b.tensor, keras.Variable):
             if id(b.tensor) not in seen:
                 seen.add(id(b.tensor))
                 variables.append(b.tensor)

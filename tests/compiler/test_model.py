@@ -476,3 +476,26 @@ def test_the_graph_cache_can_be_turned_off():
     # single-leaf trees are floats: small immutable values are not worth caching
     assert len(cached.compiler._cache) == sum(isinstance(t, tuple) for t in trees) > 0
     assert streaming.compiler._cache is None
+
+
+def test_fromtensor_variables_are_trained_when_keras_can_track_them():
+    target = keras.Variable(np.zeros(2, np.float32))
+    block = td.Record((td.Vector(2), td.FromTensor(target))) \
+        >> td.Function(lambda a, b: tf.reduce_sum((a - b) ** 2, 1)) >> td.Metric("loss")
+    model = Model(block)
+    model.compile(optimizer=keras.optimizers.SGD(0.1))
+    model.fit([([1.0, 2.0], None)] * 8, batch_size=4, epochs=20, verbose=0)
+    np.testing.assert_allclose(np.asarray(target), [1.0, 2.0], atol=1e-2)
+    raw = td.Record((td.Vector(2), td.FromTensor(tf.Variable(np.zeros(2, np.float32))))) \
+        >> td.Function(lambda a, b: tf.reduce_sum((a - b) ** 2, 1)) >> td.Metric("loss")
+    with pytest.raises(TypeError, match="keras.Variable"):
+        Model(raw)
+
+
+def test_a_block_without_weights_still_reports_its_metrics():
+    block = td.Scalar() >> td.Function(tf.square) >> td.Metric("loss")
+    model = Model(block)
+    model.compile(optimizer="sgd")
+    with pytest.warns(UserWarning, match="no trainable weights"):
+        history = model.fit([1.0, 2.0, 3.0], batch_size=3, verbose=0)
+    assert history.history["loss"] == [pytest.approx(14 / 3)]

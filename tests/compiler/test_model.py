@@ -404,7 +404,8 @@ def test_labels_and_batch_sizes_are_checked_with_clear_errors():
         fold.fit(data, sample_weight=np.ones(8), verbose=0)
     structured = Model(td.Map(td.Scalar()) >> td.Sum() >> td.Function(lambda s: (s, s)))
     structured.compile(optimizer="adam", loss="mse")
-    with pytest.raises(ValueError, match="one tensor per input"):
+    with pytest.warns(UserWarning, match="no trainable weights"), \
+            pytest.raises(ValueError, match="one tensor per input"):
         structured.fit([[1.0]], np.array([1.0]), verbose=0)
 
 

@@ -80,6 +80,9 @@ class Model(keras.Model):
         cache: keep every input's expanded graph (keyed by the input object) so
             later epochs skip expansion. Cached inputs are held in memory and must
             not be mutated; turn it off to stream many inputs through `predict`.
+        workers: expand inputs never seen before in that many forked worker
+            processes (see `Compiler`), for large datasets on machines with spare
+            cores; 0 (default) expands in this process.
 
     Weights are those of the layers the block uses (`td.FC`, `td.Embedding`,
     `td.ScopedLayer`, Keras layers in `td.Function`) and of `td.FromTensor`
@@ -88,13 +91,15 @@ class Model(keras.Model):
 
     def __init__(self, block=None, scheduler: str = "agenda", loss_metrics=None,
                  on_bad_example: str = "raise", seed: int = 0, name: str | None = None,
-                 cache: bool = True, _factory: tuple | None = None, **kwargs):
+                 cache: bool = True, workers: int = 0, _factory: tuple | None = None,
+                 **kwargs):
         super().__init__(name=name, **kwargs)
         if block is None:
             raise TypeError("Model needs a block expression: Model(block)")
         if on_bad_example not in ("raise", "skip"):
             raise ValueError(f"on_bad_example must be 'raise' or 'skip', got {on_bad_example!r}")
-        self.compiler = Compiler.create(block, scheduler=scheduler, cache=cache)
+        self.compiler = Compiler.create(block, scheduler=scheduler, cache=cache,
+                                        workers=workers)
         self.program = self.compiler.program
         self.block = self.program.root
         self.scheduler = scheduler
@@ -148,7 +153,7 @@ class Model(keras.Model):
         return {"factory": self._factory[0], "factory_kwargs": self._factory[1],
                 "scheduler": self.scheduler, "seed": self.seed, "name": self.name,
                 "on_bad_example": self.on_bad_example, "loss_metrics": self.loss_metrics,
-                "cache": self.compiler._cache is not None}
+                "cache": self.compiler._cache is not None, "workers": self.compiler.workers}
 
     @classmethod
     def from_config(cls, config: dict) -> Model:

@@ -500,3 +500,20 @@ def test_a_block_without_weights_still_reports_its_metrics():
     with pytest.warns(UserWarning, match="no trainable weights"):
         history = model.fit([1.0, 2.0, 3.0], batch_size=3, verbose=0)
     assert history.history["loss"] == [pytest.approx(14 / 3)]
+
+
+def test_expansion_in_worker_processes_trains_the_same():
+    trees, y = sign_data(150, seed=22)
+
+    def trained(**kw):
+        model = compiled(Model(factories.tree_sign(seed=3), seed=1, **kw))
+        model.fit(trees, y, batch_size=32, epochs=1, verbose=0)
+        return model
+
+    serial, parallel = trained(), trained(workers=2)
+    try:
+        assert parallel.compiler._pool is not None  # the workers did the expanding
+        for a, b in zip(serial.weights, parallel.weights):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
+    finally:
+        parallel.compiler.close()

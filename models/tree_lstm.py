@@ -171,24 +171,50 @@ class _ChildSumGates(Layer):
 
 
 class _ChildSumForget(Layer):
-    """`(x, (h_k, c_k)) -> f_k * c_k`: one child's gated memory."""
+    """`(W_f x + b_f, (h_k, c_k)) -> f_k * c_k`: one child's gated memory.
+
+    The forget gate `f_k = sigmoid(W_f x + U_f h_k + b_f)` has one kernel
+    `[W_f; U_f]` (`[input_size + hidden, hidden]`); its input part is computed once
+    per node by `input_part` (a second layer on the same weights), not per child.
+    """
 
     def __init__(self, hidden: int, input_size: int, forget_bias: float, name: str | None):
         import keras
+        self.input_size = input_size
         self.dense = keras.layers.Dense(hidden, name=f"{name or 'child_sum'}_forget")
         self.dense.build((None, input_size + hidden))
         if forget_bias:
             self.dense.bias.assign(self.dense.bias.numpy() + forget_bias)
-        super().__init__(input_type=TupleType(TensorType((input_size,)), state_type(hidden)),
-                         output_type=TensorType((hidden,)), name=name)
+        vec = TensorType((hidden,))
+        super().__init__(input_type=TupleType(vec, state_type(hidden)), output_type=vec,
+                         name=name)
+        self.input_part = _ChildSumForgetInput(self)
 
     def _keras_layer(self):
         return self.dense
 
-    def _call(self, x, state):
+    def _call(self, wx, state):
         import tensorflow as tf
         h, c = state
-        return tf.sigmoid(self.dense(tf.concat([x, h], axis=1))) * c
+        u = self.dense.kernel[self.input_size:]
+        return tf.sigmoid(wx + tf.matmul(h, u)) * c
+
+
+class _ChildSumForgetInput(Layer):
+    """`x -> W_f x + b_f`: the forget gate's input part, shared by all children."""
+
+    def __init__(self, forget: _ChildSumForget):
+        self.forget = forget
+        super().__init__(input_type=TensorType((forget.input_size,)),
+                         output_type=forget.output_type, name=forget.name)
+
+    def _keras_layer(self):
+        return self.forget.dense
+
+    def _call(self, x):
+        import tensorflow as tf
+        dense = self.forget.dense
+        return tf.matmul(x, dense.kernel[:self.forget.input_size]) + dense.bias
 
 
 class ChildSumTreeLSTMCell(Block):
@@ -222,8 +248,8 @@ class ChildSumTreeLSTMCell(Block):
         self.gates, self.forget = _layers
         x, kids = td.GetItem(0), td.GetItem(1)
         h_sum = td.GetItem(1) >> td.Map(td.GetItem(0)) >> td.Sum()
-        fc_sum = (td.AllOf(x >> td.Broadcast(), kids) >> td.Zip()
-                  >> td.Map(td.Function(self.forget)) >> td.Sum())
+        fc_sum = (td.AllOf(x >> td.Function(self.forget.input_part) >> td.Broadcast(), kids)
+                  >> td.Zip() >> td.Map(td.Function(self.forget)) >> td.Sum())
         body = td.AllOf(td.GetItem(0), h_sum, fc_sum) >> self.gates
         in_type = TupleType(TensorType((input_size,)), SequenceType(state_type(hidden)))
         super().__init__([body], input_type=in_type, output_type=state_type(hidden),

@@ -48,6 +48,7 @@ import blocks as td
 from blocks.block import Block
 from blocks.layers import Layer
 from blocks.types import SequenceType, TensorType, TupleType
+from models.nodes import node_input_type, split_node_args
 
 
 def state_type(hidden: int) -> TupleType:
@@ -93,14 +94,8 @@ class NaryTreeLSTMCell(Layer):
             b[3 * hidden:] += forget_bias
             self._dense.bias.assign(b)
         state = state_type(hidden)
-        children = TupleType(*([state] * num_children))
-        if num_children == 0:
-            in_type = TensorType((input_size,))
-        elif input_size is None:
-            in_type = children
-        else:
-            in_type = TupleType(TensorType((input_size,)), children)
-        super().__init__(input_type=in_type, output_type=state, name=name)
+        super().__init__(input_type=node_input_type(state, num_children, input_size),
+                         output_type=state, name=name)
 
     def _keras_layer(self):
         return self._dense
@@ -108,12 +103,7 @@ class NaryTreeLSTMCell(Layer):
     def _call(self, *args):
         import tensorflow as tf
         H = self.hidden  # noqa: N806
-        if self.num_children == 0:
-            x, states = args[0], ()
-        elif self.input_size is None:
-            x, states = None, args
-        else:
-            x, states = args
+        x, states = split_node_args(args, self.num_children, self.input_size)
         hs = [s[0] for s in states]
         cs = [s[1] for s in states]
         inputs = ([x] if x is not None else []) + hs

@@ -22,7 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from blocks.layers import Layer
-from blocks.types import TensorType, TupleType
+from blocks.types import TensorType
+from models.nodes import node_input_type, split_node_args
 
 
 class TreeRNNCell(Layer):
@@ -55,26 +56,16 @@ class TreeRNNCell(Layer):
                                          name=name or "tree_rnn")
         self._dense.build((None, (input_size or 0) + num_children * hidden))
         vec = TensorType((hidden,))
-        children = TupleType(*([vec] * num_children))
-        if num_children == 0:
-            in_type = TensorType((input_size,))
-        elif input_size is None:
-            in_type = children
-        else:
-            in_type = TupleType(TensorType((input_size,)), children)
-        super().__init__(input_type=in_type, output_type=vec, name=name)
+        super().__init__(input_type=node_input_type(vec, num_children, input_size),
+                         output_type=vec, name=name)
 
     def _keras_layer(self):
         return self._dense
 
     def _call(self, *args):
         import tensorflow as tf
-        if self.num_children == 0:
-            parts = [args[0]]
-        elif self.input_size is None:
-            parts = list(args)
-        else:
-            parts = [args[0], *args[1]]
+        x, children = split_node_args(args, self.num_children, self.input_size)
+        parts = ([] if x is None else [x]) + list(children)
         return self._dense(parts[0] if len(parts) == 1 else tf.concat(parts, axis=1))
 
 

@@ -1,7 +1,6 @@
 """Tests for `blocks.composition`: Composition, Pipe (`>>`), Record, AllOf, wires,
 `convert_to_block` and the one-parent rule."""
 
-import contextlib
 import threading
 from collections import OrderedDict
 
@@ -11,26 +10,7 @@ import tensorflow as tf
 
 import blocks as td
 from blocks.composition import current_composition
-
-
-@contextlib.contextmanager
-def raises(exc_type, *fragments):
-    """Like `pytest.raises`, and every fragment must appear in the message."""
-    with pytest.raises(exc_type) as info:
-        yield info
-    message = str(info.value)
-    for fragment in fragments:
-        assert fragment in message, f"{fragment!r} not in {message!r}"
-
-
-def neg():
-    return td.Function(tf.negative)
-
-
-def fails_on_eval():
-    """A Python-side block that raises when it runs (ZeroDivisionError)."""
-    return td.InputTransform(lambda x: 1 / 0)
-
+from tests.blocks.helpers import fails_on_eval, neg, raises
 
 # --- Composition: wiring with scope() and reads() ----------------------------------------
 

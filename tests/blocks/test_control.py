@@ -1,7 +1,6 @@
 """Tests for `blocks.control`: OneOf, Optional, ForwardDeclaration and recursion,
 including inputs nested far deeper than Python's recursion limit."""
 
-import contextlib
 import functools
 
 import numpy as np
@@ -12,25 +11,7 @@ from hypothesis import strategies as st
 
 import blocks as td
 from blocks.evaluation import reference_eval
-
-
-@contextlib.contextmanager
-def raises(exc_type, *fragments):
-    """Like `pytest.raises`, and every fragment must appear in the message."""
-    with pytest.raises(exc_type) as info:
-        yield info
-    message = str(info.value)
-    for fragment in fragments:
-        assert fragment in message, f"{fragment!r} not in {message!r}"
-
-
-def neg():
-    return td.Function(tf.negative)
-
-
-def fails_on_eval():
-    return td.InputTransform(lambda x: 1 / 0)
-
+from tests.blocks.helpers import fails_on_eval, neg, raises
 
 SCALAR = td.TensorType(())
 

@@ -1,6 +1,5 @@
 """Tests for `blocks.metrics.Metric` and how `eval` reports metrics."""
 
-import contextlib
 
 import numpy as np
 import pytest
@@ -8,17 +7,7 @@ import tensorflow as tf
 
 import blocks as td
 from blocks.evaluation import ReferenceContext, root_input
-
-
-@contextlib.contextmanager
-def raises(exc_type, *fragments):
-    """Like `pytest.raises`, and every fragment must appear in the message."""
-    with pytest.raises(exc_type) as info:
-        yield info
-    message = str(info.value)
-    for fragment in fragments:
-        assert fragment in message, f"{fragment!r} not in {message!r}"
-
+from tests.blocks.helpers import raises
 
 SCALAR = td.TensorType(())
 

@@ -21,10 +21,10 @@ within one run are the reliable figures on a shared machine.
 from __future__ import annotations
 
 import argparse
-import json
-import time
 
 import numpy as np
+
+from benchmarks.common import report, sgd_apply, throughput
 
 VOCAB, EMBED, HIDDEN, TAGS = 16_000, 128, 128, 50
 
@@ -54,15 +54,6 @@ class TaggerModel:
         self.variables = heads.variables(self.block)
 
 
-def sgd_apply(variables, grads, lr):
-    import tensorflow as tf
-    for v, g in zip(variables, grads):
-        if g is None:
-            continue
-        if isinstance(g, tf.IndexedSlices):
-            v.scatter_sub(tf.IndexedSlices(lr * g.values, g.indices, g.dense_shape))
-        else:
-            v.assign_sub(lr * g)
 
 
 class Engine:
@@ -188,16 +179,6 @@ class Eager:
         return loss
 
 
-def throughput(fn, batches, seconds: float, min_calls: int = 2) -> float:
-    """Sentences per second of `fn(batch)` cycling over `batches` for about `seconds`."""
-    fn(batches[0])  # warm up (traces once)
-    done, calls, start = 0, 0, time.perf_counter()
-    while calls < min_calls or time.perf_counter() - start < seconds:
-        b = batches[calls % len(batches)]
-        fn(b)
-        done += len(b)
-        calls += 1
-    return done / (time.perf_counter() - start)
 
 
 def main(argv=None) -> dict:
@@ -228,37 +209,17 @@ def main(argv=None) -> dict:
         for name, runner in runners.items():
             if name == "eager" and b > args.eager_max_batch:
                 continue
-            tr = throughput(runner.train, batches, seconds)
-            inf = throughput(runner.infer, batches, seconds)
+            kw = {"min_calls": 2, "warm_up": "first", "rounds": 1}
+            tr = throughput(runner.train, batches, seconds, **kw)
+            inf = throughput(runner.infer, batches, seconds, **kw)
             results["train"].setdefault(name, {})[b] = tr
             results["infer"].setdefault(name, {})[b] = inf
             print(f"B={b:4d} {name:13s} train {tr:8.1f}  infer {inf:8.1f} sentences/s",
                   flush=True)
-    print()
-    print(format_table(results, sizes))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-    return results
+    ratios = [("engine", base, f"engine ÷ {base}") for base in ("keras-padded", "eager")]
+    return report(results, sizes, ratios, args.json)
 
 
-def format_table(results: dict, sizes: list) -> str:
-    lines = ["| variant | " + " | ".join(f"B={b} train / infer" for b in sizes) + " |",
-             "|---|" + "---|" * len(sizes)]
-
-    def cell(name, b):
-        tr, inf = results["train"][name].get(b), results["infer"][name].get(b)
-        return "-" if tr is None else f"{tr:.0f} / {inf:.0f}"
-
-    for name in results["train"]:
-        lines.append(f"| {name} | " + " | ".join(cell(name, b) for b in sizes) + " |")
-    tr, inf = results["train"], results["infer"]
-    for base in ("keras-padded", "eager"):
-        if "engine" in tr and base in tr:
-            cells = [f"{tr['engine'][b] / tr[base][b]:.2f} / {inf['engine'][b] / inf[base][b]:.2f}"
-                     if b in tr[base] else "-" for b in sizes]
-            lines.append(f"| engine ÷ {base} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

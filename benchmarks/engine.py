@@ -110,7 +110,7 @@ class Trainer:
 
     def __init__(self, compiler, result_type=None, lr: float = 0.01):
         tf = _tf()
-        from benchmarks.treelstm import sgd_apply
+        from benchmarks.common import sgd_apply
         self.c = compiler
         ex = compiler.executor
         k_res = None if result_type is None else compiler.program.type_id[result_type]

@@ -19,11 +19,11 @@ within one run are the reliable figures on a shared machine.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import numpy as np
 
+from benchmarks.common import report, sgd_apply, throughput
 from benchmarks.workloads import (
     CLASSES,
     TreeLSTMModel,
@@ -32,23 +32,17 @@ from benchmarks.workloads import (
     sst_synth_tree,
 )
 
+# the ratio rows of the results table: (numerator, denominator, label)
+RATIOS = [("engine-same", "hand-batched", "engine-same ÷ hand-batched")] + [
+    (name, "hand-batched", f"{name} (random shapes) ÷ hand-batched")
+    for name in ("engine-agenda", "engine-depth")]
+
 
 def _tf():
     import tensorflow as tf
     return tf
 
 
-def sgd_apply(variables, grads, lr):
-    tf = _tf()
-    for v, g in zip(variables, grads):
-        if g is None:
-            continue
-        if isinstance(g, tf.IndexedSlices):
-            v = v if hasattr(v, "scatter_sub") else v.value  # a Keras variable's tf.Variable
-            v.scatter_sub(
-                tf.IndexedSlices(lr * g.values, g.indices, g.dense_shape))
-        else:
-            v.assign_sub(lr * g)
 
 
 class EngineVariant:
@@ -209,27 +203,6 @@ class Eager:
         return loss
 
 
-def throughput(fn, batches, seconds: float, min_calls: int = 3, warm_up: bool = True,
-               rounds: int = 3) -> float:
-    """Trees per second of `fn(batch)` cycling over `batches` for about `seconds`.
-
-    The time is split into `rounds`; the best round counts, because on a shared
-    machine the other rounds measure the neighbours' load as well.
-    """
-    if warm_up:
-        for b in batches:  # warm up: tracing happened before; expand and cache graphs
-            fn(b)
-    best, calls = 0.0, 0
-    for _ in range(rounds):
-        done, n, start = 0, 0, time.perf_counter()
-        while n < min_calls or time.perf_counter() - start < seconds / rounds:
-            b = batches[calls % len(batches)]
-            fn(b)
-            done += len(b[0])
-            n += 1
-            calls += 1
-        best = max(best, done / (time.perf_counter() - start))
-    return best
 
 
 def paired(sizes, reps: int, model, shape, rng) -> dict:
@@ -322,21 +295,17 @@ def main(argv=None) -> dict:
             if eager and b > args.eager_max_batch:
                 continue
             secs = seconds / 2 if eager and b > 16 else seconds
-            kw = {"min_calls": 1, "warm_up": False, "rounds": 1} if eager else {}
+            kw = {"min_calls": 1, "warm_up": None, "rounds": 1} if eager else {}
             batches = same if name in ("hand-batched", "engine-same") else rand
             data = [(x, labels[i % len(labels)]) for i, x in enumerate(batches)]
+            kw["size"] = lambda d: len(d[0])
             tr = throughput(lambda d, r=runner: r.train(d[0], d[1]), data, secs, **kw)
             inf = throughput(lambda d, r=runner: r.infer(d[0]), data, secs, **kw)
             results["train"].setdefault(name, {})[b] = tr
             results["infer"].setdefault(name, {})[b] = inf
             print(f"B={b:4d} {name:14s} train {tr:8.1f}  infer {inf:8.1f} trees/s", flush=True)
-    print()
-    print(format_table(results, sizes))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
     del tf
-    return results
+    return report(results, sizes, RATIOS, args.json)
 
 
 def _reshape_like(shape, tree, rng):
@@ -346,26 +315,6 @@ def _reshape_like(shape, tree, rng):
     return int(rng.integers(0, VOCAB))
 
 
-def format_table(results: dict, sizes: list) -> str:
-    lines = ["| variant | " + " | ".join(f"B={b} train / infer" for b in sizes) + " |",
-             "|---|" + "---|" * len(sizes)]
-    for name in results["train"]:
-        cells = [f"{results['train'][name][b]:.0f} / {results['infer'][name][b]:.0f}"
-                 if b in results["train"][name] else "-" for b in sizes]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    if "hand-batched" in results["train"] and "engine-same" in results["train"]:
-        tr, inf = results["train"], results["infer"]
-        cells = [f"{tr['engine-same'][b] / tr['hand-batched'][b]:.2f}"
-                 f" / {inf['engine-same'][b] / inf['hand-batched'][b]:.2f}" for b in sizes]
-        lines.append("| engine-same ÷ hand-batched | " + " | ".join(cells) + " |")
-    for name in ("engine-agenda", "engine-depth"):
-        if name in results["train"] and "hand-batched" in results["train"]:
-            tr, inf = results["train"], results["infer"]
-            cells = [f"{tr[name][b] / tr['hand-batched'][b]:.2f}"
-                     f" / {inf[name][b] / inf['hand-batched'][b]:.2f}" for b in sizes]
-            lines.append(f"| {name} (random shapes) ÷ hand-batched | " + " | ".join(cells)
-                         + " |")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

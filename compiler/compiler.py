@@ -46,14 +46,16 @@ class BatchPlan:
     value_offsets: np.ndarray
     reads: np.ndarray
     grouped: bool = False
+    metric_counts: np.ndarray | None = None
 
     def metric_bounds(self, program: Program) -> np.ndarray:
         """int32 [M, 2]: with grouped reads, metric m's values are rows
         `[start, end)` of the executor's output for the metric's value type."""
-        counts = np.zeros(len(program.metric_names), np.int64)
-        for e in self.examples:
-            for m, _, _ in e.metrics:
-                counts[m] += 1
+        counts = self.metric_counts
+        if counts is None:
+            ids = [e.metric_arrays()[0] for e in self.examples]
+            counts = np.bincount(np.concatenate(ids) if ids else np.zeros(0, np.int64),
+                                 minlength=len(program.metric_names))
         bounds = np.zeros((len(counts), 2), np.int64)
         n_results = len(self.reads) - int(counts.sum())
         cursor = n_results
@@ -209,31 +211,35 @@ class Compiler:
         schedule = SCHEDULERS[self.scheduler](graph)
         value_offsets = np.concatenate(
             [[0], np.cumsum([e.graph.num_values for e in examples])]).astype(np.int64)
-        read_values = self._read_values(examples, value_offsets, grouped)
+        read_values, counts = self._read_values(examples, value_offsets, grouped)
         feed = self.executor.feed(graph, schedule, read_values)
-        return BatchPlan(examples, graph, schedule, feed, value_offsets, read_values, grouped)
+        return BatchPlan(examples, graph, schedule, feed, value_offsets, read_values, grouped,
+                         counts)
 
     def schedule(self, inputs: Sequence[Any]) -> BatchPlan:
         """How a batch would run: `.stats` has steps, launches and mean batch sizes."""
         return self.plan(inputs)
 
     def _read_values(self, examples: list[ExampleGraph], offsets: np.ndarray,
-                     grouped: bool = False) -> np.ndarray:
+                     grouped: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The value ids to read (each example's result tensors, then its metrics; or,
+        grouped, every result first, then the values of each metric in turn) and the
+        number of values of each metric. Vectorised over cached per-example arrays."""
         out_type = self.program.root.output_type
-        reads: list[int] = []
-        for e, off in zip(examples, offsets):
-            def collect(t, v, off=off):
-                if isinstance(t, TensorType):
-                    reads.append(v + off)
-                return v
-            out_type.for_each_terminal(collect, e.result)
-            if not grouped:
-                reads.extend(v + off for _, v, _ in e.metrics)
-        if grouped:
-            for m in range(len(self.program.metric_names)):
-                for e, off in zip(examples, offsets):
-                    reads.extend(v + off for mm, v, _ in e.metrics if mm == m)
-        return np.asarray(reads, np.int64)
+        n_metrics = len(self.program.metric_names)
+        empty = np.zeros(0, np.int64)
+        results = [e.result_values(out_type) + off for e, off in zip(examples, offsets)]
+        metrics = [e.metric_arrays() for e in examples]
+        m_ids = np.concatenate([m for m, _ in metrics]) if metrics else empty
+        counts = np.bincount(m_ids, minlength=n_metrics)
+        if not grouped:
+            parts = [p for r, (_, v), off in zip(results, metrics, offsets)
+                     for p in (r, v + off)]
+            return (np.concatenate(parts) if parts else empty), counts
+        m_vals = np.concatenate([v + off for (_, v), off in zip(metrics, offsets)]) \
+            if metrics else empty
+        by_metric = m_vals[np.argsort(m_ids, kind="stable")]
+        return np.concatenate(results + [by_metric]) if results else by_metric, counts
 
     # --- running ---------------------------------------------------------------------
 

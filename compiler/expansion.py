@@ -26,6 +26,7 @@ import numpy as np
 
 from blocks.errors import InputError
 from blocks.evaluation import call_with_deep_stack, root_input
+from blocks.types import TensorType
 from scheduler.graph import OpGraph
 
 
@@ -42,6 +43,31 @@ class ExampleGraph:
     graph: OpGraph
     result: Any
     metrics: list
+
+    def result_values(self, out_type) -> np.ndarray:
+        """int64: the value ids of the result's tensors, in `out_type`'s order
+        (computed once: example graphs are cached and merged every epoch)."""
+        cached = self.__dict__.get("_result_values")
+        if cached is None:
+            found: list[int] = []
+
+            def collect(t, v):
+                if isinstance(t, TensorType):
+                    found.append(v)
+                return v
+            out_type.for_each_terminal(collect, self.result)
+            cached = self._result_values = np.asarray(found, np.int64)
+        return cached
+
+    def metric_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """int64 `(metric ids, value ids)` of the emitted metrics (computed once)."""
+        cached = self.__dict__.get("_metric_arrays")
+        if cached is None:
+            n = len(self.metrics)
+            cached = self._metric_arrays = (
+                np.fromiter((m for m, _, _ in self.metrics), np.int64, n),
+                np.fromiter((v for _, v, _ in self.metrics), np.int64, n))
+        return cached
 
 
 class ExpansionContext:

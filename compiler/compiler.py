@@ -310,17 +310,26 @@ class Compiler:
         return results
 
 
-def _blame(root, inputs: list, error: Exception) -> Exception:
-    """Finds which input made the engine fail, by evaluating each on the reference
-    evaluator, whose errors name the block path. Returns the error to raise."""
+def find_bad_input(root, inputs: Iterable[Any], skip: Iterable[int] = ()):
+    """The `InputError` (with the input's index) of the first input that fails on the
+    reference evaluator, whose errors name the block path; None if all pass. Used to
+    say which input made a batched run fail inside TensorFlow."""
     from blocks.errors import InputError
     from blocks.evaluation import reference_eval
+    skip = set(skip)
     for i, x in enumerate(inputs):
+        if i in skip:
+            continue
         try:
             reference_eval(root, x)
         except InputError as e:
             return e.with_example_index(i)
-    return error
+    return None
+
+
+def _blame(root, inputs: list, error: Exception) -> Exception:
+    """The error to raise when the engine failed on `inputs`."""
+    return find_bad_input(root, inputs) or error
 
 
 def engine_eval(block, inp: Any, tolist: bool = False) -> Any:

@@ -48,13 +48,12 @@ import numpy as np
 import tensorflow as tf
 
 from blocks.errors import InputError
-from blocks.evaluation import reference_eval
 from blocks.layers import Layer as BlockLayer
 from blocks.layers import is_keras_layer
 from blocks.tensors import FromTensor, Function
 from blocks.types import TensorType
 from blocks.validation import validate
-from compiler.compiler import Compiler
+from compiler.compiler import Compiler, find_bad_input
 
 _EXTRA_KEYS = ("metric_bounds", "batch_size")
 
@@ -405,15 +404,10 @@ class Model(keras.Model):
             yield
         except tf.errors.OpError as e:
             for inputs, what, skipped in datasets:
-                skip = set(skipped)
-                for i, item in enumerate(_as_inputs(inputs, what)):
-                    if i in skip:
-                        continue
-                    try:
-                        reference_eval(self.block, item)
-                    except InputError as bad:
-                        reason = bad.reason if what == "x" else f"{bad.reason} (in {what})"
-                        raise InputError(bad.block_path, reason, i) from e
+                bad = find_bad_input(self.block, _as_inputs(inputs, what), skipped)
+                if bad is not None:
+                    reason = bad.reason if what == "x" else f"{bad.reason} (in {what})"
+                    raise InputError(bad.block_path, reason, bad.example_index) from e
             raise
 
     def _check_loss(self, y):

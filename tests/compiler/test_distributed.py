@@ -76,6 +76,11 @@ SCRIPT = textwrap.dedent("""
     except ValueError as e:
         assert "cannot feed 2 replicas" in str(e)
     try:
+        trainer.fit(trees[:1], y[:1], verbose=0)
+        raise AssertionError("one input for two replicas was accepted")
+    except ValueError as e:
+        assert "1 inputs cannot feed 2 replicas" in str(e)
+    try:
         mirrored.fit(trees, y, verbose=0)
         raise AssertionError("Model.fit under a two-replica strategy was accepted")
     except ValueError as e:

@@ -96,6 +96,14 @@ def _dtype_name(t) -> str:
     return str(getattr(t, "dtype", "float32"))
 
 
+def _joined(pieces: list):
+    """The pieces concatenated (rows); joins them once and keeps the result."""
+    if len(pieces) > 1:
+        import tensorflow as tf
+        pieces[:] = [tf.concat(pieces, 0)]
+    return pieces[0]
+
+
 class Executor:
     """Runs scheduled op graphs for a fixed set of ops (see the module docstring).
 
@@ -132,11 +140,25 @@ class Executor:
             for k in types:
                 self.out_count[o, k] += 1
             self.out_typepos.append([types[:s].count(k) for s, k in enumerate(types)])
-        # Only ops that can run after the prelude get a branch in the loop: a never-taken
-        # branch that gathers from a variable would still cost a dense gradient per
-        # iteration (ENGINE_NOTES P3).
-        self.loop_ops = [o for o, op in enumerate(self.ops)
-                         if self.op_in[o] and not getattr(op, "prelude_only", False)]
+        self.head_ops, self.tail_ops = self._stages()
+        middle = [o for o in range(n_ops) if o not in self.head_ops and o not in self.tail_ops]
+        # The static sequence of launches before the loop: every middle op on its step-0
+        # nodes (all arguments constants), then every head op on all its nodes.
+        self.outer_ops = middle + self.head_ops
+        self._n_middle = len(middle)
+        rows = max(n_ops, 1)
+        self._stage = np.ones(rows, np.int64)  # per op: 0 head, 1 middle, 2 tail
+        self._stage[self.head_ops] = 0
+        self._stage[self.tail_ops] = 2
+        self._outer_pos = np.zeros(rows, np.int64)
+        self._outer_pos[self.outer_ops] = np.arange(len(self.outer_ops))
+        self._tail_pos = np.zeros(rows, np.int64)
+        self._tail_pos[self.tail_ops] = np.arange(len(self.tail_ops))
+        # Only middle ops get a branch in the loop, and of them only those that can run
+        # after step 0: a never-taken branch that gathers from a variable would still
+        # cost a dense gradient per iteration (ENGINE_NOTES P3).
+        self.loop_ops = [o for o in middle
+                         if self.op_in[o] and not getattr(self.ops[o], "prelude_only", False)]
         self.loop_types = sorted({k for o in self.loop_ops
                                   for k in self.op_in[o] + self.op_out[o]})
         self.branch_of = np.full(max(n_ops, 1), -1, np.int64)
@@ -167,6 +189,43 @@ class Executor:
 
         self._segment_id = {name: i for i, name in enumerate(self._segments)}
 
+    def _stages(self) -> tuple[list[int], list[int]]:
+        """The head and tail ops, each in an order where producers come first.
+
+        Op a *feeds* op b when an output type of a is an input type of b. A *head* op
+        is on no cycle of this relation and is fed by head ops only: all its nodes
+        can run before the loop. A *tail* op is on no cycle, is not a head op and
+        feeds tail ops only: all its nodes can run after the loop. The rest, the
+        *middle*, runs in the loop (but for its step-0 nodes, which run before it).
+        """
+        n = len(self.ops)
+        feeds = np.array([[bool(set(self.op_out[a]) & set(self.op_in[b])) for b in range(n)]
+                          for a in range(n)], bool).reshape(n, n)
+        reach = feeds.copy()  # reach[a, b]: a path a -> ... -> b
+        while True:
+            wider = reach | ((reach.astype(np.int64) @ feeds.astype(np.int64)) > 0)
+            if np.array_equal(wider, reach):
+                break
+            reach = wider
+        acyclic = ~np.diag(reach)
+        head, tail = np.zeros(n, bool), np.zeros(n, bool)
+        changed = True
+        while changed:
+            changed = False
+            for o in range(n):
+                if acyclic[o] and not head[o] and np.all(head[feeds[:, o]]):
+                    head[o] = changed = True
+        changed = True
+        while changed:
+            changed = False
+            for o in range(n):
+                if acyclic[o] and not head[o] and not tail[o] and np.all(tail[feeds[o]]):
+                    tail[o] = changed = True
+        # on acyclic ops, a producer has strictly fewer ancestors than its consumers
+        ancestors = reach.sum(0)
+        order = sorted(range(n), key=lambda o: (ancestors[o], o))
+        return [o for o in order if head[o]], [o for o in order if tail[o]]
+
     # --- the packed layout -------------------------------------------------------------
 
     def _segment_names(self) -> list[str]:
@@ -174,9 +233,11 @@ class Executor:
         for k in range(len(self.value_types)):
             names += [f"in_splits_{k}", f"in_rows_{k}", f"out_bounds_{k}", f"read_rows_{k}",
                       f"const_bounds_{k}"]
-        for o, types in enumerate(self.op_in):
-            names.append(f"pre_count_{o}")
-            names += [f"pre_args_{o}_{a}" for a in range(len(types))]
+            names.append(f"post_rows_{k}")
+        for stage, ops in (("outer", self.outer_ops), ("tail", self.tail_ops)):
+            for i, o in enumerate(ops):
+                names.append(f"{stage}_count_{i}")
+                names += [f"{stage}_args_{i}_{a}" for a in range(len(self.op_in[o]))]
         return names
 
     def input_signature(self) -> dict:
@@ -188,6 +249,27 @@ class Executor:
             spec[f"consts_{d}"] = tf.TensorSpec([None], tf.as_dtype(d))
         return spec
 
+    def _launches(self, schedule: Schedule, node_op: np.ndarray):
+        """The launches in execution order, from a schedule's (step, op) groups.
+
+        Returns `(launch_op, node_launch, n_outer, n_loop)`: first the outer launches
+        (one per entry of `outer_ops`, possibly empty: a middle op's step-0 nodes, a
+        head op's nodes whatever their step), then the schedule's launches of middle
+        ops after step 0 in its order (one loop iteration each), then one launch per
+        tail op.
+        """
+        s_op = schedule.group_op.astype(np.int64)
+        stage = self._stage[s_op]
+        in_loop = (stage == 1) & (schedule.group_step > 0)
+        n_outer, n_loop = len(self.outer_ops), int(np.count_nonzero(in_loop))
+        launch_of_group = np.where(
+            in_loop, n_outer + np.cumsum(in_loop) - 1,
+            np.where(stage == 2, n_outer + n_loop + self._tail_pos[s_op], self._outer_pos[s_op]))
+        launch_op = np.concatenate([np.asarray(self.outer_ops, np.int64), s_op[in_loop],
+                                    np.asarray(self.tail_ops, np.int64)])
+        node_launch = launch_of_group[schedule.node_group.astype(np.int64)]
+        return launch_op, node_launch, n_outer, n_loop
+
     def feed(self, graph: OpGraph, schedule: Schedule, read_values: np.ndarray) -> Feed:
         """Packs a scheduled batch; `read_values` are the value ids to return.
 
@@ -198,11 +280,10 @@ class Executor:
         """
         n_types = len(self.value_types)
         n_nodes = graph.num_nodes
-        g_op = schedule.group_op.astype(np.int64)
-        node_group = schedule.node_group.astype(np.int64)
+        node_op = graph.node_op.astype(np.int64)
+        g_op, node_group, n_outer, n_loop = self._launches(schedule, node_op)
         n_groups = len(g_op)
-        # prelude launches come first (step 0 sorts first)
-        n_pre = int(np.count_nonzero(schedule.group_step == 0))
+        lo, hi = n_outer, n_outer + n_loop  # the loop's launches
         group_size = np.bincount(node_group, minlength=n_groups)
         # position of each node within its launch, in node order
         order = np.argsort(node_group, kind="stable")
@@ -210,7 +291,6 @@ class Executor:
         np.cumsum(group_size, out=group_start[1:])
         pos_in_group = np.empty(n_nodes, np.int64)
         pos_in_group[order] = np.arange(n_nodes) - np.repeat(group_start[:-1], group_size)
-        node_op = graph.node_op.astype(np.int64)
 
         # --- rows of every value -------------------------------------------------------
         # Rows of type k: constants, then launch after launch; within a launch, output
@@ -222,9 +302,9 @@ class Executor:
         for k, c in enumerate(graph.constants[:n_types]):
             const_counts[k] = len(c)
         out_per_group = group_size[:, None] * self.out_count[g_op]           # [G, K]
-        out_group_start = np.cumsum(out_per_group, 0) - out_per_group
-        type_counts = out_per_group.sum(0)
-        n_rows = const_counts + type_counts
+        out_cum = np.zeros((n_groups + 1, n_types), np.int64)
+        np.cumsum(out_per_group, 0, out=out_cum[1:])
+        type_counts = out_cum[-1]
         value_row = vindex.copy()
         out_vals = np.flatnonzero(vnode >= 0)
         on = vnode[out_vals]
@@ -239,7 +319,7 @@ class Executor:
                              "of every node must be exactly one value of the graph")
         grp = node_group[on]
         t = vtype[out_vals]
-        value_row[out_vals] = (const_counts[t] + out_group_start[grp, t]
+        value_row[out_vals] = (const_counts[t] + out_cum[grp, t]
                                + self._slot_typepos[o_of, slot] * group_size[grp]
                                + pos_in_group[on])
 
@@ -258,53 +338,59 @@ class Executor:
         if np.any(self._in_type_table[c_op, arg_idx] != arg_type):
             raise ValueError("an argument's value type differs from its op's input type")
         in_per_group = group_size[:, None] * self.in_count[g_op]               # [G, K]
-        in_group_start = np.cumsum(in_per_group, 0) - in_per_group
-        in_totals = in_per_group.sum(0)
+        in_cum = np.zeros((n_groups + 1, n_types), np.int64)
+        np.cumsum(in_per_group, 0, out=in_cum[1:])
+        in_totals = in_cum[-1]
         type_base = np.cumsum(in_totals) - in_totals
         arg_group = node_group[consumer]
-        dest = (type_base[arg_type] + in_group_start[arg_group, arg_type]
+        dest = (type_base[arg_type] + in_cum[arg_group, arg_type]
                 + self.arg_typepos[c_op, arg_idx] * group_size[arg_group]
                 + pos_in_group[consumer])
         gathered = np.empty(len(arg_val), np.int64)
         gathered[dest] = value_row[arg_val]
 
+        # --- the loop ------------------------------------------------------------------
         segs: dict[str, np.ndarray] = {}
-        loop_ops = g_op[n_pre:]
-        loop_sizes = group_size[n_pre:]
-        branch = self.branch_of[loop_ops]
+        branch = self.branch_of[g_op[lo:hi]]
         if np.any(branch < 0):
-            bad = self.ops[int(loop_ops[np.argmax(branch < 0)])]
+            bad = self.ops[int(g_op[lo:hi][np.argmax(branch < 0)])]
             raise ValueError(f"op {getattr(bad, 'name', bad)!r} must run in the prelude (its "
                              "inputs must all be constants) but a node of it reads the "
                              "output of another op")
         segs["group_op"] = branch
-        segs["group_size"] = loop_sizes
-        segs["n_rows"] = n_rows
-        pre_in = in_group_start[n_pre] if n_pre < n_groups else in_totals  # [K]
-        pre_out = out_group_start[n_pre] if n_pre < n_groups else type_counts
+        segs["group_size"] = group_size[lo:hi]
+        loop_end = const_counts + out_cum[hi]  # rows of the loop's buffers
+        segs["n_rows"] = loop_end
         for k in range(n_types):
-            full = gathered[type_base[k]:type_base[k] + in_totals[k]]
-            segs[f"in_rows_{k}"] = full[pre_in[k]:]
-            segs[f"in_splits_{k}"] = np.append(in_group_start[n_pre:, k], in_totals[k]) \
-                - pre_in[k]
-            segs[f"out_bounds_{k}"] = np.concatenate([
-                [const_counts[k] + pre_out[k]], out_group_start[n_pre:, k] + const_counts[k],
-                [const_counts[k] + type_counts[k]]])
-        # prelude arguments per op (rows of constant tables)
-        if n_pre and np.any(vnode[arg_val[arg_group < n_pre]] >= 0):
-            raise ValueError("a prelude node reads a value that is not a constant")
-        pre_group_of_op = dict(zip(g_op[:n_pre].tolist(), range(n_pre)))
-        for o, types in enumerate(self.op_in):
-            gi = pre_group_of_op.get(o)
-            segs[f"pre_count_{o}"] = np.array([group_size[gi] if gi is not None else 0])
-            if types and gi is not None:
-                first_arg = arg_start[order[group_start[gi]:group_start[gi + 1]]]
-            for a in range(len(types)):
-                segs[f"pre_args_{o}_{a}"] = value_row[arg_val[first_arg + a]] \
-                    if gi is not None else np.zeros(0, np.int64)
-        # results
+            segs[f"in_rows_{k}"] = gathered[type_base[k] + in_cum[lo, k]:
+                                            type_base[k] + in_cum[hi, k]]
+            segs[f"in_splits_{k}"] = in_cum[lo:hi + 1, k] - in_cum[lo, k]
+            segs[f"out_bounds_{k}"] = const_counts[k] + np.concatenate(
+                [out_cum[lo:lo + 1, k], out_cum[lo:hi + 1, k]])
+
+        # --- launches outside the loop: arguments as buffer rows -----------------------
+        def launch_args(i, o):
+            first_arg = arg_start[order[group_start[i]:group_start[i + 1]]]
+            return [arg_val[first_arg + a] for a in range(len(self.op_in[o]))]
+
+        for i, o in enumerate(self.outer_ops):
+            segs[f"outer_count_{i}"] = group_size[i:i + 1]
+            args = launch_args(i, o)
+            if i < self._n_middle and any(np.any(vnode[a] >= 0) for a in args):
+                raise ValueError("a prelude node reads a value that is not a constant")
+            for a, vals in enumerate(args):
+                segs[f"outer_args_{i}_{a}"] = value_row[vals]
         read_values = np.asarray(read_values, np.int64)
         read_type = vtype[read_values]
+        # After the loop, every row of type k below loop_end[k] that the tail or the
+        # results need is gathered once (`post_rows_k`); the tail and the results then
+        # index [those rows; the tail's outputs of type k].
+        wanted: list[list] = [[] for _ in range(n_types)]
+        for j, o in enumerate(self.tail_ops):
+            segs[f"tail_count_{j}"] = group_size[hi + j:hi + j + 1]
+            args = launch_args(hi + j, o)
+            for a, vals in enumerate(args):
+                wanted[self.op_in[o][a]].append((f"tail_args_{j}_{a}", value_row[vals]))
         read_order = np.argsort(read_type, kind="stable")
         read_counts = np.bincount(read_type, minlength=n_types)
         read_start = np.cumsum(read_counts) - read_counts
@@ -312,25 +398,40 @@ class Executor:
         read_pos[read_order] = np.arange(len(read_values)) - np.repeat(read_start, read_counts)
         sorted_reads = value_row[read_values[read_order]]
         for k in range(n_types):
-            segs[f"read_rows_{k}"] = sorted_reads[read_start[k]:read_start[k] + read_counts[k]]
+            rows = sorted_reads[read_start[k]:read_start[k] + read_counts[k]]
+            if not self.tail_ops:
+                segs[f"post_rows_{k}"], segs[f"read_rows_{k}"] = rows, rows[:0]
+                continue
+            wanted[k].append((f"read_rows_{k}", rows))
+            flat = np.concatenate([r for _, r in wanted[k]])
+            before = flat < loop_end[k]
+            segs[f"post_rows_{k}"] = flat[before]
+            mapped = np.empty_like(flat)
+            mapped[before] = np.arange(int(before.sum()))
+            mapped[~before] = flat[~before] - loop_end[k] + int(before.sum())
+            at = 0
+            for name, r in wanted[k]:
+                segs[name] = mapped[at:at + len(r)]
+                at += len(r)
         # constants, one flat vector per dtype
-        flat: dict[str, list] = {d: [] for d in self.dtypes}
+        flat_consts: dict[str, list] = {d: [] for d in self.dtypes}
         used = dict.fromkeys(self.dtypes, 0)
         for k, d in enumerate(self._type_dtypes):
             c = graph.constants[k] if k < len(graph.constants) else np.zeros(0, d)
             c = np.asarray(c, dtype=d).reshape(-1)
             segs[f"const_bounds_{k}"] = np.array([used[d], used[d] + len(c)])
-            flat[d].append(c)
+            flat_consts[d].append(c)
             used[d] += len(c)
         pieces = [segs[name] for name in self._segments]
         layout = np.zeros(len(pieces) + 1, np.int64)
         np.cumsum([len(p) for p in pieces], out=layout[1:])
-        if layout[-1] >= 2 ** 31 or n_rows.max(initial=0) >= 2 ** 31:
+        if layout[-1] >= 2 ** 31 or (const_counts + type_counts).max(initial=0) >= 2 ** 31:
             raise ValueError("the batch is too large for int32 indices")
         arrays = {"index": np.concatenate(pieces).astype(np.int32),
                   "layout": layout.astype(np.int32)}
         for d in self.dtypes:
-            arrays[f"consts_{d}"] = np.concatenate(flat[d]) if flat[d] else np.zeros(0, d)
+            arrays[f"consts_{d}"] = np.concatenate(flat_consts[d]) if flat_consts[d] \
+                else np.zeros(0, d)
         return Feed(arrays, read_type, read_pos)
 
     @property
@@ -365,27 +466,25 @@ class Executor:
             flat = arrays[f"consts_{_dtype_name(types[k])}"][b[0]:b[1]]
             consts.append(tf.reshape(flat, (-1, *shapes[k])))
 
-        # prelude
-        pre_outs: list[list] = [[] for _ in range(n_types)]
-        for o, op in enumerate(self.ops):
-            n = seg(f"pre_count_{o}")[0]
-            args = [tf.gather(consts[k], seg(f"pre_args_{o}_{a}"))
+        # Before the loop: the outer launches, each gathering its arguments from the rows
+        # of its types produced so far (constants, then earlier outer launches' outputs).
+        made = [[consts[k]] for k in range(n_types)]
+        for i, o in enumerate(self.outer_ops):
+            args = [tf.gather(_joined(made[k]), seg(f"outer_args_{i}_{a}"))
                     for a, k in enumerate(self.op_in[o])]
-            # Skipped when no node of the op is in the prelude: some layers (Keras RNN
-            # cells, for one) fail on zero rows.
-            outs = tf.cond(
-                n > 0, lambda o=o, op=op, args=args, n=n: self._call(o, op, args, n),
-                lambda o=o: [tf.zeros((0, *shapes[k]), tf_dtypes[k]) for k in self.op_out[o]])
+            outs = self._call_unless_empty(o, args, seg(f"outer_count_{i}")[0])
             for s, k in enumerate(self.op_out[o]):
-                pre_outs[k].append(outs[s])
+                made[k].append(outs[s])
         n_rows = seg("n_rows")
         bufs = []
         for k in range(n_types):
-            head = tf.concat([consts[k]] + pre_outs[k], 0) if pre_outs[k] else consts[k]
-            pad_shape = tf.concat([[n_rows[k] - tf.shape(head)[0]],
+            if k not in self.loop_types:
+                bufs.append(_joined(made[k]))
+                continue
+            have = tf.add_n([tf.shape(p)[0] for p in made[k]])
+            pad_shape = tf.concat([[n_rows[k] - have],
                                    tf.constant(shapes[k], tf.int32, shape=[len(shapes[k])])], 0)
-            pad = tf.zeros(pad_shape, tf_dtypes[k])
-            bufs.append(tf.concat([head, pad], 0))
+            bufs.append(tf.concat(made[k] + [tf.zeros(pad_shape, tf_dtypes[k])], 0))
 
         group_op, group_size = seg("group_op"), seg("group_size")
         in_splits = [seg(f"in_splits_{k}") for k in range(n_types)]
@@ -452,15 +551,33 @@ class Executor:
             g_end, carried, ys = tf.while_loop(
                 lambda g, *_: g < n_launches, body, (g0, carried, ys),
                 shape_invariants=(g0.shape, invariants, invariants))
-        results = []
+        # After the loop: gather the rows the tail and the results need, run the tail.
+        post = []
         for k in range(n_types):
+            rows = seg(f"post_rows_{k}")
             if k in slot:
                 written = tf.range(out_bounds[k][g_end], out_bounds[k][g_end + 1])
-                results.append(final_read(carried[slot[k]], ys[slot[k]], written,
-                                          seg(f"read_rows_{k}")))
-            else:  # never touched by the loop: a plain read of the prelude's buffer
-                results.append(tf.gather(bufs[k], seg(f"read_rows_{k}")))
-        return results
+                post.append(final_read(carried[slot[k]], ys[slot[k]], written, rows))
+            else:  # never touched by the loop: a plain read
+                post.append(tf.gather(bufs[k], rows))
+        if not self.tail_ops:
+            return post
+        made = [[p] for p in post]
+        for j, o in enumerate(self.tail_ops):
+            args = [tf.gather(_joined(made[k]), seg(f"tail_args_{j}_{a}"))
+                    for a, k in enumerate(self.op_in[o])]
+            outs = self._call_unless_empty(o, args, seg(f"tail_count_{j}")[0])
+            for s, k in enumerate(self.op_out[o]):
+                made[k].append(outs[s])
+        return [tf.gather(_joined(made[k]), seg(f"read_rows_{k}")) for k in range(n_types)]
+
+    def _call_unless_empty(self, o: int, args: list, n) -> list:
+        """Runs op o on `n` rows outside the loop; skipped when `n` is 0, because some
+        layers (Keras RNN cells, for one) fail on zero rows."""
+        import tensorflow as tf
+        types = [self.value_types[k] for k in self.op_out[o]]
+        return tf.cond(n > 0, lambda: self._call(o, self.ops[o], args, n),
+                       lambda: [tf.zeros((0, *t.shape), _dtype_name(t)) for t in types])
 
     def _call(self, o: int, op: Any, args: list, n) -> list:
         import tensorflow as tf

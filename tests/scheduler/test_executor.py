@@ -4,7 +4,10 @@ The ops below cover: two arguments of one value type (`mix`), outputs of differe
 types (`split`, `dup`, the latter with two outputs of one type), a zero-argument op reading a
 variable (`bias`), interleaved argument types (`combine`), int32 values inside the loop
 (`inc`, `scale`), scalar values (`sq`, `gate`) and prelude-only ops (`embed`, a variable
-lookup, and `outer`, whose output type never enters the loop).
+lookup; `outer`, whose output type never enters the loop; `look`, a lookup of an int type
+the loop computes) and a leaf transform of a lookup (`embed2` then `leaf`, as in a
+TreeLSTM). The stages: `bias`, `embed`, `embed2` and `leaf` run before the loop on all their
+nodes (head), `outer` after it (tail), every other op in it.
 
 The oracle evaluates the graph one node at a time in eager TensorFlow with each op's
 unbatched `ref` formula, from the plain-Python record of the graph (`RawGraph`).
@@ -39,9 +42,9 @@ class VT:
     dtype: str = "float32"
 
 
-F, INT, G, TOK, S, P = (VT("f", (3,)), VT("i", (), "int32"), VT("g", (2,)),
-                        VT("tok", (), "int32"), VT("s", ()), VT("p", (2, 2)))
-TYPES = [F, INT, G, TOK, S, P]
+F, INT, G, TOK, S, P, E = (VT("f", (3,)), VT("i", (), "int32"), VT("g", (2,)),
+                           VT("tok", (), "int32"), VT("s", ()), VT("p", (2, 2)), VT("e", (2,)))
+TYPES = [F, INT, G, TOK, S, P, E]
 FLOAT_IDS = [k for k, t in enumerate(TYPES) if t.dtype == "float32"]
 
 _rng = np.random.default_rng(1234)
@@ -51,9 +54,9 @@ def _var(name, *shape, scale=0.5):
     return tf.Variable((_rng.normal(size=shape) * scale).astype("float32"), name=name)
 
 
-W1, W2, W3 = _var("w1", 3, 3), _var("w2", 3, 3), _var("w3", 2, 2)
+W1, W2, W3, W4 = _var("w1", 3, 3), _var("w2", 3, 3), _var("w3", 2, 2), _var("w4", 2, 3)
 WS, WB, EMB = _var("ws", 2), _var("wb", 3), _var("emb", 5, 3, scale=1.0)
-VARIABLES = [W1, W2, W3, WS, WB, EMB]
+VARIABLES = [W1, W2, W3, W4, WS, WB, EMB]
 
 
 @dataclass(eq=False)
@@ -100,6 +103,14 @@ OPS = [
     Op("gate", (S, F), (F,),
        lambda s, a: [a * tf.sigmoid(s)[:, None]],
        lambda s, a: [a * tf.sigmoid(s)]),
+    Op("embed2", (TOK,), (E,),
+       lambda t: [tf.gather(EMB[:, :2], t)], lambda t: [tf.gather(EMB[:, :2], t)],
+       prelude_only=True),
+    Op("leaf", (E,), (F,),
+       lambda e: [tf.tanh(e @ W4)], lambda e: [tf.tanh(tf.tensordot(e, W4, 1))]),
+    Op("look", (INT,), (F,),
+       lambda i: [tf.gather(EMB, tf.math.floormod(i, 5))],
+       lambda i: [tf.gather(EMB, tf.math.floormod(i, 5))], prelude_only=True),
 ]
 SPECS = [OpSpec(tuple(TYPES.index(t) for t in op.input_types),
                 tuple(TYPES.index(t) for t in op.output_types)) for op in OPS]
@@ -411,14 +422,41 @@ def test_one_trace_serves_batches_of_every_shape():
 
 # --- errors ----------------------------------------------------------------------------------
 
-def test_feed_rejects_a_prelude_only_op_reading_a_node_output():
+def test_feed_rejects_a_prelude_only_op_reading_a_node_output_in_the_loop():
+    # `look` runs in the loop (fed by `inc`, feeding `mix`), so it may only read constants
     b = Builder()
-    b.node("outer", b.node("bias")[0])  # outer may only read constants
+    b.node("look", b.node("inc", b.const(INT, 2))[0])
     graph, _ = b.graph()
     graph.validate()
     for name in NAMES:
-        with pytest.raises(ValueError, match="outer"):
+        with pytest.raises(ValueError, match="look"):
             executor().feed(graph, SCHEDULERS[name](graph), np.array([1]))
+
+
+def test_the_stages_of_the_test_ops():
+    ex = executor()
+    assert sorted(OPS[o].name for o in ex.head_ops) == ["bias", "embed", "embed2", "leaf"]
+    assert ex.head_ops.index(OP_ID["embed2"]) < ex.head_ops.index(OP_ID["leaf"])
+    assert [OPS[o].name for o in ex.tail_ops] == ["outer"]
+    assert "look" not in [OPS[o].name for o in ex.loop_ops]  # prelude-only: step 0 only
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_prelude_only_tail_op_reads_node_outputs_after_the_loop(name):
+    # `outer` feeds no op, so it runs after the loop, where reading a variable is cheap:
+    # it may read values computed in the loop and by the head
+    b = Builder()
+    c = b.const(F, np.array([0.3, -1.2, 0.7]))
+    (m,) = b.node("mix", c, b.node("embed", b.const(TOK, 3))[0])
+    (m2,) = b.node("mix", m, c)
+    b.node("outer", m2)
+    b.node("outer", b.node("bias")[0])
+    b.node("outer", c)
+    b.node("outer", b.node("leaf", b.node("embed2", b.const(TOK, 1))[0])[0])
+    graph, raw = b.graph()
+    reads = np.arange(graph.num_values)
+    check_values(graph, raw, name, reads)
+    check_gradients(graph, raw, name, reads, seed=3)
 
 
 def test_feed_rejects_a_schedule_whose_prelude_reads_a_node_output():

@@ -83,6 +83,18 @@ class EngineVariant:
         plan = self.compiler.plan(trees)
         return self.infer_fn(plan.feed.arrays)
 
+    def train_stream(self, batches, labels):
+        """Trains on each batch in turn, planning the next one in a background thread
+        (`Compiler.plan_batches(..., ahead=1)`), as `Model.fit`'s input pipeline does."""
+        for plan, y in zip(self.compiler.plan_batches(batches, ahead=1), labels):
+            loss = self.train_fn(plan.feed.arrays, y).numpy()
+        return loss
+
+    def infer_stream(self, batches):
+        for plan in self.compiler.plan_batches(batches, ahead=1):
+            logits = self.infer_fn(plan.feed.arrays).numpy()
+        return logits
+
 
 class HandBatched:
     """Level-by-level TreeLSTM for batches of trees of one shape (static indices)."""
@@ -205,44 +217,56 @@ class Eager:
 
 
 
-def paired(sizes, reps: int, model, shape, rng) -> dict:
-    """Engine (same-shape trees, plan included) and hand-batched steps on the same
-    batch, call after call: per batch size, the median per-pair time ratio. Pairing
-    makes the ratio robust to the neighbours' load drifting during the run."""
+def _pair_fns(engine, hand, mode: str, batches: list, labels: list) -> dict:
+    """{"inline" | "ahead": (engine call, hand-batched call, batches per call)}."""
+    trees, y = batches[0], labels[0]
+    if mode == "train":
+        return {"inline": (lambda: engine.train(trees, y).numpy(),
+                           lambda: hand.train(trees, y).numpy(), 1),
+                "ahead": (lambda: engine.train_stream(batches, labels),
+                          lambda: [hand.train(t, v).numpy() for t, v in zip(batches, labels)],
+                          len(batches))}
+    return {"inline": (lambda: engine.infer(trees).numpy(),
+                       lambda: hand.infer(trees).numpy(), 1),
+            "ahead": (lambda: engine.infer_stream(batches),
+                      lambda: [hand.infer(t).numpy() for t in batches], len(batches))}
+
+
+def paired(sizes, reps: int, model, shape, rng, stream: int = 4) -> dict:
+    """Engine (same-shape trees, planning included) and hand-batched steps, call after
+    call: per batch size, the median per-pair time ratio. Pairing makes the ratio
+    robust to the neighbours' load drifting during the run.
+
+    Two engine figures: `inline`, planning each batch just before its step (one
+    batch, repeated); `ahead`, a stream of `stream` batches planned one ahead in a
+    background thread, as `Model.fit` feeds its steps, against the hand-batched
+    program on the same stream.
+    """
     engine, hand = EngineVariant(model, "agenda"), HandBatched(model, shape)
     out = {}
     for b in sizes:
-        trees = [_reshape_like(shape, None, rng) for _ in range(b)]
-        labels = rng.integers(0, CLASSES, b).astype(np.int32)
+        batches = [[_reshape_like(shape, None, rng) for _ in range(b)] for _ in range(stream)]
+        labels = [rng.integers(0, CLASSES, b).astype(np.int32) for _ in range(stream)]
         row = {}
         for mode in ("train", "infer"):
-            if mode == "train":
-                def e_fn(t=trees, y=labels):
-                    return engine.train(t, y).numpy()
-
-                def h_fn(t=trees, y=labels):
-                    return hand.train(t, y).numpy()
-            else:
-                def e_fn(t=trees):
-                    return engine.infer(t).numpy()
-
-                def h_fn(t=trees):
-                    return hand.infer(t).numpy()
-            e_fn(), h_fn()
-            ratios, e_times = [], []
-            for _ in range(reps):
-                t0 = time.perf_counter()
-                e_fn()
-                t1 = time.perf_counter()
-                h_fn()
-                t2 = time.perf_counter()
-                ratios.append((t2 - t1) / (t1 - t0))  # engine speed / hand speed
-                e_times.append(t1 - t0)
-            row[mode] = (float(np.median(ratios)), b / float(np.median(e_times)))
+            pairs = _pair_fns(engine, hand, mode, batches, labels)
+            for how, (e_fn, h_fn, n_batches) in pairs.items():
+                e_fn(), h_fn()
+                ratios, e_times = [], []
+                for _ in range(reps):
+                    t0 = time.perf_counter()
+                    e_fn()
+                    t1 = time.perf_counter()
+                    h_fn()
+                    t2 = time.perf_counter()
+                    ratios.append((t2 - t1) / (t1 - t0))  # engine speed / hand speed
+                    e_times.append((t1 - t0) / n_batches)
+                row[f"{mode}_{how}"] = (float(np.median(ratios)),
+                                        b / float(np.median(e_times)))
         out[b] = row
         print(f"B={b:4d} engine ÷ hand-batched (same shape, paired median of {reps}): "
-              f"train {row['train'][0]:.2f} ({row['train'][1]:.0f} trees/s), "
-              f"infer {row['infer'][0]:.2f} ({row['infer'][1]:.0f} trees/s)", flush=True)
+              + ", ".join(f"{key.replace('_', ' ')} {r:.2f} ({s:.0f} trees/s)"
+                          for key, (r, s) in row.items()), flush=True)
     return out
 
 

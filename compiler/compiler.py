@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -175,19 +175,29 @@ class Compiler:
             raise e.with_example_index(
                 start + (positions[idx] if positions is not None else idx)) from e.__cause__
 
-    def plan_batches(self, batches: Iterable[Sequence[Any]], grouped: bool = False):
+    def plan_batches(self, batches: Iterable[Sequence[Any]], grouped: bool = False,
+                     ahead: int = 0):
         """Yields `plan(batch, grouped)` for each batch, in order.
 
-        With workers, whole batches are expanded, scheduled and packed in the
-        worker processes, a few batches ahead, while the caller runs the device
-        (the cache is not used there). An `InputError` names the example's index
-        in its batch.
+        With `ahead > 0` (and no workers), a background thread plans up to `ahead`
+        batches ahead while the caller runs the device: TensorFlow and the compiled
+        planning kernels release the GIL, so on a machine with a spare core the
+        planning time is mostly hidden. Do not call `plan` on the same compiler
+        while such a generator is running: it shares the graph cache. With workers,
+        whole batches are expanded, scheduled and packed in the worker processes,
+        a few batches ahead (the cache is not used there). An `InputError` names
+        the example's index in its batch.
+
+        >>> import blocks as td
+        >>> c = Compiler.create(td.Map(td.Scalar() >> td.Function(lambda x: x * 2)))
+        >>> [p.stats.launches for p in c.plan_batches([[[1.0]], [[1.0, 2.0], [3.0]]], ahead=1)]
+        [1, 1]
         """
-        if not self.workers:
-            for batch in batches:
-                yield self.plan(batch, grouped)
+        if self.workers:
+            yield from self.pool().plan_batches((_as_list(b) for b in batches), grouped)
             return
-        yield from self.pool().plan_batches((_as_list(b) for b in batches), grouped)
+        plans = (self.plan(batch, grouped) for batch in batches)
+        yield from (_planned_ahead(plans, ahead) if ahead > 0 else plans)
 
     def _plan_serial(self, inputs: list, grouped: bool) -> BatchPlan:
         # In a worker: the parent's cache is not shared, so expand afresh.
@@ -212,7 +222,13 @@ class Compiler:
         value_offsets = np.concatenate(
             [[0], np.cumsum([e.graph.num_values for e in examples])]).astype(np.int64)
         read_values, counts = self._read_values(examples, value_offsets, grouped)
-        feed = self.executor.feed(graph, schedule, read_values)
+        # Each example's graph is checked against the ops once, when first planned:
+        # the checks are per node, so a merge of checked graphs needs none.
+        if not all(e.__dict__.get("_checked") for e in examples):
+            self.executor.check(graph)
+            for e in examples:
+                e._checked = True
+        feed = self.executor.feed(graph, schedule, read_values, checked=True)
         return BatchPlan(examples, graph, schedule, feed, value_offsets, read_values, grouped,
                          counts)
 
@@ -345,6 +361,47 @@ def engine_eval(block, inp: Any, tolist: bool = False) -> Any:
 def _is_cacheable(x: Any) -> bool:
     # Small immutable values (numbers, strings) may share identities; not worth it.
     return not isinstance(x, (int, float, str, bytes, bool, type(None)))
+
+
+def _planned_ahead(plans: Iterator[BatchPlan], ahead: int) -> Iterator[BatchPlan]:
+    """`plans`, produced by a background thread up to `ahead` items in advance; an
+    exception raised there is raised here, at the item where it happened."""
+    import queue
+    import threading
+    items: queue.Queue = queue.Queue(maxsize=ahead)
+    stop = threading.Event()
+
+    def put(item) -> bool:  # False once the consumer has stopped
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce():
+        try:
+            for plan in plans:
+                if not put(("plan", plan)):
+                    return
+            put(("end", None))
+        except BaseException as e:  # handed to the consumer, raised there
+            put(("error", e))
+
+    thread = threading.Thread(target=produce, name="refold-planner", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = items.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _as_list(inputs) -> list:

@@ -7,21 +7,32 @@ retracing (tested: its tracing count stays 1).
 
 How a batch runs:
 
-1. **Buffers.** Every value of value type k owns one row of buffer k: first the
+1. **Stages.** From the ops' types alone (`Executor.__init__`): op a *feeds* op b
+   when an output type of a is an input type of b. *Head* ops are on no cycle
+   of this relation and fed by head ops only (embedding lookups, leaf
+   transforms, zero-argument ops); *tail* ops are on no cycle and feed tail ops
+   only (output layers, losses, metrics); the rest, the *middle*, is the
+   recursive part. A head op runs once, on all its nodes, before the loop; a
+   tail op once after it; only middle ops run in the loop. A TreeLSTM's loop
+   then holds the cell alone, like a hand-batched program's level loop.
+2. **Buffers.** Every value of value type k owns one row of buffer k: first the
    constants of type k, then the outputs of type k of every launch, in launch
-   order (within a launch: output slot, then node).
-2. **Prelude, before the loop.** Every op runs once on its step-0 nodes (those
-   whose arguments are all constants; possibly none), reading the constant
-   tables. Variable lookups such as embeddings therefore never run inside the
-   loop, where TensorFlow would keep a dense vocabulary-sized gradient
-   accumulator per iteration (ENGINE_NOTES P3). Buffer k starts as
-   `[constants; prelude outputs; zeros]`.
-3. **The loop: one launch per iteration.** Iteration g writes launch g-1's outputs
-   and gathers launch g's inputs in one fused in-place op per value type
-   (`scheduler.inplace.write_read`), then `tf.switch_case` on launch g's op runs
-   that op once on all its nodes. Inputs are gathered outside the branches.
-4. **Results.** After the loop, `final_read` writes the last launch's outputs and
-   gathers the rows asked for, per value type.
+   order (within a launch: output slot, then node). Launches are ordered: the
+   outer launches (each middle op on its step-0 nodes, whose arguments are all
+   constants; then each head op), the loop's launches, the tail's.
+3. **Before the loop.** Each outer launch gathers its arguments from the rows
+   produced so far and runs its op (skipped when it has no nodes). Variable
+   lookups therefore never run inside the loop, where TensorFlow would keep a
+   dense vocabulary-sized gradient accumulator per iteration (ENGINE_NOTES
+   P3). Buffer k starts as `[constants; outer outputs; zeros]`.
+4. **The loop: one launch per iteration.** Iteration g writes launch g-1's outputs
+   and gathers launch g's inputs in one fused in-place op per value type the
+   middle ops use (`scheduler.inplace.write_read`), then runs launch g's op once
+   on all its nodes: through `tf.switch_case` when the middle has several ops,
+   directly when it has one. Inputs are gathered outside the branches.
+5. **After the loop.** `final_read` writes the last launch's outputs and gathers,
+   per value type, the rows the tail and the results need; the tail ops run on
+   those rows (and on earlier tail outputs), then the results are gathered.
 
 Why this design (the storage and loop scheme chosen, with the figures behind it):
 
@@ -37,30 +48,35 @@ Why this design (the storage and loop scheme chosen, with the figures behind it)
   benchmarks.engine --only memory`): a TreeLSTM training step peaks at 8.6 KB
   per op-graph node at 256 trees (14k nodes) and 8.8 KB at 1,024 trees (58k
   nodes), i.e. linear; most of it is the cell's saved activations.
-- **Prelude hoisting.** Variable lookups inside the loop cost a dense
-  vocabulary-sized gradient per iteration (1.8-12x slower training in the
-  prototype), so every op whose arguments are all constants runs before it.
+- **Hoisting the head and the tail.** Variable lookups inside the loop cost a
+  dense vocabulary-sized gradient per iteration (1.8-12x slower training in the
+  prototype), so lookups run before it. Running every head and tail op outside
+  the loop goes further: the loop keeps only the value types and ops of the
+  recursion, so each iteration does fewer in-place writes and reads, and with a
+  single middle op it needs no `switch_case` at all (nor its gradient, which
+  makes every branch return every branch's saved intermediates). On the
+  sst-synth TreeLSTM this made the traced step 4-8% faster (paired, batch 16
+  to 256), and depth schedules lose their extra per-height classifier launches.
 - **One launch per iteration with `tf.switch_case`.** It serves depth and agenda
   schedules alike (the executor never sees which), runs nothing for ops absent
   from a step. Its fixed cost is small next to a TreeLSTM launch (milliseconds
   at batch >= 16) but not nil: in training, a tiny extra launch costs about
-  0.5 ms here (depth's 9 extra classifier launches at batch 64 made its step
-  ~7% slower than agenda's, paired). On sst-synth same-shape trees, paired against
-  a hand-written level-by-level TensorFlow program (BENCHMARKS.md), the engine
-  (planning included) trains at 0.87x of it at batch 64 and 0.93x at 256, and
-  infers at 0.81x and 0.86x; the gap is the loop's per-launch overhead (most
-  of it in the backward pass: tensors saved per iteration, the switch_case's
-  gradient) and the per-batch planning (~8% of an inference step at batch 64).
+  0.5 ms here. Paired against a hand-written level-by-level TensorFlow program
+  on sst-synth same-shape trees (BENCHMARKS.md), the traced step alone runs at
+  0.92-0.99x of it at batch 16 to 256; the per-batch planning comes on top
+  unless it is done ahead (`Compiler.plan_batches(..., ahead=1)`, `Model.fit`).
 - **A lean loop body.** Each iteration reads its launch's scalars (op, size,
   gather and write bounds per value type) from one row of a table built before
   the loop, and separates same-typed arguments with one `Split`: 106 ops in the
   body instead of 156 and 35 saved tensors instead of 43 (TreeLSTM), which made
   training steps 9-14% faster (paired, BENCHMARKS.md).
-- **Feeding.** `feed` is numpy, linear in the batch and sort-free but for one
-  argsort of the nodes by launch: buffer rows and gather positions come from
-  per-launch cumulative sums. At batch 64 (2.4k nodes) it takes about 0.7 ms,
-  3-4x less than the earlier lexsort-based packing; merging + scheduling +
-  packing cached graphs is 1.3-5% of a training step (BENCHMARKS.md).
+- **Feeding.** `feed` is linear in the batch: buffer rows and gather positions
+  come from per-launch cumulative sums, computed in one compiled pass over
+  nodes, values and arguments (`scheduler.packing`, Numba). The checks that a
+  graph's nodes match their ops run once per example graph, not per batch
+  (`check`). At batch 64 (3.6k nodes) packing takes about 0.3 ms, against
+  0.6 ms for the vectorised NumPy version and 2-3 ms for the first, lexsort-based
+  one.
 
 The packed form: the schedule's integer arrays travel as one int32 vector `index`
 plus the segment bounds `layout`, and constants as one flat vector per dtype,
@@ -75,7 +91,8 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.graph import OpGraph
+from scheduler.graph import OpGraph, stable_argsort
+from scheduler.packing import pack_rows
 from scheduler.schedules import Schedule
 
 
@@ -146,6 +163,7 @@ class Executor:
         # nodes (all arguments constants), then every head op on all its nodes.
         self.outer_ops = middle + self.head_ops
         self._n_middle = len(middle)
+        self._tail_types = {k for o in self.tail_ops for k in self.op_out[o]}
         rows = max(n_ops, 1)
         self._stage = np.ones(rows, np.int64)  # per op: 0 head, 1 middle, 2 tail
         self._stage[self.head_ops] = 0
@@ -270,84 +288,69 @@ class Executor:
         node_launch = launch_of_group[schedule.node_group.astype(np.int64)]
         return launch_op, node_launch, n_outer, n_loop
 
-    def feed(self, graph: OpGraph, schedule: Schedule, read_values: np.ndarray) -> Feed:
+    def check(self, graph: OpGraph) -> None:
+        """Raises `ValueError` unless every node of `graph` matches its op: as many
+        arguments as the op's inputs, of its input types, and exactly one value per
+        output, of its output type. These are properties of each node, so a graph
+        merged from checked graphs needs no new check (`feed(..., checked=True)`)."""
+        node_op = graph.node_op.astype(np.int64)
+        vtype = graph.value_type.astype(np.int64)
+        vnode = graph.value_node.astype(np.int64)
+        vindex = graph.value_index.astype(np.int64)
+        if len(node_op) and (node_op.min() < 0 or node_op.max() >= len(self.ops)):
+            raise ValueError(f"a node's op id is not among the executor's {len(self.ops)} ops")
+        arity = graph.node_arity.astype(np.int64)
+        if np.any(arity != self._arity[node_op]):
+            raise ValueError("a node's number of arguments differs from its op's")
+        out_vals = np.flatnonzero(vnode >= 0)
+        on, slot = vnode[out_vals], vindex[out_vals]
+        o_of = node_op[on]
+        n_out = self._n_outputs[o_of]
+        if np.any((slot < 0) | (slot >= n_out)) or np.any(
+                self._out_type_table[o_of, np.minimum(slot, n_out - 1)] != vtype[out_vals]) \
+                or len(out_vals) != int(self._n_outputs[node_op].sum()) or (len(on) and np.bincount(
+                    on * self._max_outputs + slot).max() > 1):
+            raise ValueError("the graph's node outputs do not match its ops: every output "
+                             "of every node must be exactly one value of the graph")
+        consumer = np.repeat(np.arange(graph.num_nodes), arity)
+        arg_idx = np.arange(len(graph.node_args)) - np.repeat(np.cumsum(arity) - arity, arity)
+        if np.any(self._in_type_table[node_op[consumer], arg_idx]
+                  != vtype[graph.node_args.astype(np.int64)]):
+            raise ValueError("an argument's value type differs from its op's input type")
+
+    def feed(self, graph: OpGraph, schedule: Schedule, read_values: np.ndarray,
+             checked: bool = False) -> Feed:
         """Packs a scheduled batch; `read_values` are the value ids to return.
+
+        `checked=True` skips `check(graph)`, for a graph merged from checked graphs
+        (the compiler checks each example's graph once, when it is first planned).
 
         Vectorised and sort-free but for one argsort of the nodes by launch: every
         value's buffer row and every argument's place in its launch's gather list
         are computed directly from per-launch offsets (cumulative sums over
         launches), so packing is linear in the batch.
         """
+        if not checked:
+            self.check(graph)
         n_types = len(self.value_types)
-        n_nodes = graph.num_nodes
         node_op = graph.node_op.astype(np.int64)
         g_op, node_group, n_outer, n_loop = self._launches(schedule, node_op)
-        n_groups = len(g_op)
         lo, hi = n_outer, n_outer + n_loop  # the loop's launches
-        group_size = np.bincount(node_group, minlength=n_groups)
-        # position of each node within its launch, in node order
-        order = np.argsort(node_group, kind="stable")
-        group_start = np.zeros(n_groups + 1, np.int64)
-        np.cumsum(group_size, out=group_start[1:])
-        pos_in_group = np.empty(n_nodes, np.int64)
-        pos_in_group[order] = np.arange(n_nodes) - np.repeat(group_start[:-1], group_size)
-
-        # --- rows of every value -------------------------------------------------------
-        # Rows of type k: constants, then launch after launch; within a launch, output
-        # slot (among the op's outputs of type k), then node.
-        vtype = graph.value_type.astype(np.int64)
-        vnode = graph.value_node.astype(np.int64)
-        vindex = graph.value_index.astype(np.int64)
         const_counts = np.zeros(n_types, np.int64)
         for k, c in enumerate(graph.constants[:n_types]):
             const_counts[k] = len(c)
-        out_per_group = group_size[:, None] * self.out_count[g_op]           # [G, K]
-        out_cum = np.zeros((n_groups + 1, n_types), np.int64)
-        np.cumsum(out_per_group, 0, out=out_cum[1:])
+        packed = pack_rows(node_op, graph.node_arity, graph.node_args, graph.value_type,
+                           graph.value_node, graph.value_index, node_group, g_op,
+                           const_counts, self.out_count, self.in_count, self._slot_typepos,
+                           self.arg_typepos, const_only=self._n_middle)
+        if not packed.const_only_ok:
+            raise ValueError("a prelude node reads a value that is not a constant")
+        group_size, group_start, order = packed.group_size, packed.group_start, packed.order
+        out_cum, in_cum, type_base = packed.out_cum, packed.in_cum, packed.type_base
+        value_row, gathered, arg_start = packed.value_row, packed.gathered, packed.arg_start
         type_counts = out_cum[-1]
-        value_row = vindex.copy()
-        out_vals = np.flatnonzero(vnode >= 0)
-        on = vnode[out_vals]
-        slot = vindex[out_vals]
-        o_of = node_op[on]
-        n_out = self._n_outputs[o_of]
-        if np.any((slot < 0) | (slot >= n_out)) or np.any(
-                self._out_type_table[o_of, np.minimum(slot, n_out - 1)] != vtype[out_vals]) \
-                or len(out_vals) != int(type_counts.sum()) or (len(on) and np.bincount(
-                    on * self._max_outputs + slot).max() > 1):
-            raise ValueError("the graph's node outputs do not match its ops: every output "
-                             "of every node must be exactly one value of the graph")
-        grp = node_group[on]
-        t = vtype[out_vals]
-        value_row[out_vals] = (const_counts[t] + out_cum[grp, t]
-                               + self._slot_typepos[o_of, slot] * group_size[grp]
-                               + pos_in_group[on])
-
-        # --- arguments ---------------------------------------------------------------
-        # Gather list of type k: launch after launch; within a launch, argument (among
-        # the op's arguments of type k), then node.
-        arity = graph.node_arity.astype(np.int64)
-        if np.any(arity != self._arity[node_op]):
-            raise ValueError("a node's number of arguments differs from its op's")
-        consumer = np.repeat(np.arange(n_nodes), arity)
-        arg_start = np.cumsum(arity) - arity
-        arg_idx = np.arange(len(graph.node_args)) - np.repeat(arg_start, arity)
-        arg_val = graph.node_args.astype(np.int64)
-        arg_type = vtype[arg_val]
-        c_op = node_op[consumer]
-        if np.any(self._in_type_table[c_op, arg_idx] != arg_type):
-            raise ValueError("an argument's value type differs from its op's input type")
-        in_per_group = group_size[:, None] * self.in_count[g_op]               # [G, K]
-        in_cum = np.zeros((n_groups + 1, n_types), np.int64)
-        np.cumsum(in_per_group, 0, out=in_cum[1:])
-        in_totals = in_cum[-1]
-        type_base = np.cumsum(in_totals) - in_totals
-        arg_group = node_group[consumer]
-        dest = (type_base[arg_type] + in_cum[arg_group, arg_type]
-                + self.arg_typepos[c_op, arg_idx] * group_size[arg_group]
-                + pos_in_group[consumer])
-        gathered = np.empty(len(arg_val), np.int64)
-        gathered[dest] = value_row[arg_val]
+        vtype = graph.value_type
+        arg_val = graph.node_args
 
         # --- the loop ------------------------------------------------------------------
         segs: dict[str, np.ndarray] = {}
@@ -375,10 +378,7 @@ class Executor:
 
         for i, o in enumerate(self.outer_ops):
             segs[f"outer_count_{i}"] = group_size[i:i + 1]
-            args = launch_args(i, o)
-            if i < self._n_middle and any(np.any(vnode[a] >= 0) for a in args):
-                raise ValueError("a prelude node reads a value that is not a constant")
-            for a, vals in enumerate(args):
+            for a, vals in enumerate(launch_args(i, o)):
                 segs[f"outer_args_{i}_{a}"] = value_row[vals]
         read_values = np.asarray(read_values, np.int64)
         read_type = vtype[read_values]
@@ -391,7 +391,7 @@ class Executor:
             args = launch_args(hi + j, o)
             for a, vals in enumerate(args):
                 wanted[self.op_in[o][a]].append((f"tail_args_{j}_{a}", value_row[vals]))
-        read_order = np.argsort(read_type, kind="stable")
+        read_order = stable_argsort(read_type, n_types)
         read_counts = np.bincount(read_type, minlength=n_types)
         read_start = np.cumsum(read_counts) - read_counts
         read_pos = np.empty(len(read_values), np.int64)
@@ -401,6 +401,10 @@ class Executor:
             rows = sorted_reads[read_start[k]:read_start[k] + read_counts[k]]
             if not self.tail_ops:
                 segs[f"post_rows_{k}"], segs[f"read_rows_{k}"] = rows, rows[:0]
+                continue
+            if not wanted[k] and k not in self._tail_types:  # all rows are before the tail
+                segs[f"post_rows_{k}"] = rows
+                segs[f"read_rows_{k}"] = np.arange(len(rows))
                 continue
             wanted[k].append((f"read_rows_{k}", rows))
             flat = np.concatenate([r for _, r in wanted[k]])

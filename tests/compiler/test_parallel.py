@@ -106,3 +106,39 @@ def test_workers_must_be_a_non_negative_int():
         Compiler.create(word_tree_lstm(), workers=-1)
     with pytest.raises(ValueError, match="workers"):
         ExpansionPool(None, 0)
+
+
+# --- planning ahead in a background thread (no workers) ----------------------------------
+
+def test_plans_made_ahead_in_a_thread_equal_serial_plans():
+    ahead = Compiler.create(word_tree_lstm(loss_everywhere=True))
+    serial = Compiler.create(word_tree_lstm(loss_everywhere=True))
+    inputs = [batch(8, 9), batch(9, 1), batch(10, 20), batch(11, 5)]
+    for n in (1, 3):
+        plans = list(ahead.plan_batches(inputs, grouped=True, ahead=n))
+        assert len(plans) == 4
+        for b, p in zip(inputs, plans):
+            want = serial.plan(b, grouped=True)
+            assert_same_graph(p.graph, want.graph)
+            for k in want.feed.arrays:
+                np.testing.assert_array_equal(p.feed.arrays[k], want.feed.arrays[k])
+
+
+def test_a_bad_input_planned_ahead_is_raised_at_its_batch():
+    c = Compiler.create(word_tree_lstm())
+    bad = batch(12, 6)
+    bad[4] = (bad[4], "eight")
+    plans = c.plan_batches([batch(13, 3), bad, batch(14, 2)], ahead=2)
+    assert len(next(plans).examples) == 3
+    with pytest.raises(InputError) as err:
+        next(plans)
+    assert err.value.example_index == 4
+
+
+def test_a_consumer_may_stop_early_and_the_planner_thread_ends():
+    import threading
+    c = Compiler.create(word_tree_lstm())
+    plans = c.plan_batches((batch(s, 4) for s in range(100)), ahead=2)
+    next(plans)
+    plans.close()  # as a `break` out of a for loop does
+    assert not [t for t in threading.enumerate() if t.name == "refold-planner"]

@@ -23,7 +23,7 @@ from blocks.types import TensorType
 from compiler.expansion import ExampleGraph, expand_all
 from compiler.lowering import Program, lower
 from scheduler.executor import Executor, Feed
-from scheduler.graph import OpGraph
+from scheduler.graph import OpGraph, stable_argsort
 from scheduler.schedules import SCHEDULERS, Schedule
 
 
@@ -219,8 +219,9 @@ class Compiler:
         graph = OpGraph.concatenate([e.graph for e in examples]) if examples else \
             _empty_graph(self.program)
         schedule = SCHEDULERS[self.scheduler](graph)
-        value_offsets = np.concatenate(
-            [[0], np.cumsum([e.graph.num_values for e in examples])]).astype(np.int64)
+        value_offsets = np.zeros(len(examples) + 1, np.int64)
+        np.cumsum(np.fromiter((len(e.graph.value_type) for e in examples), np.int64,
+                              len(examples)), out=value_offsets[1:])
         read_values, counts = self._read_values(examples, value_offsets, grouped)
         # Each example's graph is checked against the ops once, when first planned:
         # the checks are per node, so a merge of checked graphs needs none.
@@ -243,19 +244,26 @@ class Compiler:
         number of values of each metric. Vectorised over cached per-example arrays."""
         out_type = self.program.root.output_type
         n_metrics = len(self.program.metric_names)
-        empty = np.zeros(0, np.int64)
-        results = [e.result_values(out_type) + off for e, off in zip(examples, offsets)]
-        metrics = [e.metric_arrays() for e in examples]
-        m_ids = np.concatenate([m for m, _ in metrics]) if metrics else empty
+        n = len(examples)
+        if n == 0:
+            return np.zeros(0, np.int64), np.zeros(n_metrics, np.int64)
+        # whole-batch array operations over cached per-example arrays
+        results = [e.result_values(out_type) for e in examples]
+        m_ids, m_vals = zip(*[e.metric_arrays() for e in examples])
+        n_results = np.fromiter(map(len, results), np.int64, n)
+        n_metric_values = np.fromiter(map(len, m_vals), np.int64, n)
+        offsets = offsets[:n]
+        m_ids = np.concatenate(m_ids)
         counts = np.bincount(m_ids, minlength=n_metrics)
-        if not grouped:
-            parts = [p for r, (_, v), off in zip(results, metrics, offsets)
-                     for p in (r, v + off)]
-            return (np.concatenate(parts) if parts else empty), counts
-        m_vals = np.concatenate([v + off for (_, v), off in zip(metrics, offsets)]) \
-            if metrics else empty
-        by_metric = m_vals[np.argsort(m_ids, kind="stable")]
-        return np.concatenate(results + [by_metric]) if results else by_metric, counts
+        if not grouped:  # per example: its results, then its metrics
+            per_example = [p for pair in zip(results, m_vals) for p in pair]
+            lengths = np.stack([n_results, n_metric_values], 1).reshape(-1)
+            return (np.concatenate(per_example)
+                    + np.repeat(np.repeat(offsets, 2), lengths)), counts
+        result_ids = np.concatenate(results) + np.repeat(offsets, n_results)
+        metric_ids = np.concatenate(m_vals) + np.repeat(offsets, n_metric_values)
+        by_metric = metric_ids[stable_argsort(m_ids, max(n_metrics, 1))]
+        return np.concatenate([result_ids, by_metric]), counts
 
     # --- running ---------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ dependencies (0 for nodes whose arguments are all constants).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -94,32 +95,39 @@ class OpGraph:
             raise ValueError("concatenate needs at least one graph")
         if len(graphs) == 1:
             return graphs[0]
-        n_types = len(graphs[0].constants)
-        n_nodes = np.array([g.num_nodes for g in graphs])
-        n_values = np.array([g.num_values for g in graphs])
-        node_off = np.concatenate([[0], np.cumsum(n_nodes)[:-1]])
-        value_off = np.concatenate([[0], np.cumsum(n_values)[:-1]])
-        n_args = np.array([len(g.node_args) for g in graphs])
-        const_counts = np.array([[len(c) for c in g.constants] for g in graphs]).reshape(
-            len(graphs), n_types)
-        const_off = np.cumsum(const_counts, axis=0) - const_counts
-
-        node_args = np.concatenate([g.node_args for g in graphs]) + np.repeat(
-            value_off, n_args).astype(np.int32)
-        value_type = np.concatenate([g.value_type for g in graphs])
-        value_node = np.concatenate([g.value_node for g in graphs])
-        value_index = np.concatenate([g.value_index for g in graphs])
-        owner = np.repeat(np.arange(len(graphs)), n_values)
+        # one pass over the graphs, then whole-batch array operations (this runs on
+        # every batch: per-graph Python work is what it costs)
+        ops, arities, args, vtypes, vnodes, vindexes, sdepths, consts = zip(*map(_FIELDS, graphs))
+        n = len(graphs)
+        n_nodes = np.fromiter(map(len, ops), np.int64, n)
+        n_values = np.fromiter(map(len, vtypes), np.int64, n)
+        n_args = np.fromiter(map(len, args), np.int64, n)
+        node_off = np.cumsum(n_nodes) - n_nodes
+        value_off = np.cumsum(n_values) - n_values
+        node_args = np.concatenate(args) + np.repeat(value_off, n_args).astype(np.int32)
+        value_type = np.concatenate(vtypes)
+        value_node = np.concatenate(vnodes)
+        value_index = np.concatenate(vindexes)
         is_const = value_node < 0
         value_node = np.where(is_const, -1, value_node + np.repeat(node_off, n_values)
                               ).astype(np.int32)
+        n_types = len(consts[0])
+        constants = []
         if n_types:
-            value_index = value_index + np.where(is_const, const_off[owner, value_type], 0)
-        constants = [_concat_rows([g.constants[k] for g in graphs]) for k in range(n_types)]
-        return cls(np.concatenate([g.node_op for g in graphs]),
-                   np.concatenate([g.node_arity for g in graphs]),
-                   node_args, value_type, value_node, value_index.astype(np.int32), constants,
-                   np.concatenate([g.sdepth for g in graphs]))
+            # row offset of graph i's constants of type k: [n, K]
+            const_off = np.empty((n, n_types), np.int64)
+            for k in range(n_types):
+                tables = [c[k] for c in consts]
+                counts = np.fromiter(map(len, tables), np.int64, n)
+                const_off[:, k] = np.cumsum(counts) - counts
+                constants.append(_concat_rows(tables))
+            at = np.flatnonzero(is_const)
+            owner = np.repeat(np.arange(n), n_values)[at]
+            value_index = value_index.astype(np.int64)
+            value_index[at] += const_off[owner, value_type[at]]
+        return cls(np.concatenate(ops), np.concatenate(arities), node_args, value_type,
+                   value_node, value_index.astype(np.int32), constants,
+                   np.concatenate(sdepths))
 
     def validate(self) -> None:
         """Checks the arrays are consistent; raises `ValueError` otherwise."""
@@ -143,6 +151,10 @@ class OpGraph:
         consumer = np.repeat(np.arange(n), self.node_arity)
         if np.any(producer >= consumer):
             raise ValueError("a node reads a value produced by itself or a later node")
+
+
+_FIELDS = operator.attrgetter("node_op", "node_arity", "node_args", "value_type", "value_node",
+                             "value_index", "sdepth", "constants")
 
 
 def stable_argsort(keys: np.ndarray, bound: int) -> np.ndarray:

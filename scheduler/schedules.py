@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from scheduler.graph import OpGraph, stable_argsort
+from scheduler.graph import OpGraph
 
 
 @dataclass
@@ -96,7 +96,9 @@ class Schedule:
         per_op_launches = np.bincount(group_op, minlength=n_ops)
         mean = {int(o): float(per_op_nodes[o] / per_op_launches[o])
                 for o in range(n_ops) if per_op_launches[o]}
-        stats = ScheduleStats(steps=int(len(np.unique(group_step))), launches=int(len(uniq)),
+        # group_step is sorted: count its distinct values without np.unique's sort
+        n_steps = int(np.count_nonzero(np.diff(group_step))) + 1 if len(group_step) else 0
+        stats = ScheduleStats(steps=n_steps, launches=int(len(uniq)),
                               mean_batch_size=mean)
         return cls(graph, node_step.astype(np.int32), group_step, group_op,
                    node_group.astype(np.int32).reshape(-1), stats)
@@ -138,34 +140,48 @@ def agenda_schedule(graph: OpGraph, op_cost: Sequence[float] | None = None) -> S
     # Priority rank of each op: lower average depth first, then cheaper, then lower id.
     priority = np.lexsort((np.arange(n_ops), cost, avg_depth))
 
-    # Successor lists (CSR) over node->node edges, counting repeated arguments.
-    producer = graph.node_dependencies().astype(np.int64)
-    consumer = np.repeat(np.arange(n, dtype=np.int64), graph.node_arity)
-    keep = producer >= 0
-    producer, consumer = producer[keep], consumer[keep]
-    order = stable_argsort(producer, n)
-    succ = consumer[order]
-    succ_start = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(producer, minlength=n), out=succ_start[1:])
-    waiting = np.bincount(consumer, minlength=n)
-
     op_base = np.zeros(n_ops + 1, np.int64)
     np.cumsum(counts, out=op_base[1:])
-    step = _agenda_steps(node_op.astype(np.int64), sdepth == 0, succ_start, succ, waiting,
+    step = _agenda_steps(node_op.astype(np.int64), graph.node_arity.astype(np.int64),
+                         graph.node_args.astype(np.int64), graph.value_node.astype(np.int64),
                          priority.astype(np.int64), op_base)
     return Schedule.from_steps(graph, step)
 
 
 @numba.njit(cache=True, nogil=True)
-def _agenda_steps(node_op, prelude, succ_start, succ, waiting, by_rank, op_base):
+def _agenda_steps(node_op, node_arity, node_args, value_node, by_rank, op_base):
     """The agenda loop, compiled: each node's step (0 for the prelude).
 
-    Ready nodes of op o are queued in `queue[op_base[o]:op_base[o + 1]]` (each node
-    is queued once); a launch takes all of them, `queue[head[o]:tail[o]]`. Linear in
-    nodes and edges, plus ops per launch for picking the op.
+    Successors are lists (CSR) over node -> node edges, a repeated argument counting
+    twice. Ready nodes of op o are queued in `queue[op_base[o]:op_base[o + 1]]`
+    (each node is queued once); a launch takes all of them, `queue[head[o]:tail[o]]`.
+    Linear in nodes and edges, plus ops per launch for picking the op.
     """
     n = len(node_op)
     n_ops = len(op_base) - 1
+    waiting = np.zeros(n, np.int64)
+    succ_start = np.zeros(n + 1, np.int64)
+    p = 0
+    for j in range(n):
+        for _ in range(node_arity[j]):
+            producer = value_node[node_args[p]]
+            if producer >= 0:
+                waiting[j] += 1
+                succ_start[producer + 1] += 1
+            p += 1
+    for j in range(n):
+        succ_start[j + 1] += succ_start[j]
+    fill = succ_start[:-1].copy()
+    succ = np.empty(succ_start[n], np.int64)
+    p = 0
+    for j in range(n):
+        for _ in range(node_arity[j]):
+            producer = value_node[node_args[p]]
+            if producer >= 0:
+                succ[fill[producer]] = j
+                fill[producer] += 1
+            p += 1
+    prelude = waiting == 0
     step = np.zeros(n, np.int64)
     queue = np.empty(n, np.int64)
     head = op_base[:-1].copy()

@@ -27,10 +27,12 @@ dependencies (0 for nodes whose arguments are all constants).
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 
@@ -90,44 +92,35 @@ class OpGraph:
 
     @classmethod
     def concatenate(cls, graphs: Sequence[OpGraph]) -> OpGraph:
-        """One graph holding `graphs` side by side (value and node ids offset)."""
+        """One graph holding `graphs` side by side (value and node ids offset).
+
+        This runs on every batch, so each graph keeps its integer arrays as one
+        record (`merge_record`, made on first use: do not change a graph's arrays
+        after merging it) and one compiled pass lays the records side by side.
+        """
         if not graphs:
             raise ValueError("concatenate needs at least one graph")
         if len(graphs) == 1:
             return graphs[0]
-        # one pass over the graphs, then whole-batch array operations (this runs on
-        # every batch: per-graph Python work is what it costs)
-        ops, arities, args, vtypes, vnodes, vindexes, sdepths, consts = zip(*map(_FIELDS, graphs))
-        n = len(graphs)
-        n_nodes = np.fromiter(map(len, ops), np.int64, n)
-        n_values = np.fromiter(map(len, vtypes), np.int64, n)
-        n_args = np.fromiter(map(len, args), np.int64, n)
-        node_off = np.cumsum(n_nodes) - n_nodes
-        value_off = np.cumsum(n_values) - n_values
-        node_args = np.concatenate(args) + np.repeat(value_off, n_args).astype(np.int32)
-        value_type = np.concatenate(vtypes)
-        value_node = np.concatenate(vnodes)
-        value_index = np.concatenate(vindexes)
-        is_const = value_node < 0
-        value_node = np.where(is_const, -1, value_node + np.repeat(node_off, n_values)
-                              ).astype(np.int32)
-        n_types = len(consts[0])
-        constants = []
-        if n_types:
-            # row offset of graph i's constants of type k: [n, K]
-            const_off = np.empty((n, n_types), np.int64)
-            for k in range(n_types):
-                tables = [c[k] for c in consts]
-                counts = np.fromiter(map(len, tables), np.int64, n)
-                const_off[:, k] = np.cumsum(counts) - counts
-                constants.append(_concat_rows(tables))
-            at = np.flatnonzero(is_const)
-            owner = np.repeat(np.arange(n), n_values)[at]
-            value_index = value_index.astype(np.int64)
-            value_index[at] += const_off[owner, value_type[at]]
-        return cls(np.concatenate(ops), np.concatenate(arities), node_args, value_type,
-                   value_node, value_index.astype(np.int32), constants,
-                   np.concatenate(sdepths))
+        n_types = len(graphs[0].constants)
+        records = np.concatenate(list(map(_MERGE_RECORD, graphs)))
+        fields = _merge_records(records, len(graphs), n_types)
+        tables = list(map(_CONSTANTS, graphs))
+        constants = [_concat_rows([t[k] for t in tables]) for k in range(n_types)]
+        node_op, node_arity, sdepth, node_args, value_type, value_node, value_index = fields
+        return cls(node_op, node_arity, node_args, value_type, value_node, value_index,
+                   constants, sdepth)
+
+    @functools.cached_property
+    def merge_record(self) -> np.ndarray:
+        """int32 `[N, A, V, C_0..C_K-1, node_op, node_arity, sdepth, node_args,
+        value_type, value_node, value_index]`: the graph, for `concatenate`."""
+        header = [len(self.node_op), len(self.node_args), len(self.value_type)]
+        header += [len(c) for c in self.constants]
+        return np.concatenate([np.asarray(header, np.int32)] + [
+            np.asarray(a, np.int32) for a in (
+                self.node_op, self.node_arity, self.sdepth, self.node_args,
+                self.value_type, self.value_node, self.value_index)])
 
     def validate(self) -> None:
         """Checks the arrays are consistent; raises `ValueError` otherwise."""
@@ -153,8 +146,57 @@ class OpGraph:
             raise ValueError("a node reads a value produced by itself or a later node")
 
 
-_FIELDS = operator.attrgetter("node_op", "node_arity", "node_args", "value_type", "value_node",
-                             "value_index", "sdepth", "constants")
+_MERGE_RECORD = operator.attrgetter("merge_record")
+_CONSTANTS = operator.attrgetter("constants")
+
+
+@numba.njit(cache=True, nogil=True)
+def _merge_records(records, n_graphs, n_types):
+    """The merged integer arrays of graphs given as `merge_record`s, side by side."""
+    n_nodes = n_args = n_values = 0
+    p = 0
+    for _ in range(n_graphs):  # totals first
+        n, a, v = records[p], records[p + 1], records[p + 2]
+        n_nodes += n
+        n_args += a
+        n_values += v
+        p += 3 + n_types + 3 * n + a + 3 * v
+    node_op = np.empty(n_nodes, np.int32)
+    node_arity = np.empty(n_nodes, np.int32)
+    sdepth = np.empty(n_nodes, np.int32)
+    node_args = np.empty(n_args, np.int32)
+    value_type = np.empty(n_values, np.int32)
+    value_node = np.empty(n_values, np.int32)
+    value_index = np.empty(n_values, np.int32)
+    const_off = np.zeros(n_types, np.int64)  # constant rows of each type so far
+    p = no = ao = vo = 0
+    for _ in range(n_graphs):
+        n, a, v = records[p], records[p + 1], records[p + 2]
+        counts = records[p + 3:p + 3 + n_types]
+        q = p + 3 + n_types
+        node_op[no:no + n] = records[q:q + n]
+        node_arity[no:no + n] = records[q + n:q + 2 * n]
+        sdepth[no:no + n] = records[q + 2 * n:q + 3 * n]
+        q += 3 * n
+        for i in range(a):
+            node_args[ao + i] = records[q + i] + vo
+        q += a
+        for i in range(v):
+            t, node, index = records[q + i], records[q + v + i], records[q + 2 * v + i]
+            value_type[vo + i] = t
+            if node >= 0:
+                value_node[vo + i] = node + no
+                value_index[vo + i] = index
+            else:
+                value_node[vo + i] = -1
+                value_index[vo + i] = index + const_off[t]
+        for k in range(n_types):
+            const_off[k] += counts[k]
+        p = q + 3 * v
+        no += n
+        ao += a
+        vo += v
+    return node_op, node_arity, sdepth, node_args, value_type, value_node, value_index
 
 
 def stable_argsort(keys: np.ndarray, bound: int) -> np.ndarray:

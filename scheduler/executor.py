@@ -267,7 +267,7 @@ class Executor:
             spec[f"consts_{d}"] = tf.TensorSpec([None], tf.as_dtype(d))
         return spec
 
-    def _launches(self, schedule: Schedule, node_op: np.ndarray):
+    def _launches(self, schedule: Schedule):
         """The launches in execution order, from a schedule's (step, op) groups.
 
         Returns `(launch_op, node_launch, n_outer, n_loop)`: first the outer launches
@@ -285,7 +285,7 @@ class Executor:
             np.where(stage == 2, n_outer + n_loop + self._tail_pos[s_op], self._outer_pos[s_op]))
         launch_op = np.concatenate([np.asarray(self.outer_ops, np.int64), s_op[in_loop],
                                     np.asarray(self.tail_ops, np.int64)])
-        node_launch = launch_of_group[schedule.node_group.astype(np.int64)]
+        node_launch = launch_of_group[schedule.node_group]
         return launch_op, node_launch, n_outer, n_loop
 
     def check(self, graph: OpGraph) -> None:
@@ -333,13 +333,12 @@ class Executor:
         if not checked:
             self.check(graph)
         n_types = len(self.value_types)
-        node_op = graph.node_op.astype(np.int64)
-        g_op, node_group, n_outer, n_loop = self._launches(schedule, node_op)
+        g_op, node_group, n_outer, n_loop = self._launches(schedule)
         lo, hi = n_outer, n_outer + n_loop  # the loop's launches
         const_counts = np.zeros(n_types, np.int64)
         for k, c in enumerate(graph.constants[:n_types]):
             const_counts[k] = len(c)
-        packed = pack_rows(node_op, graph.node_arity, graph.node_args, graph.value_type,
+        packed = pack_rows(graph.node_op, graph.node_arity, graph.node_args, graph.value_type,
                            graph.value_node, graph.value_index, node_group, g_op,
                            const_counts, self.out_count, self.in_count, self._slot_typepos,
                            self.arg_typepos, const_only=self._n_middle)
@@ -426,7 +425,7 @@ class Executor:
             segs[f"const_sizes_{d}"] = np.fromiter(map(len, flat_consts[d]), np.int64)
         pieces = [segs[name] for name in self._segments]
         layout = np.zeros(len(pieces) + 1, np.int64)
-        np.cumsum([len(p) for p in pieces], out=layout[1:])
+        np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)), out=layout[1:])
         if layout[-1] >= 2 ** 31 or (const_counts + type_counts).max(initial=0) >= 2 ** 31:
             raise ValueError("the batch is too large for int32 indices")
         arrays = {"index": np.concatenate(pieces).astype(np.int32),

@@ -66,10 +66,17 @@ def pack_rows(node_op, node_arity, node_args, value_type, value_node, value_inde
     the op's outputs of its type), `arg_typepos[o, a]` (the same for argument a).
     The nodes of launches `< const_only` are checked to read constants only.
     """
-    return Packed(*_pack(*(np.asarray(a, np.int64) for a in (
+    return Packed(*_pack(*(_ints(a) for a in (
         node_op, node_arity, node_args, value_type, value_node, value_index, node_launch,
         launch_op, const_counts, out_count, in_count, slot_typepos, arg_typepos)),
         const_only))
+
+
+def _ints(a) -> np.ndarray:
+    # int32 and int64 arrays go in as they are (a graph's arrays are int32: no copy);
+    # Numba compiles one version per combination of dtypes met.
+    a = np.asarray(a)
+    return a if a.dtype in (np.int32, np.int64) else a.astype(np.int64)
 
 
 @numba.njit(cache=True, nogil=True)

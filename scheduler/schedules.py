@@ -36,6 +36,7 @@ their steps here. The stats describe the schedule, not those merged launches.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -73,7 +74,22 @@ class Schedule:
     group_step: np.ndarray
     group_op: np.ndarray
     node_group: np.ndarray
-    stats: ScheduleStats
+
+    @functools.cached_property
+    def stats(self) -> ScheduleStats:
+        """Steps, launches and mean batch size per op (computed when first asked:
+        running a batch does not need them)."""
+        n_ops = int(self.graph.node_op.max()) + 1 if self.graph.num_nodes else 1
+        group_op = self.group_op
+        sizes = np.bincount(self.node_group, minlength=len(group_op))
+        per_op_nodes = np.bincount(group_op, weights=sizes, minlength=n_ops)
+        per_op_launches = np.bincount(group_op, minlength=n_ops)
+        mean = {int(o): float(per_op_nodes[o] / per_op_launches[o])
+                for o in range(n_ops) if per_op_launches[o]}
+        # group_step is sorted: count its distinct values without np.unique's sort
+        steps = self.group_step
+        n_steps = int(np.count_nonzero(np.diff(steps))) + 1 if len(steps) else 0
+        return ScheduleStats(steps=n_steps, launches=len(group_op), mean_batch_size=mean)
 
     @classmethod
     def from_steps(cls, graph: OpGraph, node_step: np.ndarray) -> Schedule:
@@ -91,17 +107,8 @@ class Schedule:
             uniq, node_group = np.unique(key, return_inverse=True)
         group_step = (uniq // n_ops + lo).astype(np.int32)
         group_op = (uniq % n_ops).astype(np.int32)
-        sizes = np.bincount(node_group, minlength=len(uniq))
-        per_op_nodes = np.bincount(group_op, weights=sizes, minlength=n_ops)
-        per_op_launches = np.bincount(group_op, minlength=n_ops)
-        mean = {int(o): float(per_op_nodes[o] / per_op_launches[o])
-                for o in range(n_ops) if per_op_launches[o]}
-        # group_step is sorted: count its distinct values without np.unique's sort
-        n_steps = int(np.count_nonzero(np.diff(group_step))) + 1 if len(group_step) else 0
-        stats = ScheduleStats(steps=n_steps, launches=int(len(uniq)),
-                              mean_batch_size=mean)
         return cls(graph, node_step.astype(np.int32), group_step, group_op,
-                   node_group.astype(np.int32).reshape(-1), stats)
+                   node_group.astype(np.int32).reshape(-1))
 
     def validate(self) -> None:
         """Checks every node runs after its inputs; raises `ValueError` if not."""

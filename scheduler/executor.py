@@ -248,9 +248,10 @@ class Executor:
 
     def _segment_names(self) -> list[str]:
         names = ["group_op", "group_size", "n_rows"]
+        for k in self.loop_types:  # only the loop reads and writes in launches
+            names += [f"in_splits_{k}", f"in_rows_{k}", f"out_bounds_{k}"]
         for k in range(len(self.value_types)):
-            names += [f"in_splits_{k}", f"in_rows_{k}", f"out_bounds_{k}", f"read_rows_{k}",
-                      f"post_rows_{k}"]
+            names += [f"read_rows_{k}", f"post_rows_{k}"]
         names += [f"const_sizes_{d}" for d in self.dtypes]
         for stage, ops in (("outer", self.outer_ops), ("tail", self.tail_ops)):
             for i, o in enumerate(ops):
@@ -363,7 +364,7 @@ class Executor:
         segs["group_size"] = group_size[lo:hi]
         loop_end = const_counts + out_cum[hi]  # rows of the loop's buffers
         segs["n_rows"] = loop_end
-        for k in range(n_types):
+        for k in self.loop_types:
             segs[f"in_rows_{k}"] = gathered[type_base[k] + in_cum[lo, k]:
                                             type_base[k] + in_cum[hi, k]]
             segs[f"in_splits_{k}"] = in_cum[lo:hi + 1, k] - in_cum[lo, k]
@@ -491,9 +492,9 @@ class Executor:
             bufs.append(tf.concat(made[k] + [tf.zeros(pad_shape, tf_dtypes[k])], 0))
 
         group_op, group_size = seg("group_op"), seg("group_size")
-        in_splits = [seg(f"in_splits_{k}") for k in range(n_types)]
-        in_rows = [seg(f"in_rows_{k}") for k in range(n_types)]
-        out_bounds = [seg(f"out_bounds_{k}") for k in range(n_types)]
+        in_splits = {k: seg(f"in_splits_{k}") for k in self.loop_types}
+        in_rows = {k: seg(f"in_rows_{k}") for k in self.loop_types}
+        out_bounds = {k: seg(f"out_bounds_{k}") for k in self.loop_types}
         empty = [tf.zeros((0, *shapes[k]), tf_dtypes[k]) for k in range(n_types)]
 
         loop_types = self.loop_types

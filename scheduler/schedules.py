@@ -149,15 +149,17 @@ def agenda_schedule(graph: OpGraph, op_cost: Sequence[float] | None = None) -> S
 
     op_base = np.zeros(n_ops + 1, np.int64)
     np.cumsum(counts, out=op_base[1:])
-    step = _agenda_steps(node_op.astype(np.int64), graph.node_arity.astype(np.int64),
-                         graph.node_args.astype(np.int64), graph.value_node.astype(np.int64),
-                         priority.astype(np.int64), op_base)
-    return Schedule.from_steps(graph, step)
+    step, group_step, group_op, node_group = _agenda_steps(
+        node_op, graph.node_arity, graph.node_args, graph.value_node,
+        priority.astype(np.int64), op_base)
+    return Schedule(graph, step, group_step, group_op, node_group)
 
 
 @numba.njit(cache=True, nogil=True)
 def _agenda_steps(node_op, node_arity, node_args, value_node, by_rank, op_base):
-    """The agenda loop, compiled: each node's step (0 for the prelude).
+    """The agenda loop, compiled: each node's step (0 for the prelude) and the
+    launches, as `Schedule` holds them (int32 `node_step, group_step, group_op,
+    node_group`; the prelude's launches first, by op).
 
     Successors are lists (CSR) over node -> node edges, a repeated argument counting
     twice. Ready nodes of op o are queued in `queue[op_base[o]:op_base[o + 1]]`
@@ -189,7 +191,23 @@ def _agenda_steps(node_op, node_arity, node_args, value_node, by_rank, op_base):
                 fill[producer] += 1
             p += 1
     prelude = waiting == 0
-    step = np.zeros(n, np.int64)
+    step = np.zeros(n, np.int32)
+    group_step = np.zeros(n, np.int32)
+    group_op = np.zeros(n, np.int32)
+    node_group = np.zeros(n, np.int32)
+    group_of_op = np.full(n_ops, -1, np.int64)
+    n_groups = 0
+    for j in range(n):  # the prelude's launches: one per op, in op order
+        if prelude[j]:
+            group_of_op[node_op[j]] = 0
+    for o in range(n_ops):
+        if group_of_op[o] == 0:
+            group_of_op[o] = n_groups
+            group_op[n_groups] = o
+            n_groups += 1
+    for j in range(n):
+        if prelude[j]:
+            node_group[j] = group_of_op[node_op[j]]
     queue = np.empty(n, np.int64)
     head = op_base[:-1].copy()
     tail = op_base[:-1].copy()
@@ -218,8 +236,12 @@ def _agenda_steps(node_op, node_arity, node_args, value_node, by_rank, op_base):
         lo, hi = head[o], tail[o]
         head[o] = hi
         remaining -= hi - lo
+        group_step[n_groups] = current
+        group_op[n_groups] = o
         for i in range(lo, hi):
             step[queue[i]] = current
+            node_group[queue[i]] = n_groups
+        n_groups += 1
         for i in range(lo, hi):
             j = queue[i]
             for e in range(succ_start[j], succ_start[j + 1]):
@@ -228,7 +250,7 @@ def _agenda_steps(node_op, node_arity, node_args, value_node, by_rank, op_base):
                 if waiting[s] == 0:
                     queue[tail[node_op[s]]] = s
                     tail[node_op[s]] += 1
-    return step
+    return step, group_step[:n_groups], group_op[:n_groups], node_group
 
 
 SCHEDULERS = {"depth": depth_schedule, "agenda": agenda_schedule}

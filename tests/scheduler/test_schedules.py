@@ -43,8 +43,8 @@ def check_stats_and_groups(schedule: Schedule, raw) -> None:
                              schedule.node_group.tolist())
     assert len(g_step) == len(g_op) == stats.launches
     assert len(n_group) == raw.num_nodes
-    assert sorted(zip(g_step, g_op)) == sorted(pairs)  # one group per launch, no repeats
-    assert g_step == sorted(g_step)  # groups in execution order
+    # one group per launch, no repeats, in execution order (by step, then op)
+    assert list(zip(g_step, g_op)) == sorted(pairs)
     for j in range(raw.num_nodes):
         assert g_step[n_group[j]] == step[j]
         assert g_op[n_group[j]] == raw.node_op[j]

@@ -45,9 +45,10 @@ Why this design (the storage and loop scheme chosen, with the figures behind it)
   TensorArray per iteration 1,020 ms; a TensorArray per row gave wrong gradients
   on repeated reads. It was the only scheme linear in both time and memory for
   every dependency pattern. Re-measured here (BENCHMARKS.md, `python -m
-  benchmarks.engine --only memory`): a TreeLSTM training step peaks at 8.6 KB
-  per op-graph node at 256 trees (14k nodes) and 8.8 KB at 1,024 trees (58k
-  nodes), i.e. linear; most of it is the cell's saved activations.
+  benchmarks.engine --only memory`): a TreeLSTM training step peaks at 5.2 KB
+  per op-graph node at 256 trees (14k nodes) and 5.3 KB at 1,024 trees (58k
+  nodes), i.e. linear; most of it is the cell's saved activations (8.6-8.8 KB
+  before head and tail ops left the loop).
 - **Hoisting the head and the tail.** Variable lookups inside the loop cost a
   dense vocabulary-sized gradient per iteration (1.8-12x slower training in the
   prototype), so lookups run before it. Running every head and tail op outside
@@ -63,8 +64,9 @@ Why this design (the storage and loop scheme chosen, with the figures behind it)
   at batch >= 16) but not nil: in training, a tiny extra launch costs about
   0.5 ms here. Paired against a hand-written level-by-level TensorFlow program
   on sst-synth same-shape trees (BENCHMARKS.md), the traced step alone runs at
-  0.92-0.99x of it at batch 16 to 256; the per-batch planning comes on top
-  unless it is done ahead (`Compiler.plan_batches(..., ahead=1)`, `Model.fit`).
+  0.89-0.99x of it at batch 16 to 256; the per-batch planning comes on top
+  (1.2-1.4 ms at batch 64 between steps, ~10% of an inference step) unless it is
+  done ahead on a spare core (`Compiler.plan_batches(..., ahead=1)`, `Model.fit`).
 - **A lean loop body.** Each iteration reads its launch's scalars (op, size,
   gather and write bounds per value type) from one row of a table built before
   the loop, and separates same-typed arguments with one `Split`: 106 ops in the
@@ -80,7 +82,8 @@ Why this design (the storage and loop scheme chosen, with the figures behind it)
 
 The packed form: the schedule's integer arrays travel as one int32 vector `index`
 plus the segment bounds `layout`, and constants as one flat vector per dtype,
-because each `tf.function` argument costs tens of microseconds per call.
+because each `tf.function` argument costs tens of microseconds per call; one
+`SplitV` cuts them apart inside the step.
 """
 
 from __future__ import annotations

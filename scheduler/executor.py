@@ -329,10 +329,9 @@ class Executor:
         `checked=True` skips `check(graph)`, for a graph merged from checked graphs
         (the compiler checks each example's graph once, when it is first planned).
 
-        Vectorised and sort-free but for one argsort of the nodes by launch: every
-        value's buffer row and every argument's place in its launch's gather list
-        are computed directly from per-launch offsets (cumulative sums over
-        launches), so packing is linear in the batch.
+        Linear in the batch: every value's buffer row and every argument's place in
+        its launch's gather list come from per-launch offsets, in one compiled pass
+        (`scheduler.packing.pack_rows`); the rest is per launch and per value type.
         """
         if not checked:
             self.check(graph)
@@ -360,9 +359,10 @@ class Executor:
         branch = self.branch_of[g_op[lo:hi]]
         if np.any(branch < 0):
             bad = self.ops[int(g_op[lo:hi][np.argmax(branch < 0)])]
-            raise ValueError(f"op {getattr(bad, 'name', bad)!r} must run in the prelude (its "
-                             "inputs must all be constants) but a node of it reads the "
-                             "output of another op")
+            raise ValueError(f"op {getattr(bad, 'name', bad)!r} looks up a variable, so it "
+                             "never runs inside the loop, but a node of it reads a value "
+                             "the loop computes: its inputs must be constants or come from "
+                             "ops outside the recursion")
         segs["group_op"] = branch
         segs["group_size"] = group_size[lo:hi]
         loop_end = const_counts + out_cum[hi]  # rows of the loop's buffers

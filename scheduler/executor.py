@@ -477,12 +477,7 @@ class Executor:
         # Before the loop: the outer launches, each gathering its arguments from the rows
         # of its types produced so far (constants, then earlier outer launches' outputs).
         made = [[consts[k]] for k in range(n_types)]
-        for i, o in enumerate(self.outer_ops):
-            args = [tf.gather(_joined(made[k]), seg(f"outer_args_{i}_{a}"))
-                    for a, k in enumerate(self.op_in[o])]
-            outs = self._call_unless_empty(o, args, seg(f"outer_count_{i}")[0])
-            for s, k in enumerate(self.op_out[o]):
-                made[k].append(outs[s])
+        self._run_outside_loop("outer", self.outer_ops, made, seg)
         n_rows = seg("n_rows")
         bufs = []
         for k in range(n_types):
@@ -571,13 +566,20 @@ class Executor:
         if not self.tail_ops:
             return post
         made = [[p] for p in post]
-        for j, o in enumerate(self.tail_ops):
-            args = [tf.gather(_joined(made[k]), seg(f"tail_args_{j}_{a}"))
+        self._run_outside_loop("tail", self.tail_ops, made, seg)
+        return [tf.gather(_joined(made[k]), seg(f"read_rows_{k}")) for k in range(n_types)]
+
+    def _run_outside_loop(self, stage: str, ops: list, made: list, seg) -> None:
+        """Runs the launches of `stage` ("outer" or "tail"), one per op of `ops`, in
+        order: each gathers its arguments from the rows of type k made so far,
+        `made[k]` (a list of row blocks), and appends its outputs there."""
+        import tensorflow as tf
+        for i, o in enumerate(ops):
+            args = [tf.gather(_joined(made[k]), seg(f"{stage}_args_{i}_{a}"))
                     for a, k in enumerate(self.op_in[o])]
-            outs = self._call_unless_empty(o, args, seg(f"tail_count_{j}")[0])
+            outs = self._call_unless_empty(o, args, seg(f"{stage}_count_{i}")[0])
             for s, k in enumerate(self.op_out[o]):
                 made[k].append(outs[s])
-        return [tf.gather(_joined(made[k]), seg(f"read_rows_{k}")) for k in range(n_types)]
 
     def _call_unless_empty(self, o: int, args: list, n) -> list:
         """Runs op o on `n` rows outside the loop; skipped when `n` is 0, because some

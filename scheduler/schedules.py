@@ -215,14 +215,9 @@ def _agenda_steps(node_op, node_arity, node_args, value_node, by_rank, op_base):
     for j in range(n):
         if prelude[j]:
             remaining -= 1
-    for j in range(n):  # release the prelude
+    for j in range(n):
         if prelude[j]:
-            for e in range(succ_start[j], succ_start[j + 1]):
-                s = succ[e]
-                waiting[s] -= 1
-                if waiting[s] == 0:
-                    queue[tail[node_op[s]]] = s
-                    tail[node_op[s]] += 1
+            _release(j, succ_start, succ, waiting, node_op, queue, tail)
     current = 0
     while remaining > 0:
         o = -1
@@ -243,14 +238,19 @@ def _agenda_steps(node_op, node_arity, node_args, value_node, by_rank, op_base):
             node_group[queue[i]] = n_groups
         n_groups += 1
         for i in range(lo, hi):
-            j = queue[i]
-            for e in range(succ_start[j], succ_start[j + 1]):
-                s = succ[e]
-                waiting[s] -= 1
-                if waiting[s] == 0:
-                    queue[tail[node_op[s]]] = s
-                    tail[node_op[s]] += 1
+            _release(queue[i], succ_start, succ, waiting, node_op, queue, tail)
     return step, group_step[:n_groups], group_op[:n_groups], node_group
+
+
+@numba.njit(cache=True, nogil=True)
+def _release(j, succ_start, succ, waiting, node_op, queue, tail):
+    # node j has run: each successor waits on one input less; queue those now ready
+    for e in range(succ_start[j], succ_start[j + 1]):
+        s = succ[e]
+        waiting[s] -= 1
+        if waiting[s] == 0:
+            queue[tail[node_op[s]]] = s
+            tail[node_op[s]] += 1
 
 
 SCHEDULERS = {"depth": depth_schedule, "agenda": agenda_schedule}

@@ -23,6 +23,13 @@ def assert_same_graph(a, b):
         assert x.dtype == y.dtype
 
 
+def assert_same_plan(got, want):
+    assert_same_graph(got.graph, want.graph)
+    assert got.feed.arrays.keys() == want.feed.arrays.keys()
+    for k in want.feed.arrays:
+        np.testing.assert_array_equal(got.feed.arrays[k], want.feed.arrays[k])
+
+
 @pytest.fixture(scope="module")
 def parallel_compiler():
     # one fork for the whole module; the block holds lambdas, so only fork can share it
@@ -55,10 +62,7 @@ def test_parallel_plans_equal_serial_plans_and_run_the_same(parallel_compiler):
     plans = list(parallel_compiler.plan_batches(inputs, grouped=True))
     assert len(plans) == 3
     for b, p in zip(inputs, plans):
-        want = serial.plan(b, grouped=True)
-        assert_same_graph(p.graph, want.graph)
-        for k in want.feed.arrays:
-            np.testing.assert_array_equal(p.feed.arrays[k], want.feed.arrays[k])
+        assert_same_plan(p, serial.plan(b, grouped=True))
     # a plan made in a worker runs in the parent and gives the serial results
     b = inputs[0]
     p = list(parallel_compiler.plan_batches([b]))[0]
@@ -118,10 +122,7 @@ def test_plans_made_ahead_in_a_thread_equal_serial_plans():
         plans = list(ahead.plan_batches(inputs, grouped=True, ahead=n))
         assert len(plans) == 4
         for b, p in zip(inputs, plans):
-            want = serial.plan(b, grouped=True)
-            assert_same_graph(p.graph, want.graph)
-            for k in want.feed.arrays:
-                np.testing.assert_array_equal(p.feed.arrays[k], want.feed.arrays[k])
+            assert_same_plan(p, serial.plan(b, grouped=True))
 
 
 def test_a_bad_input_planned_ahead_is_raised_at_its_batch():

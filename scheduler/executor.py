@@ -94,8 +94,8 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.graph import OpGraph, stable_argsort
-from scheduler.packing import pack_rows
+from scheduler.graph import OpGraph
+from scheduler.packing import pack_rows, pack_segments
 from scheduler.schedules import Schedule
 
 
@@ -167,6 +167,15 @@ class Executor:
         self.outer_ops = middle + self.head_ops
         self._n_middle = len(middle)
         self._tail_types = {k for o in self.tail_ops for k in self.op_out[o]}
+        # for pack_segments: arities of the outer and tail launches, tail argument types
+        self._outer_arity = np.array([len(self.op_in[o]) for o in self.outer_ops], np.int64)
+        self._tail_arity = np.array([len(self.op_in[o]) for o in self.tail_ops], np.int64)
+        self._tail_in_type = np.full(
+            (len(self.tail_ops), max([1] + list(self._tail_arity))), -1, np.int64)
+        for j, o in enumerate(self.tail_ops):
+            self._tail_in_type[j, :len(self.op_in[o])] = self.op_in[o]
+        self._tail_type_mask = np.zeros(len(self.value_types), bool)
+        self._tail_type_mask[list(self._tail_types)] = True
         rows = max(n_ops, 1)
         self._stage = np.ones(rows, np.int64)  # per op: 0 head, 1 middle, 2 tail
         self._stage[self.head_ops] = 0
@@ -255,12 +264,11 @@ class Executor:
             names += [f"in_splits_{k}", f"in_rows_{k}", f"out_bounds_{k}"]
         for k in range(len(self.value_types)):
             names += [f"read_rows_{k}", f"post_rows_{k}"]
-        names += [f"const_sizes_{d}" for d in self.dtypes]
         for stage, ops in (("outer", self.outer_ops), ("tail", self.tail_ops)):
             for i, o in enumerate(ops):
                 names.append(f"{stage}_count_{i}")
                 names += [f"{stage}_args_{i}_{a}" for a in range(len(self.op_in[o]))]
-        return names
+        return names + [f"const_sizes_{d}" for d in self.dtypes]  # last: made in Python
 
     def input_signature(self) -> dict:
         """The `tf.TensorSpec`s of `Feed.arrays` (all with unknown lengths)."""
@@ -347,15 +355,7 @@ class Executor:
                            self.arg_typepos, const_only=self._n_middle)
         if not packed.const_only_ok:
             raise ValueError("a prelude node reads a value that is not a constant")
-        group_size, group_start, order = packed.group_size, packed.group_start, packed.order
-        out_cum, in_cum, type_base = packed.out_cum, packed.in_cum, packed.type_base
-        value_row, gathered, arg_start = packed.value_row, packed.gathered, packed.arg_start
-        type_counts = out_cum[-1]
-        vtype = graph.value_type
-        arg_val = graph.node_args
-
-        # --- the loop ------------------------------------------------------------------
-        segs: dict[str, np.ndarray] = {}
+        type_counts = packed.out_cum[-1]
         branch = self.branch_of[g_op[lo:hi]]
         if np.any(branch < 0):
             bad = self.ops[int(g_op[lo:hi][np.argmax(branch < 0)])]
@@ -363,76 +363,27 @@ class Executor:
                              "never runs inside the loop, but a node of it reads a value "
                              "the loop computes: its inputs must be constants or come from "
                              "ops outside the recursion")
-        segs["group_op"] = branch
-        segs["group_size"] = group_size[lo:hi]
-        loop_end = const_counts + out_cum[hi]  # rows of the loop's buffers
-        segs["n_rows"] = loop_end
-        for k in self.loop_types:
-            segs[f"in_rows_{k}"] = gathered[type_base[k] + in_cum[lo, k]:
-                                            type_base[k] + in_cum[hi, k]]
-            segs[f"in_splits_{k}"] = in_cum[lo:hi + 1, k] - in_cum[lo, k]
-            segs[f"out_bounds_{k}"] = const_counts[k] + np.concatenate(
-                [out_cum[lo:lo + 1, k], out_cum[lo:hi + 1, k]])
-
-        # --- launches outside the loop: arguments as buffer rows -----------------------
-        def launch_args(i, o):
-            first_arg = arg_start[order[group_start[i]:group_start[i + 1]]]
-            return [arg_val[first_arg + a] for a in range(len(self.op_in[o]))]
-
-        for i, o in enumerate(self.outer_ops):
-            segs[f"outer_count_{i}"] = group_size[i:i + 1]
-            for a, vals in enumerate(launch_args(i, o)):
-                segs[f"outer_args_{i}_{a}"] = value_row[vals]
-        read_values = np.asarray(read_values, np.int64)
-        read_type = vtype[read_values]
-        # After the loop, every row of type k below loop_end[k] that the tail or the
-        # results need is gathered once (`post_rows_k`); the tail and the results then
-        # index [those rows; the tail's outputs of type k].
-        wanted: list[list] = [[] for _ in range(n_types)]
-        for j, o in enumerate(self.tail_ops):
-            segs[f"tail_count_{j}"] = group_size[hi + j:hi + j + 1]
-            args = launch_args(hi + j, o)
-            for a, vals in enumerate(args):
-                wanted[self.op_in[o][a]].append((f"tail_args_{j}_{a}", value_row[vals]))
-        read_order = stable_argsort(read_type, n_types)
-        read_counts = np.bincount(read_type, minlength=n_types)
-        read_start = np.cumsum(read_counts) - read_counts
-        read_pos = np.empty(len(read_values), np.int64)
-        read_pos[read_order] = np.arange(len(read_values)) - np.repeat(read_start, read_counts)
-        sorted_reads = value_row[read_values[read_order]]
-        for k in range(n_types):
-            rows = sorted_reads[read_start[k]:read_start[k] + read_counts[k]]
-            if not self.tail_ops:
-                segs[f"post_rows_{k}"], segs[f"read_rows_{k}"] = rows, rows[:0]
-                continue
-            if not wanted[k] and k not in self._tail_types:  # all rows are before the tail
-                segs[f"post_rows_{k}"] = rows
-                segs[f"read_rows_{k}"] = np.arange(len(rows))
-                continue
-            wanted[k].append((f"read_rows_{k}", rows))
-            flat = np.concatenate([r for _, r in wanted[k]])
-            before = flat < loop_end[k]
-            segs[f"post_rows_{k}"] = flat[before]
-            mapped = np.empty_like(flat)
-            mapped[before] = np.arange(int(before.sum()))
-            mapped[~before] = flat[~before] - loop_end[k] + int(before.sum())
-            at = 0
-            for name, r in wanted[k]:
-                segs[name] = mapped[at:at + len(r)]
-                at += len(r)
+        # Segments (`_segment_names`): the loop's launches (op branch, size, rows per
+        # type), per type the rows to read after the loop, the outer and tail launches'
+        # argument rows; after the loop, every row of type k below the loop's end that
+        # the tail or the results need is gathered once (`post_rows_k`), and the tail
+        # and the results index [those rows; the tail's outputs of type k].
+        index, lengths, read_type, read_pos = pack_segments(
+            packed, lo, hi, branch, self.loop_types, const_counts, graph.node_args,
+            graph.value_type, np.asarray(read_values, np.int64), self._outer_arity,
+            self._tail_arity, self._tail_in_type, self._tail_type_mask)
         # constants, one flat vector per dtype
         flat_consts: dict[str, list] = {d: [] for d in self.dtypes}
         for k, d in enumerate(self._type_dtypes):
             c = graph.constants[k] if k < len(graph.constants) else np.zeros(0, d)
             flat_consts[d].append(np.asarray(c, dtype=d).reshape(-1))
-        for d in self.dtypes:
-            segs[f"const_sizes_{d}"] = np.fromiter(map(len, flat_consts[d]), np.int64)
-        pieces = [segs[name] for name in self._segments]
-        layout = np.zeros(len(pieces) + 1, np.int64)
-        np.cumsum(np.fromiter(map(len, pieces), np.int64, len(pieces)), out=layout[1:])
+        const_sizes = [np.fromiter(map(len, flat_consts[d]), np.int64) for d in self.dtypes]
+        lengths = np.concatenate([lengths, [len(s) for s in const_sizes]])
+        layout = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=layout[1:])
         if layout[-1] >= 2 ** 31 or (const_counts + type_counts).max(initial=0) >= 2 ** 31:
             raise ValueError("the batch is too large for int32 indices")
-        arrays = {"index": np.concatenate(pieces).astype(np.int32),
+        arrays = {"index": np.concatenate([index] + const_sizes).astype(np.int32),
                   "layout": layout.astype(np.int32)}
         for d in self.dtypes:
             arrays[f"consts_{d}"] = np.concatenate(flat_consts[d]) if flat_consts[d] \

@@ -136,3 +136,141 @@ def _pack(node_op, node_arity, node_args, value_type, value_node, value_index, n
             p += 1
     return (group_size, group_start, order, pos, out_cum, in_cum, type_base, value_row,
             gathered, arg_start, const_only_ok)
+
+
+def pack_segments(packed: Packed, lo: int, hi: int, branch, loop_types, const_counts,
+                  node_args, value_type, read_values, outer_arity, tail_arity, tail_in_type,
+                  tail_types) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The executor's index segments of a batch, in `Executor._segment_names` order
+    (all but the constant sizes, which come last): `(index int32, segment lengths,
+    read_type, read_pos)`. See `Executor.feed` for what each segment holds."""
+    return _segments(
+        lo, hi, _ints(branch), _ints(loop_types), _ints(const_counts), packed.group_size,
+        packed.group_start, packed.order, packed.in_cum, packed.out_cum, packed.type_base,
+        packed.gathered, packed.value_row, packed.arg_start, _ints(node_args),
+        _ints(value_type), _ints(read_values), _ints(outer_arity), _ints(tail_arity),
+        _ints(tail_in_type), np.asarray(tail_types, np.bool_))
+
+
+@numba.njit(cache=True, nogil=True)
+def _launch_arg_rows(launch, a, group_start, order, arg_start, node_args, value_row):
+    # the buffer rows of argument a of every node of a launch, in node order
+    out = np.empty(group_start[launch + 1] - group_start[launch], np.int64)
+    for i in range(len(out)):
+        out[i] = value_row[node_args[arg_start[order[group_start[launch] + i]] + a]]
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _segments(lo, hi, branch, loop_types, const_counts, group_size, group_start, order,
+              in_cum, out_cum, type_base, gathered, value_row, arg_start, node_args,
+              value_type, read_values, outer_arity, tail_arity, tail_in_type, tail_types):
+    n_types = len(const_counts)
+    n_loop = hi - lo
+    n_tail = len(tail_arity)
+    loop_end = const_counts + out_cum[hi]
+    pieces = [branch.astype(np.int64), group_size[lo:hi].copy(), loop_end.copy()]
+    for k in loop_types:  # in_splits_k, in_rows_k, out_bounds_k
+        pieces.append(in_cum[lo:hi + 1, k] - in_cum[lo, k])
+        pieces.append(gathered[type_base[k] + in_cum[lo, k]:type_base[k] + in_cum[hi, k]].copy())
+        bounds = np.empty(n_loop + 2, np.int64)
+        bounds[0] = const_counts[k] + out_cum[lo, k]
+        bounds[1:] = const_counts[k] + out_cum[lo:hi + 1, k]
+        pieces.append(bounds)
+    # results: per type, the rows asked for (in read order) and each read's position
+    read_type = np.empty(len(read_values), np.int64)
+    read_pos = np.empty(len(read_values), np.int64)
+    count = np.zeros(n_types, np.int64)
+    for i in range(len(read_values)):
+        t = value_type[read_values[i]]
+        read_type[i] = t
+        read_pos[i] = count[t]
+        count[t] += 1
+    fill = np.zeros(n_types, np.int64)
+    start = np.zeros(n_types + 1, np.int64)
+    for k in range(n_types):
+        start[k + 1] = start[k] + count[k]
+    reads = np.empty(len(read_values), np.int64)
+    for i in range(len(read_values)):
+        t = read_type[i]
+        reads[start[t] + fill[t]] = value_row[read_values[i]]
+        fill[t] += 1
+    # the tail's arguments, raw rows; after the loop each type k's rows below
+    # loop_end[k] that the tail or the results need are gathered once (post_rows_k),
+    # and both then index [those rows; the tail's outputs of type k]
+    max_arity = tail_in_type.shape[1] if n_tail else 0
+    tail_args = [np.empty(0, np.int64) for _ in range(n_tail * max_arity)]
+    for j in range(n_tail):
+        for a in range(tail_arity[j]):
+            tail_args[j * max_arity + a] = _launch_arg_rows(
+                hi + j, a, group_start, order, arg_start, node_args, value_row)
+    for k in range(n_types):
+        rows = reads[start[k]:start[k + 1]]
+        if n_tail == 0:
+            pieces.append(rows[:0].copy())  # read_rows_k: unused
+            pieces.append(rows.copy())  # post_rows_k: the results themselves
+            continue
+        wanted = 0
+        for j in range(n_tail):
+            for a in range(tail_arity[j]):
+                if tail_in_type[j, a] == k:
+                    wanted += 1
+        if wanted == 0 and not tail_types[k]:  # every row is before the tail
+            pieces.append(np.arange(len(rows)))
+            pieces.append(rows.copy())
+            continue
+        n_post = 0
+        for j in range(n_tail):
+            for a in range(tail_arity[j]):
+                if tail_in_type[j, a] == k:
+                    for r in tail_args[j * max_arity + a]:
+                        if r < loop_end[k]:
+                            n_post += 1
+        for r in rows:
+            if r < loop_end[k]:
+                n_post += 1
+        post = np.empty(n_post, np.int64)
+        at = 0
+        for j in range(n_tail):
+            for a in range(tail_arity[j]):
+                if tail_in_type[j, a] == k:
+                    mapped = tail_args[j * max_arity + a]
+                    for i in range(len(mapped)):
+                        r = mapped[i]
+                        if r < loop_end[k]:
+                            post[at] = r
+                            mapped[i] = at
+                            at += 1
+                        else:
+                            mapped[i] = n_post + r - loop_end[k]
+        read_rows = rows.copy()
+        for i in range(len(read_rows)):
+            r = read_rows[i]
+            if r < loop_end[k]:
+                post[at] = r
+                read_rows[i] = at
+                at += 1
+            else:
+                read_rows[i] = n_post + r - loop_end[k]
+        pieces.append(read_rows)
+        pieces.append(post)
+    for i in range(len(outer_arity)):
+        pieces.append(group_size[i:i + 1].copy())
+        for a in range(outer_arity[i]):
+            pieces.append(_launch_arg_rows(i, a, group_start, order, arg_start, node_args,
+                                           value_row))
+    for j in range(n_tail):
+        pieces.append(group_size[hi + j:hi + j + 1].copy())
+        for a in range(tail_arity[j]):
+            pieces.append(tail_args[j * max_arity + a])
+    lengths = np.empty(len(pieces), np.int64)
+    total = 0
+    for i in range(len(pieces)):
+        lengths[i] = len(pieces[i])
+        total += len(pieces[i])
+    index = np.empty(total, np.int32)
+    at = 0
+    for p in pieces:
+        index[at:at + len(p)] = p
+        at += len(p)
+    return index, lengths, read_type, read_pos

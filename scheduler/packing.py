@@ -162,6 +162,21 @@ def _launch_arg_rows(launch, a, group_start, order, arg_start, node_args, value_
 
 
 @numba.njit(cache=True, nogil=True)
+def _remap(rows, end, post, at):
+    # in place: a row below `end` becomes its position in `post` (appended there, from
+    # `at` on); a later row (a tail output) becomes len(post) + its offset from `end`
+    for i in range(len(rows)):
+        r = rows[i]
+        if r < end:
+            post[at] = r
+            rows[i] = at
+            at += 1
+        else:
+            rows[i] = len(post) + r - end
+    return at
+
+
+@numba.njit(cache=True, nogil=True)
 def _segments(lo, hi, branch, loop_types, const_counts, group_size, group_start, order,
               in_cum, out_cum, type_base, gathered, value_row, arg_start, node_args,
               value_type, read_values, outer_arity, tail_arity, tail_in_type, tail_types):
@@ -234,24 +249,9 @@ def _segments(lo, hi, branch, loop_types, const_counts, group_size, group_start,
         for j in range(n_tail):
             for a in range(tail_arity[j]):
                 if tail_in_type[j, a] == k:
-                    mapped = tail_args[j * max_arity + a]
-                    for i in range(len(mapped)):
-                        r = mapped[i]
-                        if r < loop_end[k]:
-                            post[at] = r
-                            mapped[i] = at
-                            at += 1
-                        else:
-                            mapped[i] = n_post + r - loop_end[k]
+                    at = _remap(tail_args[j * max_arity + a], loop_end[k], post, at)
         read_rows = rows.copy()
-        for i in range(len(read_rows)):
-            r = read_rows[i]
-            if r < loop_end[k]:
-                post[at] = r
-                read_rows[i] = at
-                at += 1
-            else:
-                read_rows[i] = n_post + r - loop_end[k]
+        _remap(read_rows, loop_end[k], post, at)
         pieces.append(read_rows)
         pieces.append(post)
     for i in range(len(outer_arity)):

@@ -65,7 +65,7 @@ Why this design (the storage and loop scheme chosen, with the figures behind it)
   0.5 ms here. Paired against a hand-written level-by-level TensorFlow program
   on sst-synth same-shape trees (BENCHMARKS.md), the traced step alone runs at
   0.89-0.99x of it at batch 16 to 256; the per-batch planning comes on top
-  (1.2-1.4 ms at batch 64 between steps, ~10% of an inference step) unless it is
+  (~1.1 ms at batch 64 between steps, ~10% of an inference step) unless it is
   done ahead on a spare core (`Compiler.plan_batches(..., ahead=1)`, `Model.fit`).
 - **A lean loop body.** Each iteration reads its launch's scalars (op, size,
   gather and write bounds per value type) from one row of a table built before
@@ -76,9 +76,10 @@ Why this design (the storage and loop scheme chosen, with the figures behind it)
   come from per-launch cumulative sums, computed in one compiled pass over
   nodes, values and arguments (`scheduler.packing`, Numba). The checks that a
   graph's nodes match their ops run once per example graph, not per batch
-  (`check`). At batch 64 (3.6k nodes) packing takes about 0.3 ms, against
-  0.6 ms for the vectorised NumPy version and 2-3 ms for the first, lexsort-based
-  one.
+  (`check`); the segments are written by a second compiled pass. At batch 64
+  (3.6k nodes) packing takes about 0.2 ms back to back (0.4 ms between training
+  steps, with cold caches), against 0.6 ms for the vectorised NumPy version and
+  2-3 ms for the first, lexsort-based one.
 
 The packed form: the schedule's integer arrays travel as one int32 vector `index`
 plus the segment bounds `layout`, and constants as one flat vector per dtype,

@@ -23,7 +23,8 @@ from blocks.types import TensorType
 from compiler.expansion import ExampleGraph, expand_all
 from compiler.lowering import Program, lower
 from scheduler.executor import Executor, Feed
-from scheduler.graph import OpGraph, stable_argsort
+from scheduler.graph import OpGraph
+from scheduler.planner import BatchPlanner
 from scheduler.schedules import SCHEDULERS, Schedule
 
 
@@ -108,6 +109,7 @@ class Compiler:
         self.program: Program = lower(block, share_layers=share_layers)
         self.scheduler = scheduler
         self.executor = Executor(self.program.ops, self.program.value_types)
+        self._planner = BatchPlanner(self.executor, scheduler, len(self.program.metric_names))
         self._cache: dict[int, tuple[Any, ExampleGraph]] | None = {} if cache else None
         self._run_fn = None
         self.workers = workers
@@ -216,54 +218,39 @@ class Compiler:
         return self._plan_examples(self.expand(inputs), grouped)
 
     def _plan_examples(self, examples: list[ExampleGraph], grouped: bool) -> BatchPlan:
-        graph = OpGraph.concatenate([e.graph for e in examples]) if examples else \
-            _empty_graph(self.program)
-        schedule = SCHEDULERS[self.scheduler](graph)
-        value_offsets = np.zeros(len(examples) + 1, np.int64)
-        np.cumsum(np.fromiter((len(e.graph.value_type) for e in examples), np.int64,
-                              len(examples)), out=value_offsets[1:])
-        read_values, counts = self._read_values(examples, value_offsets, grouped)
+        if not examples:
+            return self._plan_empty(grouped)
         # Each example's graph is checked against the ops once, when first planned:
         # the checks are per node, so a merge of checked graphs needs none.
-        if not all(e.__dict__.get("_checked") for e in examples):
-            self.executor.check(graph)
-            for e in examples:
+        unchecked = [e for e in examples if not e.__dict__.get("_checked")]
+        if unchecked:
+            self.executor.check(OpGraph.concatenate([e.graph for e in unchecked]))
+            for e in unchecked:
                 e._checked = True
-        feed = self.executor.feed(graph, schedule, read_values, checked=True)
-        return BatchPlan(examples, graph, schedule, feed, value_offsets, read_values, grouped,
-                         counts)
+        # Merge, schedule and pack in one compiled call (scheduler.planner).
+        out_type = self.program.root.output_type
+        records = np.concatenate([e.plan_record(out_type) for e in examples])
+        p = self._planner.plan(records, len(examples), grouped)
+        constants = _merged_constants(examples, p.const_counts)
+        graph = OpGraph(p.node_op, p.node_arity, p.node_args, p.value_type, p.value_node,
+                        p.value_index, constants, p.sdepth)
+        schedule = Schedule(graph, p.node_step, p.group_step, p.group_op, p.node_group)
+        arrays = {"index": p.index, "layout": p.layout, **self.executor.flat_constants(constants)}
+        feed = Feed(arrays, p.read_type, p.read_pos)
+        return BatchPlan(examples, graph, schedule, feed, p.value_offsets, p.reads, grouped,
+                         p.metric_counts)
+
+    def _plan_empty(self, grouped: bool) -> BatchPlan:
+        graph = _empty_graph(self.program)
+        schedule = SCHEDULERS[self.scheduler](graph)
+        reads = np.zeros(0, np.int64)
+        feed = self.executor.feed(graph, schedule, reads)
+        return BatchPlan([], graph, schedule, feed, np.zeros(1, np.int64), reads, grouped,
+                         np.zeros(len(self.program.metric_names), np.int64))
 
     def schedule(self, inputs: Sequence[Any]) -> BatchPlan:
         """How a batch would run: `.stats` has steps, launches and mean batch sizes."""
         return self.plan(inputs)
-
-    def _read_values(self, examples: list[ExampleGraph], offsets: np.ndarray,
-                     grouped: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """The value ids to read (each example's result tensors, then its metrics; or,
-        grouped, every result first, then the values of each metric in turn) and the
-        number of values of each metric. Vectorised over cached per-example arrays."""
-        out_type = self.program.root.output_type
-        n_metrics = len(self.program.metric_names)
-        n = len(examples)
-        if n == 0:
-            return np.zeros(0, np.int64), np.zeros(n_metrics, np.int64)
-        # whole-batch array operations over cached per-example arrays
-        results = [e.result_values(out_type) for e in examples]
-        m_ids, m_vals = zip(*[e.metric_arrays() for e in examples])
-        n_results = np.fromiter(map(len, results), np.int64, n)
-        n_metric_values = np.fromiter(map(len, m_vals), np.int64, n)
-        offsets = offsets[:n]
-        m_ids = np.concatenate(m_ids)
-        counts = np.bincount(m_ids, minlength=n_metrics)
-        if not grouped:  # per example: its results, then its metrics
-            per_example = [p for pair in zip(results, m_vals) for p in pair]
-            lengths = np.stack([n_results, n_metric_values], 1).reshape(-1)
-            return (np.concatenate(per_example)
-                    + np.repeat(np.repeat(offsets, 2), lengths)), counts
-        result_ids = np.concatenate(results) + np.repeat(offsets, n_results)
-        metric_ids = np.concatenate(m_vals) + np.repeat(offsets, n_metric_values)
-        by_metric = metric_ids[stable_argsort(m_ids, max(n_metrics, 1))]
-        return np.concatenate([result_ids, by_metric]), counts
 
     # --- running ---------------------------------------------------------------------
 
@@ -417,6 +404,15 @@ def _as_list(inputs) -> list:
         raise TypeError("Compiler takes a batch of inputs (a list or other iterable), not "
                         f"a single input: {inputs!r:.80}")
     return list(inputs)
+
+
+def _merged_constants(examples: list[ExampleGraph], counts: np.ndarray) -> list:
+    """Per value type, the examples' constant rows, example after example."""
+    if len(examples) == 1:
+        return examples[0].graph.constants
+    first = examples[0].graph.constants
+    return [np.concatenate([e.graph.constants[k] for e in examples]) if counts[k] else first[k]
+            for k in range(len(first))]
 
 
 def _empty_graph(program: Program) -> OpGraph:

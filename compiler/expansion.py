@@ -28,6 +28,7 @@ from blocks.errors import InputError
 from blocks.evaluation import call_with_deep_stack, root_input
 from blocks.types import TensorType
 from scheduler.graph import OpGraph
+from scheduler.planner import plan_record
 
 
 @dataclass
@@ -57,6 +58,16 @@ class ExampleGraph:
                 return v
             out_type.for_each_terminal(collect, self.result)
             cached = self._result_values = np.asarray(found, np.int64)
+        return cached
+
+    def plan_record(self, out_type) -> np.ndarray:
+        """int32: this example for `scheduler.planner` (its graph's record, then the
+        value ids of its results and metrics; computed once)."""
+        cached = self.__dict__.get("_plan_record")
+        if cached is None:
+            m_ids, m_values = self.metric_arrays()
+            cached = self._plan_record = plan_record(
+                self.graph, self.result_values(out_type), m_ids, m_values)
         return cached
 
     def metric_arrays(self) -> tuple[np.ndarray, np.ndarray]:

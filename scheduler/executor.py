@@ -217,6 +217,9 @@ class Executor:
                 self._out_type_table[o, s] = k
                 self._slot_typepos[o, s] = self.out_typepos[o][s]
         self._type_dtypes = [_dtype_name(t) for t in self.value_types]
+        # elements per row of each value type
+        self.type_size = np.array([int(np.prod(t.shape, dtype=np.int64))
+                                   for t in self.value_types], np.int64)
 
         self._segment_id = {name: i for i, name in enumerate(self._segments)}
 
@@ -373,23 +376,29 @@ class Executor:
             packed, lo, hi, branch, self.loop_types, const_counts, graph.node_args,
             graph.value_type, np.asarray(read_values, np.int64), self._outer_arity,
             self._tail_arity, self._tail_in_type, self._tail_type_mask)
-        # constants, one flat vector per dtype
-        flat_consts: dict[str, list] = {d: [] for d in self.dtypes}
-        for k, d in enumerate(self._type_dtypes):
-            c = graph.constants[k] if k < len(graph.constants) else np.zeros(0, d)
-            flat_consts[d].append(np.asarray(c, dtype=d).reshape(-1))
-        const_sizes = [np.fromiter(map(len, flat_consts[d]), np.int64) for d in self.dtypes]
+        flat = self.flat_constants(graph.constants)
+        sizes = const_counts * self.type_size  # flat elements per type
+        const_sizes = [sizes[[k for k in range(n_types) if self._type_dtypes[k] == d]]
+                       for d in self.dtypes]
         lengths = np.concatenate([lengths, [len(s) for s in const_sizes]])
         layout = np.zeros(len(lengths) + 1, np.int64)
         np.cumsum(lengths, out=layout[1:])
         if layout[-1] >= 2 ** 31 or (const_counts + type_counts).max(initial=0) >= 2 ** 31:
             raise ValueError("the batch is too large for int32 indices")
         arrays = {"index": np.concatenate([index] + const_sizes).astype(np.int32),
-                  "layout": layout.astype(np.int32)}
-        for d in self.dtypes:
-            arrays[f"consts_{d}"] = np.concatenate(flat_consts[d]) if flat_consts[d] \
-                else np.zeros(0, d)
+                  "layout": layout.astype(np.int32), **flat}
         return Feed(arrays, read_type, read_pos)
+
+    def flat_constants(self, constants: list) -> dict:
+        """`{"consts_<dtype>": the constant rows of every type of that dtype, flat, type
+        after type}`, as `compute` takes them; `constants[k]` holds type k's rows."""
+        flat: dict[str, list] = {d: [] for d in self.dtypes}
+        for k, d in enumerate(self._type_dtypes):
+            c = constants[k] if k < len(constants) else np.zeros(0, d)
+            if len(c):
+                flat[d].append(np.asarray(c, dtype=d).reshape(-1))
+        return {f"consts_{d}": (pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
+                if pieces else np.zeros(0, d) for d, pieces in flat.items()}
 
     @property
     def _max_outputs(self) -> int:

@@ -103,8 +103,10 @@ class OpGraph:
         if len(graphs) == 1:
             return graphs[0]
         n_types = len(graphs[0].constants)
-        records = np.concatenate(list(map(_MERGE_RECORD, graphs)))
-        fields = _merge_records(records, len(graphs), n_types)
+        pieces = list(map(_MERGE_RECORD, graphs))
+        starts = np.zeros(len(pieces), np.int64)
+        np.cumsum(np.fromiter(map(len, pieces[:-1]), np.int64, len(pieces) - 1), out=starts[1:])
+        fields = _merge_records(np.concatenate(pieces), starts, n_types)
         tables = list(map(_CONSTANTS, graphs))
         constants = [_concat_rows([t[k] for t in tables]) for k in range(n_types)]
         node_op, node_arity, sdepth, node_args, value_type, value_node, value_index = fields
@@ -151,16 +153,15 @@ _CONSTANTS = operator.attrgetter("constants")
 
 
 @numba.njit(cache=True, nogil=True)
-def _merge_records(records, n_graphs, n_types):
-    """The merged integer arrays of graphs given as `merge_record`s, side by side."""
+def _merge_records(records, starts, n_types):
+    """The merged integer arrays of graphs given as `merge_record`s, side by side;
+    graph i's record starts at `records[starts[i]]` (records may hold more after
+    each graph's, as `scheduler.planner`'s do)."""
     n_nodes = n_args = n_values = 0
-    p = 0
-    for _ in range(n_graphs):  # totals first
-        n, a, v = records[p], records[p + 1], records[p + 2]
-        n_nodes += n
-        n_args += a
-        n_values += v
-        p += 3 + n_types + 3 * n + a + 3 * v
+    for p in starts:  # totals first
+        n_nodes += records[p]
+        n_args += records[p + 1]
+        n_values += records[p + 2]
     node_op = np.empty(n_nodes, np.int32)
     node_arity = np.empty(n_nodes, np.int32)
     sdepth = np.empty(n_nodes, np.int32)
@@ -169,8 +170,8 @@ def _merge_records(records, n_graphs, n_types):
     value_node = np.empty(n_values, np.int32)
     value_index = np.empty(n_values, np.int32)
     const_off = np.zeros(n_types, np.int64)  # constant rows of each type so far
-    p = no = ao = vo = 0
-    for _ in range(n_graphs):
+    no = ao = vo = 0
+    for p in starts:
         n, a, v = records[p], records[p + 1], records[p + 2]
         counts = records[p + 3:p + 3 + n_types]
         q = p + 3 + n_types
@@ -192,23 +193,10 @@ def _merge_records(records, n_graphs, n_types):
                 value_index[vo + i] = index + const_off[t]
         for k in range(n_types):
             const_off[k] += counts[k]
-        p = q + 3 * v
         no += n
         ao += a
         vo += v
     return node_op, node_arity, sdepth, node_args, value_type, value_node, value_index
-
-
-def stable_argsort(keys: np.ndarray, bound: int) -> np.ndarray:
-    """`np.argsort(keys, kind="stable")` for integer keys in `[0, bound)`.
-
-    NumPy sorts 16-bit integers with a radix sort (linear time); wider ones with a
-    merge sort. Keys below 2**16 are sorted as uint16: 10-20x faster on a batch's
-    nodes.
-    """
-    if bound <= 1 << 16:
-        return np.argsort(keys.astype(np.uint16), kind="stable")
-    return np.argsort(keys, kind="stable")
 
 
 def _concat_rows(arrays: list) -> np.ndarray:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -220,16 +221,8 @@ class Compiler:
     def _plan_examples(self, examples: list[ExampleGraph], grouped: bool) -> BatchPlan:
         if not examples:
             return self._plan_empty(grouped)
-        # Each example's graph is checked against the ops once, when first planned:
-        # the checks are per node, so a merge of checked graphs needs none.
-        unchecked = [e for e in examples if not e.__dict__.get("_checked")]
-        if unchecked:
-            self.executor.check(OpGraph.concatenate([e.graph for e in unchecked]))
-            for e in unchecked:
-                e._checked = True
+        records = np.concatenate(self._records(examples))
         # Merge, schedule and pack in one compiled call (scheduler.planner).
-        out_type = self.program.root.output_type
-        records = np.concatenate([e.plan_record(out_type) for e in examples])
         p = self._planner.plan(records, len(examples), grouped)
         constants = _merged_constants(examples, p.const_counts)
         graph = OpGraph(p.node_op, p.node_arity, p.node_args, p.value_type, p.value_node,
@@ -239,6 +232,21 @@ class Compiler:
         feed = Feed(arrays, p.read_type, p.read_pos)
         return BatchPlan(examples, graph, schedule, feed, p.value_offsets, p.reads, grouped,
                          p.metric_counts)
+
+    def _records(self, examples: list[ExampleGraph]) -> list[np.ndarray]:
+        """Each example's `plan_record`. An example's graph is checked against the
+        ops (`Executor.check`) when it is first planned, and its record kept: the
+        checks are per node, so a batch of checked graphs needs none."""
+        try:
+            return list(map(_CHECKED_RECORD, examples))
+        except AttributeError:  # some examples are planned for the first time
+            pass
+        fresh = [e for e in examples if not hasattr(e, "_checked_record")]
+        self.executor.check(OpGraph.concatenate([e.graph for e in fresh]))
+        out_type = self.program.root.output_type
+        for e in fresh:
+            e._checked_record = e.plan_record(out_type)
+        return list(map(_CHECKED_RECORD, examples))
 
     def _plan_empty(self, grouped: bool) -> BatchPlan:
         graph = _empty_graph(self.program)
@@ -404,6 +412,9 @@ def _as_list(inputs) -> list:
         raise TypeError("Compiler takes a batch of inputs (a list or other iterable), not "
                         f"a single input: {inputs!r:.80}")
     return list(inputs)
+
+
+_CHECKED_RECORD = operator.attrgetter("_checked_record")
 
 
 def _merged_constants(examples: list[ExampleGraph], counts: np.ndarray) -> list:

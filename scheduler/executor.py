@@ -79,7 +79,9 @@ Why this design (the storage and loop scheme chosen, with the figures behind it)
   (`check`); the segments are written by a second compiled pass. At batch 64
   (3.6k nodes) packing takes about 0.2 ms back to back (0.4 ms between training
   steps, with cold caches), against 0.6 ms for the vectorised NumPy version and
-  2-3 ms for the first, lexsort-based one.
+  2-3 ms for the first, lexsort-based one. `Compiler.plan` goes further: it
+  merges, schedules and packs cached example graphs in one compiled call
+  (`scheduler.planner`), 0.6 ms between steps at batch 64 instead of 1.0-1.15.
 
 The packed form: the schedule's integer arrays travel as one int32 vector `index`
 plus the segment bounds `layout`, and constants as one flat vector per dtype,

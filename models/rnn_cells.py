@@ -36,6 +36,7 @@ import tensorflow as tf
 import blocks as td
 from blocks.layers import Layer
 from blocks.types import ResultType, TensorType, TupleType
+from models.gates import gate_slices
 
 
 class _CellWeights(keras.layers.Layer):
@@ -164,10 +165,8 @@ class LSTMCell(_RecurrentCell):
         h, c = state
         n = self.units
         z = x @ self.kernel + h @ self.recurrent_kernel + self.bias
-        i = tf.sigmoid(z[:, :n])
-        f = tf.sigmoid(z[:, n:2 * n])
-        g = self.activation(z[:, 2 * n:3 * n])
-        o = tf.sigmoid(z[:, 3 * n:])
+        i, f, g, o = gate_slices(z, 4, n)
+        i, f, g, o = tf.sigmoid(i), tf.sigmoid(f), self.activation(g), tf.sigmoid(o)
         c = f * c + i * g
         h = o * self.activation(c)
         return h, (h, c)
@@ -197,9 +196,11 @@ class GRUCell(_RecurrentCell):
         n = self.units
         from_x = x @ self.kernel + self.bias[0]
         from_h = h @ self.recurrent_kernel + self.bias[1]
-        z = tf.sigmoid(from_x[:, :n] + from_h[:, :n])
-        r = tf.sigmoid(from_x[:, n:2 * n] + from_h[:, n:2 * n])
-        candidate = self.activation(from_x[:, 2 * n:] + r * from_h[:, 2 * n:])
+        x_z, x_r, x_n = gate_slices(from_x, 3, n)
+        h_z, h_r, h_n = gate_slices(from_h, 3, n)
+        z = tf.sigmoid(x_z + h_z)
+        r = tf.sigmoid(x_r + h_r)
+        candidate = self.activation(x_n + r * h_n)
         h = z * h + (1.0 - z) * candidate
         return h, h
 

@@ -167,25 +167,16 @@ def _reads(records, starts, read_starts, grouped, n_metrics):
         for m in range(n_met):
             counts[records[r + 2 + n_res + m]] += 1
     reads = np.empty(n_reads, np.int64)
-    at = 0
-    if not grouped:  # per example: its results, then its metric values
-        for i in range(n):
-            r, off = read_starts[i], value_offsets[i]
-            n_res, n_met = records[r], records[r + 1]
-            for j in range(n_res):
-                reads[at] = records[r + 2 + j] + off
-                at += 1
-            for m in range(n_met):
-                reads[at] = records[r + 2 + n_res + n_met + m] + off
-                at += 1
-        return reads, counts, value_offsets
-    # grouped: every result, then the values of metric 0, of metric 1, ...
+    # per example: its results, then its metric values; grouped: every result, then
+    # the values of metric 0, of metric 1, ... (metric m's next one goes to metric_at[m])
     metric_at = np.empty(n_metrics, np.int64)
-    for i in range(n):
-        at += records[read_starts[i]]
-    for m in range(n_metrics):
-        metric_at[m] = at
-        at += counts[m]
+    if grouped:
+        at = 0
+        for i in range(n):
+            at += records[read_starts[i]]
+        for m in range(n_metrics):
+            metric_at[m] = at
+            at += counts[m]
     at = 0
     for i in range(n):
         r, off = read_starts[i], value_offsets[i]
@@ -194,9 +185,14 @@ def _reads(records, starts, read_starts, grouped, n_metrics):
             reads[at] = records[r + 2 + j] + off
             at += 1
         for m in range(n_met):
-            metric = records[r + 2 + n_res + m]
-            reads[metric_at[metric]] = records[r + 2 + n_res + n_met + m] + off
-            metric_at[metric] += 1
+            value = records[r + 2 + n_res + n_met + m] + off
+            if grouped:
+                metric = records[r + 2 + n_res + m]
+                reads[metric_at[metric]] = value
+                metric_at[metric] += 1
+            else:
+                reads[at] = value
+                at += 1
     return reads, counts, value_offsets
 
 

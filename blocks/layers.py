@@ -66,10 +66,15 @@ class Layer(IOBase):
     @property
     def weights(self) -> list:
         """The layer's variables (empty until the layer has been called or built)."""
-        return list(self._keras_layer().weights) if self._keras_layer() is not None else []
+        return [w for layer in self._keras_layers() for w in layer.weights]
 
     def _keras_layer(self):
         return None
+
+    def _keras_layers(self) -> list:
+        """The Keras layers holding this layer's weights (a model tracks them)."""
+        layer = self._keras_layer()
+        return [] if layer is None else [layer]
 
     def _attach(self, function_block) -> None:
         self._functions.append(function_block)

@@ -539,11 +539,12 @@ def _weights_of(root) -> tuple[list, list]:
     for b in validate(root):
         if isinstance(b, Function):
             fn = b._tf_fn
-            layer = fn._keras_layer() if isinstance(fn, BlockLayer) else \
-                fn if is_keras_layer(fn) else None
-            if layer is not None and id(layer) not in seen:
-                seen.add(id(layer))
-                layers.append(layer)
+            found = fn._keras_layers() if isinstance(fn, BlockLayer) else \
+                [fn] if is_keras_layer(fn) else []
+            for layer in found:
+                if id(layer) not in seen:
+                    seen.add(id(layer))
+                    layers.append(layer)
         elif isinstance(b, FromTensor) and isinstance(b.tensor, tf.Variable):
             raise TypeError(f"{b.path}: holds a tf.Variable, which a Keras model cannot "
                             "track (train, checkpoint, save); create it as keras.Variable")

@@ -2,7 +2,8 @@
 
 - `bidirectional(forward, backward)`: a sequence of vectors to a sequence of
   vectors, each the concatenation of a forward and a backward RNN's outputs at
-  that position;
+  that position (cell layers run as one `rnn_cells.CellPair`: one launch per step
+  for both directions);
 - `sequence_encoder(cell, backward_cell=None)`: a sequence of vectors to one vector
   (the final `h`, of both directions if `backward_cell` is given);
 - `tree_encoder(cell, node_input)`: a tree whose nodes have any number of children
@@ -32,7 +33,9 @@ from typing import Any
 
 import blocks as td
 from blocks.block import Block
+from blocks.layers import Layer
 from blocks.types import TupleType
+from models.rnn_cells import CellPair
 
 
 def bidirectional(forward_cell: Any, backward_cell: Any) -> Block:
@@ -45,6 +48,15 @@ def bidirectional(forward_cell: Any, backward_cell: Any) -> Block:
         forward_cell, backward_cell: cells (layers or blocks) taking `(x, state)`
             and returning `(output, state)`; two different cells, as a rule.
     """
+    if isinstance(forward_cell, Layer) and isinstance(backward_cell, Layer):
+        # Both directions in one RNN over (x_t, x_{n+1-t}): one op per step, so the
+        # engine batches the two directions together (rnn_cells.CellPair).
+        pair = CellPair(forward_cell, backward_cell)
+        outputs = (td.AllOf(td.Identity(), td.Slice(step=-1)) >> td.Zip() >> td.RNN(pair)
+                   >> td.GetItem(0))
+        forward = td.Map(td.GetItem(0))
+        backward = td.Map(td.GetItem(1)) >> td.Slice(step=-1)
+        return outputs >> td.AllOf(forward, backward) >> td.Zip() >> td.Map(td.Concat())
     forward = td.RNN(forward_cell) >> td.GetItem(0)
     backward = (td.Slice(step=-1) >> td.RNN(backward_cell) >> td.GetItem(0)
                 >> td.Slice(step=-1))

@@ -205,6 +205,68 @@ class GRUCell(_RecurrentCell):
         return h, h
 
 
+class CellPair(Layer):
+    """Two cells run side by side as one layer:
+    `((x_1, x_2), (s_1, s_2)) -> ((o_1, o_2), (s_1', s_2'))`, each cell on its own
+    input and state, with its own weights.
+
+    `encoders.bidirectional` runs its forward and backward cells as a pair over
+    the sequence zipped with its reverse: the engine then batches both
+    directions into one launch per step, instead of one launch per direction
+    per step (half the loop iterations, and one op in the loop, not two).
+
+    >>> import blocks as td
+    >>> pair = CellPair(LSTMCell(2, input_size=3), GRUCell(4, input_size=3))
+    >>> pair.output_type[1]    # the two states
+    TupleType(TupleType(TensorType((2,), 'float32'), TensorType((2,), 'float32')),
+              TensorType((4,), 'float32'))
+    >>> len(pair.weights)      # the LSTM's three weights, the GRU's three
+    6
+
+    Args:
+        first, second: cells (layers taking `(input, state)` and returning
+            `(output, state)`).
+        name: the layer's name.
+    """
+
+    def __init__(self, first: Layer, second: Layer, name: str | None = None):
+        for arg, cell in (("first", first), ("second", second)):
+            out = cell.output_type if isinstance(cell, Layer) else None
+            if not isinstance(out, TupleType) or len(out) != 2:
+                raise TypeError(f"CellPair: {arg} must be a cell layer returning "
+                                f"(output, state), got {cell!r}")
+        self.first, self.second = first, second
+        in_type = None
+        if first.input_type is not None and second.input_type is not None:
+            in_type = self._pair(first.input_type, second.input_type)
+        super().__init__(input_type=in_type,
+                         output_type=self._pair(first.output_type, second.output_type),
+                         name=name)
+
+    @staticmethod
+    def _pair(a: TupleType, b: TupleType) -> TupleType:
+        return TupleType(TupleType(a[0], b[0]), TupleType(a[1], b[1]))
+
+    def _keras_layers(self) -> list:
+        return self.first._keras_layers() + self.second._keras_layers()
+
+    def _infer(self):
+        t = self.input_type
+        if t is not None:
+            if not (isinstance(t, TupleType) and len(t) == 2 and all(
+                    isinstance(p, TupleType) and len(p) == 2 for p in t)):
+                raise TypeError(f"{self._label()}: expected ((input_1, input_2), (state_1, "
+                                f"state_2)), got {t}")
+            self.first.set_input_type(TupleType(t[0][0], t[1][0]))
+            self.second.set_input_type(TupleType(t[0][1], t[1][1]))
+        super()._infer()
+
+    def _call(self, inputs, states):
+        out_1, state_1 = self.first(inputs[0], states[0])
+        out_2, state_2 = self.second(inputs[1], states[1])
+        return (out_1, out_2), (state_1, state_2)
+
+
 def fold_step(cell: Any) -> td.Block:
     """A `td.Fold` combine block from a cell: `(state, x) -> cell((x, state))[1]`.
 

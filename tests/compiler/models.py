@@ -15,7 +15,7 @@ import tensorflow as tf
 from hypothesis import strategies as st
 
 import blocks as td
-from models import tree_lstm
+from models import encoders, rnn_cells, tree_lstm
 
 H = 4  # hidden size everywhere
 
@@ -126,6 +126,22 @@ def make_rnn_with_metric_per_step() -> Case:
     return Case("rnn_metric_per_step", block, seqs, variables)
 
 
+def make_bidirectional_tagger() -> Case:
+    """A bidirectional RNN (an LSTM forward, a GRU backward, run as one `CellPair`)
+    with a metric at every position; the sequence of encodings out."""
+    keras.utils.set_random_seed(5)
+    fw, bw = rnn_cells.LSTMCell(H), rnn_cells.GRUCell(H)
+    head = td.FC(2, activation=None)
+    block = td.Composition()
+    with block.scope():
+        encoded = (td.Map(td.Vector(3)) >> encoders.bidirectional(fw, bw)).reads(block.input)
+        td.Void().reads(td.Map(td.Function(head) >> td.Metric("per_word")).reads(encoded))
+        block.output.reads(encoded)
+    seqs = st.lists(st.lists(st.floats(-1, 1, width=32), min_size=3, max_size=3),
+                    max_size=6)
+    return Case("bidirectional_tagger", block, seqs, weights_of(fw, bw, head))
+
+
 def make_reduce_and_oneof() -> Case:
     """OneOf over record kinds, each reducing a list with a learned combine."""
     keras.utils.set_random_seed(5)
@@ -162,7 +178,8 @@ def make_nested_records() -> Case:
 
 
 ALL = [make_tree_lstm, make_tree_lstm_loss_everywhere, make_fold_rnn,
-       make_rnn_with_metric_per_step, make_reduce_and_oneof, make_nested_records]
+       make_rnn_with_metric_per_step, make_bidirectional_tagger, make_reduce_and_oneof,
+       make_nested_records]
 
 
 def random_weights_like(shapes: list, seed: int = 0) -> list:

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 import blocks as td
+from blocks.evaluation import ReferenceContext
 from compiler import Compiler
 from models import encoders, heads, rnn_cells, tree_lstm
 
@@ -33,6 +34,29 @@ def test_bidirectional_concatenates_forward_and_reversed_backward_outputs():
     # the backward half at position 0 has seen the whole sentence: not a forward run
     seq = SEQS[1]
     assert not np.allclose(block.eval(seq)[0][U:], outputs(bw, seq)[0])
+
+
+def test_bidirectional_runs_its_cells_as_one_pair_with_the_gradients_of_two_rnns():
+    fw, bw = rnn_cells.LSTMCell(U), rnn_cells.GRUCell(U)
+    stacked = td.Map(td.Vector(D)) >> encoders.bidirectional(fw, bw)
+    # the same encoder written as two RNNs (what bidirectional builds for non-layer cells)
+    two_rnns = td.Map(td.Vector(D)) >> td.AllOf(
+        td.RNN(fw) >> td.GetItem(0),
+        td.Slice(step=-1) >> td.RNN(bw) >> td.GetItem(0) >> td.Slice(step=-1),
+    ) >> td.Zip() >> td.Map(td.Concat())
+    # one op runs both cells
+    assert len(Compiler.create(stacked).program.ops) == \
+        len(Compiler.create(two_rnns).program.ops) - 1
+    rng = np.random.default_rng(0)
+    weights = [tf.constant(rng.normal(size=(2 * U,)), tf.float32) for _ in range(4)]
+    grads = []
+    for block in (stacked, two_rnns):
+        with tf.GradientTape() as tape:
+            loss = tf.add_n([tf.reduce_sum(v * weights[i]) for seq in SEQS
+                             for i, v in enumerate(block._eval(ReferenceContext(), seq))])
+        grads.append(tape.gradient(loss, fw.weights + bw.weights))
+    for got, want in zip(*grads):
+        np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 def test_sequence_encoder_gives_final_h_of_both_directions():

@@ -7,7 +7,7 @@ size of `z` and adds its gate's gradient into it: for a TreeLSTM's 5 gates, 5
 z-sized tensors per call, and 5 more accumulators in the engine's loop. `tf.split`
 has a cheap gradient (one concat) but is slower forward. `gate_slices` slices
 forward and concatenates backward. Paired on the sst-synth TreeLSTM at batch 64
-(engine and hand-batched program): training 12-15% faster than strided slices,
+(engine and hand-batched program): training 12-16% faster than strided slices,
 inference within 2% of them (and ~3% faster than `tf.split`).
 
 >>> import tensorflow as tf

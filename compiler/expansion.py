@@ -62,13 +62,9 @@ class ExampleGraph:
 
     def plan_record(self, out_type) -> np.ndarray:
         """int32: this example for `scheduler.planner` (its graph's record, then the
-        value ids of its results and metrics; computed once)."""
-        cached = self.__dict__.get("_plan_record")
-        if cached is None:
-            m_ids, m_values = self.metric_arrays()
-            cached = self._plan_record = plan_record(
-                self.graph, self.result_values(out_type), m_ids, m_values)
-        return cached
+        value ids of its results and metrics). The compiler keeps it once made."""
+        m_ids, m_values = self.metric_arrays()
+        return plan_record(self.graph, self.result_values(out_type), m_ids, m_values)
 
     def metric_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """int64 `(metric ids, value ids)` of the emitted metrics (computed once)."""

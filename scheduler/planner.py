@@ -312,6 +312,10 @@ def _plan(records, n_examples, n_types, agenda, grouped, n_metrics, stage, outer
      arg_start, const_only_ok) = _pack(
         node_op, node_arity, node_args, value_type, value_node, value_index, node_launch,
         launch_op, const_counts, out_count, in_count, slot_typepos, arg_typepos, n_middle)
+    # the merged graph, the schedule and the reads: the first fields of every return
+    planned = (node_op, node_arity, sdepth, node_args, value_type, value_node, value_index,
+               const_counts, value_offsets, node_step, group_step, group_op, node_group,
+               reads, metric_counts)
     error, bad_op = _OK, -1
     if not const_only_ok:
         error = _NOT_CONSTANT
@@ -323,9 +327,7 @@ def _plan(records, n_examples, n_types, agenda, grouped, n_metrics, stage, outer
     empty = np.zeros(0, np.int32)
     if error != _OK:  # what follows assumes a valid batch
         z = np.zeros(0, np.int64)
-        return (node_op, node_arity, sdepth, node_args, value_type, value_node, value_index,
-                const_counts, value_offsets, node_step, group_step, group_op, node_group,
-                reads, metric_counts, empty, empty, z, z, error, bad_op)
+        return planned + (empty, empty, z, z, error, bad_op)
     index, lengths, read_type, read_pos = _segments(
         lo, hi, branch, loop_types, const_counts, group_size, group_start, order, in_cum,
         out_cum, type_base, gathered, value_row, arg_start, node_args, value_type, reads,
@@ -348,12 +350,8 @@ def _plan(records, n_examples, n_types, agenda, grouped, n_metrics, stage, outer
     for k in range(n_types):
         largest = max(largest, const_counts[k] + out_cum[len(out_cum) - 1, k])
     if layout[n_segments] >= 2 ** 31 or largest >= 2 ** 31:
-        return (node_op, node_arity, sdepth, node_args, value_type, value_node, value_index,
-                const_counts, value_offsets, node_step, group_step, group_op, node_group,
-                reads, metric_counts, empty, empty, read_type, read_pos, _TOO_LARGE, -1)
+        return planned + (empty, empty, read_type, read_pos, _TOO_LARGE, -1)
     full = np.empty(len(index) + n_types, np.int32)
     full[:len(index)] = index
     full[len(index):] = sizes
-    return (node_op, node_arity, sdepth, node_args, value_type, value_node, value_index,
-            const_counts, value_offsets, node_step, group_step, group_op, node_group, reads,
-            metric_counts, full, layout.astype(np.int32), read_type, read_pos, _OK, -1)
+    return planned + (full, layout.astype(np.int32), read_type, read_pos, _OK, -1)

@@ -163,3 +163,11 @@ def test_variables_lists_each_layer_weight_once():
 def test_tree_encoder_needs_a_cell_with_known_state_type():
     with pytest.raises(ValueError, match="state"):
         encoders.tree_encoder(td.Function(tf.identity), td.Vector(D))
+
+
+def test_cell_pair_names_a_bad_cell_and_a_bad_input_type():
+    with pytest.raises(TypeError, match="CellPair: second must be a cell layer"):
+        rnn_cells.CellPair(rnn_cells.GRUCell(U), td.FC(U))
+    pair = rnn_cells.CellPair(rnn_cells.GRUCell(U), rnn_cells.GRUCell(U))
+    with pytest.raises(TypeError, match=r"expected \(\(input_1, input_2\), \(state_1, state_2\)\)"):
+        pair.set_input_type(td.TupleType(td.TensorType((D,)), td.TensorType((U,))))

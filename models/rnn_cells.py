@@ -36,7 +36,7 @@ import tensorflow as tf
 import blocks as td
 from blocks.layers import Layer
 from blocks.types import ResultType, TensorType, TupleType
-from models.gates import gate_slices
+from models import gates
 
 
 class _CellWeights(keras.layers.Layer):
@@ -163,9 +163,8 @@ class LSTMCell(_RecurrentCell):
 
     def _call(self, x, state):
         h, c = state
-        n = self.units
         z = x @ self.kernel + h @ self.recurrent_kernel + self.bias
-        i, f, g, o = gate_slices(z, 4, n)
+        i, f, g, o = gates.cut_gates(z, 4)
         i, f, g, o = tf.sigmoid(i), tf.sigmoid(f), self.activation(g), tf.sigmoid(o)
         c = f * c + i * g
         h = o * self.activation(c)
@@ -193,11 +192,10 @@ class GRUCell(_RecurrentCell):
         return (2, 3 * self.units)  # input bias, recurrent bias
 
     def _call(self, x, h):
-        n = self.units
         from_x = x @ self.kernel + self.bias[0]
         from_h = h @ self.recurrent_kernel + self.bias[1]
-        x_z, x_r, x_n = gate_slices(from_x, 3, n)
-        h_z, h_r, h_n = gate_slices(from_h, 3, n)
+        x_z, x_r, x_n = gates.cut_gates(from_x, 3)
+        h_z, h_r, h_n = gates.cut_gates(from_h, 3)
         z = tf.sigmoid(x_z + h_z)
         r = tf.sigmoid(x_r + h_r)
         candidate = self.activation(x_n + r * h_n)

@@ -48,7 +48,7 @@ import blocks as td
 from blocks.block import Block
 from blocks.layers import Layer
 from blocks.types import SequenceType, TensorType, TupleType
-from models.gates import gate_slices
+from models import gates
 from models.nodes import node_input_type, split_node_args
 
 
@@ -108,7 +108,7 @@ class NaryTreeLSTMCell(Layer):
         cs = [s[1] for s in states]
         inputs = ([x] if x is not None else []) + hs
         z = self._dense(inputs[0] if len(inputs) == 1 else tf.concat(inputs, axis=1))
-        i, o, u, *f = gate_slices(z, 3 + len(cs), self.hidden)
+        i, o, u, *f = gates.cut_gates(z, 3 + len(cs))
         c = tf.sigmoid(i) * tf.tanh(u)
         for f_k, c_k in zip(f, cs):
             c = c + tf.sigmoid(f_k) * c_k
@@ -151,7 +151,7 @@ class _ChildSumGates(Layer):
     def _call(self, x, h_sum, fc_sum):
         import tensorflow as tf
         z = self.dense(tf.concat([x, h_sum], axis=1))
-        i, o, u = gate_slices(z, 3, self.hidden)
+        i, o, u = gates.cut_gates(z, 3)
         i, o, u = tf.sigmoid(i), tf.sigmoid(o), tf.tanh(u)
         c = i * u + fc_sum
         return o * tf.tanh(c), c

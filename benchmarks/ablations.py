@@ -1,0 +1,171 @@
+"""Ablations: a model-zoo choice against its alternatives, paired in one process.
+
+Run: `python -m benchmarks.ablations [--only cells,bidirectional] [--rounds N]`.
+Every variant is built on the same weights and batch; the calls of all variants
+are interleaved round after round, and the median time per call counts, so the
+machine's load drifts over all of them alike.
+
+- `cells`: how the TreeLSTM cells cut their gate pre-activations into gates
+  (`models.gates.cut_gates`): strided slices, `tf.split` (the zoo's choice), or
+  strided slices with a one-concat custom gradient. Engine and hand-batched
+  program, sst-synth, same-shape trees, train and inference steps (planning not
+  included).
+- `bidirectional`: the bilstm tagger with `encoders.bidirectional` (both cells as
+  one `rnn_cells.CellPair`) against the same encoder written as two RNNs, and the
+  padded Keras BiLSTM, train and inference steps (planning included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+
+import numpy as np
+
+
+@contextlib.contextmanager
+def _patched(module, name: str, value):
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
+
+
+def _interleaved(fns: dict, rounds: int) -> dict:
+    """Median ms per call of each function, calls interleaved round after round."""
+    for f in fns.values():
+        f()
+    times: dict = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            t = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t)
+    return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+
+
+def gate_cuts() -> dict:
+    """name -> `cut(z, n_gates)`: the ways of cutting gates compared."""
+    import tensorflow as tf
+
+    def slices(z, n):
+        width = z.shape[1] // n
+        return [z[:, g * width:(g + 1) * width] for g in range(n)]
+
+    def slices_concat_gradient(z, n):
+        @tf.custom_gradient
+        def cut(z):
+            def grad(*d_gates):
+                return tf.concat([tf.zeros_like(g) if d is None else d
+                                  for g, d in zip(gates, d_gates)], axis=1)
+            gates = slices(z, n)
+            return gates, grad
+        return cut(z)
+
+    return {"strided slices": slices, "tf.split (zoo)": lambda z, n: tf.split(z, n, axis=1),
+            "slices, concat gradient": slices_concat_gradient}
+
+
+def cells(batch: int, rounds: int) -> dict:
+    """ms per step of engine and hand-batched TreeLSTM with each gate cut."""
+    from benchmarks.treelstm import EngineVariant, HandBatched, _reshape_like
+    from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+    from models import gates
+    rng = np.random.default_rng(0)
+    shape = sst_synth_tree(np.random.default_rng(1), 19)
+    trees = [_reshape_like(shape, None, rng) for _ in range(batch)]
+    labels = rng.integers(0, CLASSES, batch).astype(np.int32)
+    fns = {}
+    for name, cut in gate_cuts().items():
+        # the cells look the cut up when traced: trace every step under the patch
+        with _patched(gates, "cut_gates", cut):
+            model = TreeLSTMModel(seed=0)
+            engine, hand = EngineVariant(model, "agenda"), HandBatched(model, shape)
+            arrays = engine.compiler.plan(trees).feed.arrays
+            words = hand.words(trees)
+            steps = {
+                "engine train": lambda e=engine, a=arrays: e.train_fn(a, labels).numpy(),
+                "hand train": lambda h=hand, w=words: h.train_fn(w, labels).numpy(),
+                "engine infer": lambda e=engine, a=arrays: e.infer_fn(a).numpy(),
+                "hand infer": lambda h=hand, w=words: h.infer_fn(w, np.int32(batch)).numpy()}
+            for step_name, f in steps.items():
+                f()  # traced here
+                fns[(name, step_name)] = f
+    ms = _interleaved(fns, rounds)
+    print(f"\n## gate cuts: ms per step, sst-synth TreeLSTM, B={batch} (median of {rounds})")
+    cols = ["engine train", "hand train", "engine infer", "hand infer"]
+    print("| cut | " + " | ".join(cols) + " | engine ÷ hand train / infer |")
+    print("|---" * (len(cols) + 2) + "|")
+    for name in gate_cuts():
+        row = [ms[(name, c)] for c in cols]
+        print(f"| {name} | " + " | ".join(f"{x:.2f}" for x in row)
+              + f" | {row[1] / row[0]:.2f} / {row[3] / row[2]:.2f} |", flush=True)
+    return {f"{n} / {c}": v for (n, c), v in ms.items()}
+
+
+def bidirectional(batch_sizes: list, rounds: int) -> dict:
+    """ms per step of the bilstm tagger: one CellPair, two RNNs, padded Keras."""
+    import blocks as td
+    from benchmarks import bilstm
+    from models import heads
+    model = bilstm.TaggerModel(seed=0)
+    words = td.GetItem("words") >> td.Map(td.Scalar("int32") >> model.embedding)
+    two_rnns = td.AllOf(
+        td.RNN(model.forward) >> td.GetItem(0),
+        td.Slice(step=-1) >> td.RNN(model.backward) >> td.GetItem(0) >> td.Slice(step=-1),
+    ) >> td.Zip() >> td.Map(td.Concat())
+
+    class TwoRNNs:  # the same weights, the encoder written as two RNNs
+        block = heads.tagger(words >> two_rnns, bilstm.TAGS, tags="tags",
+                             logits_layer=model.output)
+        variables = model.variables
+
+    runners = {"CellPair": bilstm.Engine(model), "two RNNs": bilstm.Engine(TwoRNNs()),
+               "Keras padded": bilstm.KerasPadded(model)}
+    rng = np.random.default_rng(0)
+    out = {}
+    print(f"\n## bidirectional encoder: ms per step (median of {rounds})")
+    print("| B | " + " | ".join(f"{n} train / infer" for n in runners)
+          + " | CellPair ÷ two RNNs, train / infer |")
+    print("|---" * (len(runners) + 2) + "|")
+    for b in batch_sizes:
+        batch = [bilstm.sentence(rng) for _ in range(b)]
+        fns = {}
+        for name, r in runners.items():
+            fns[(name, "train")] = lambda r=r, x=batch: np.asarray(r.train(x))
+            fns[(name, "infer")] = lambda r=r, x=batch: _fetch(r.infer(x))
+        ms = _interleaved(fns, rounds)
+        out[b] = {f"{n} / {m}": v for (n, m), v in ms.items()}
+        cells_ = " | ".join(f"{ms[(n, 'train')]:.1f} / {ms[(n, 'infer')]:.1f}" for n in runners)
+        print(f"| {b} | {cells_} | {ms[('two RNNs', 'train')] / ms[('CellPair', 'train')]:.2f}"
+              f" / {ms[('two RNNs', 'infer')] / ms[('CellPair', 'infer')]:.2f} |", flush=True)
+    return out
+
+
+def _fetch(outputs):
+    return [np.asarray(o) for o in outputs] if isinstance(outputs, (list, tuple)) \
+        else np.asarray(outputs)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default="cells,bidirectional")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--batch", type=int, default=64, help="for cells")
+    parser.add_argument("--batch-sizes", default="16,64", help="for bidirectional")
+    args = parser.parse_args(argv)
+    only = args.only.split(",")
+    out = {}
+    if "cells" in only:
+        out["cells"] = cells(args.batch, args.rounds)
+    if "bidirectional" in only:
+        out["bidirectional"] = bidirectional(
+            [int(b) for b in args.batch_sizes.split(",")], args.rounds)
+    return out
+
+
+if __name__ == "__main__":
+    main()

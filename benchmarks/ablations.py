@@ -1,10 +1,16 @@
 """Ablations: a model-zoo choice against its alternatives, paired in one process.
 
-Run: `python -m benchmarks.ablations [--only cells,bidirectional] [--rounds N]`.
+Run: `python -m benchmarks.ablations [--only rowlists,cells,bidirectional] [--rounds N]`.
 Every variant is built on the same weights and batch; the calls of all variants
 are interleaved round after round, and the median time per call counts, so the
 machine's load drifts over all of them alike.
 
+- `rowlists`: how the engine's loop moves a launch's values when it has one op
+  (`Executor(row_lists=...)`): one row list per argument and per output (the
+  default), or the rows of a value type stacked (one gather then a split, one
+  concat of the outputs then one write). Engine (both) and hand-batched program
+  on the same weights, sst-synth, same-shape trees, train and inference steps
+  (planning not included).
 - `cells`: how the TreeLSTM cells cut their gate pre-activations into gates
   (`models.gates.cut_gates`): strided slices, `tf.split` (the zoo's choice), or
   strided slices with a one-concat custom gradient. Engine and hand-batched
@@ -47,6 +53,47 @@ def _interleaved(fns: dict, rounds: int) -> dict:
     return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
 
 
+def _treelstm_batch(batch: int):
+    """(shape tree, same-shape trees, labels) of the sst-synth TreeLSTM ablations."""
+    from benchmarks.treelstm import _reshape_like
+    from benchmarks.workloads import CLASSES, sst_synth_tree
+    rng = np.random.default_rng(0)
+    shape = sst_synth_tree(np.random.default_rng(1), 19)
+    trees = [_reshape_like(shape, None, rng) for _ in range(batch)]
+    return shape, trees, rng.integers(0, CLASSES, batch).astype(np.int32)
+
+
+def rowlists(batch: int, rounds: int) -> dict:
+    """ms per step of the engine's loop with row lists and with stacked rows."""
+    from benchmarks.treelstm import EngineVariant, HandBatched
+    from benchmarks.workloads import TreeLSTMModel
+    shape, trees, labels = _treelstm_batch(batch)
+    model = TreeLSTMModel(seed=0)
+    hand = HandBatched(model, shape)
+    words = hand.words(trees)
+    fns = {("hand", "train"): lambda: hand.train_fn(words, labels).numpy(),
+           ("hand", "infer"): lambda: hand.infer_fn(words, np.int32(batch)).numpy()}
+    variants = {"row lists (default)": True, "stacked": False}
+    for name, lists in variants.items():
+        engine = EngineVariant(model, "agenda")
+        engine.compiler.executor.row_lists = lists  # read when the step is traced
+        arrays = engine.compiler.plan(trees).feed.arrays
+        fns[(name, "train")] = lambda e=engine, a=arrays: e.train_fn(a, labels).numpy()
+        fns[(name, "infer")] = lambda e=engine, a=arrays: e.infer_fn(a).numpy()
+    ms = _interleaved(fns, rounds)
+    print(f"\n## engine loop, row lists or stacked: ms per step, sst-synth TreeLSTM, B={batch}"
+          f" (median of {rounds})")
+    print("| engine | train | infer | hand-batched ÷ engine, train / infer |")
+    print("|---|---|---|---|")
+    for name in variants:
+        tr, inf = ms[(name, "train")], ms[(name, "infer")]
+        print(f"| {name} | {tr:.2f} | {inf:.2f} | {ms[('hand', 'train')] / tr:.2f} / "
+              f"{ms[('hand', 'infer')] / inf:.2f} |")
+    print(f"| (hand-batched) | {ms[('hand', 'train')]:.2f} | {ms[('hand', 'infer')]:.2f} | |",
+          flush=True)
+    return {f"{n} / {m}": v for (n, m), v in ms.items()}
+
+
 def gate_cuts() -> dict:
     """name -> `cut(z, n_gates)`: the ways of cutting gates compared."""
     import tensorflow as tf
@@ -71,13 +118,10 @@ def gate_cuts() -> dict:
 
 def cells(batch: int, rounds: int) -> dict:
     """ms per step of engine and hand-batched TreeLSTM with each gate cut."""
-    from benchmarks.treelstm import EngineVariant, HandBatched, _reshape_like
-    from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+    from benchmarks.treelstm import EngineVariant, HandBatched
+    from benchmarks.workloads import TreeLSTMModel
     from models import gates
-    rng = np.random.default_rng(0)
-    shape = sst_synth_tree(np.random.default_rng(1), 19)
-    trees = [_reshape_like(shape, None, rng) for _ in range(batch)]
-    labels = rng.integers(0, CLASSES, batch).astype(np.int32)
+    shape, trees, labels = _treelstm_batch(batch)
     fns = {}
     for name, cut in gate_cuts().items():
         # the cells look the cut up when traced: trace every step under the patch
@@ -152,13 +196,15 @@ def _fetch(outputs):
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="cells,bidirectional")
+    parser.add_argument("--only", default="rowlists,cells,bidirectional")
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--batch", type=int, default=64, help="for cells")
+    parser.add_argument("--batch", type=int, default=64, help="for rowlists and cells")
     parser.add_argument("--batch-sizes", default="16,64", help="for bidirectional")
     args = parser.parse_args(argv)
     only = args.only.split(",")
     out = {}
+    if "rowlists" in only:
+        out["rowlists"] = rowlists(args.batch, args.rounds)
     if "cells" in only:
         out["cells"] = cells(args.batch, args.rounds)
     if "bidirectional" in only:

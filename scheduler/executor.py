@@ -29,7 +29,10 @@ How a batch runs:
    and gathers launch g's inputs in one fused in-place op per value type the
    middle ops use (`scheduler.inplace.write_read`), then runs launch g's op once
    on all its nodes: through `tf.switch_case` when the middle has several ops,
-   directly when it has one. Inputs are gathered outside the branches.
+   directly when it has one. Inputs are gathered outside the branches. With one
+   loop op, every argument is gathered and every output written as a row list
+   of its own; with several, the rows of a value type travel stacked (one
+   gather, split inside the branch; outputs concatenated before the write).
 5. **After the loop.** `final_read` writes the last launch's outputs and gathers,
    per value type, the rows the tail and the results need; the tail ops run on
    those rows (and on earlier tail outputs), then the results are gathered.
@@ -67,6 +70,17 @@ Why this design (the storage and loop scheme chosen, with the figures behind it)
   0.89-0.99x of it at batch 16 to 256; the per-batch planning comes on top
   (~1.1 ms at batch 64 between steps, ~10% of an inference step) unless it is
   done ahead on a spare core (`Compiler.plan_batches(..., ahead=1)`, `Model.fit`).
+- **One row list per argument and output** (one loop op). A TreeLSTM cell reads
+  four values of one type, `(h_l, c_l, h_r, c_r)`, and writes two, `(h, c)`.
+  Gathered as one `[4n, 150]` block and split, then written as one concat of
+  `h` and `c`, each iteration copied those rows twice more forward and twice
+  more backward (the split's and the concat's gradients): a 600-byte row is not
+  64-byte aligned, so TensorFlow's axis-0 split cannot alias its input. A list
+  per argument and per output leaves only the gathers and in-place writes.
+  Interleaved on the same weights (`python -m benchmarks.ablations --only
+  rowlists`, sst-synth, batch 16 / 64 / 256), the traced step got 8% / 6% / 4%
+  faster in training and 1% / 6% / 6% in inference: 0.95-0.96x the
+  hand-batched program's training step, 0.93-0.96x its inference step.
 - **A lean loop body.** Each iteration reads its launch's scalars (op, size,
   gather and write bounds per value type) from one row of a table built before
   the loop, and separates same-typed arguments with one `Split`: 106 ops in the
@@ -119,6 +133,15 @@ def _dtype_name(t) -> str:
     return str(getattr(t, "dtype", "float32"))
 
 
+def _parts(rows, m: int) -> list:
+    """`rows` (a launch's row list for m same-typed values, n rows each, one after
+    the other) cut into the m lists."""
+    if m == 1:
+        return [rows]
+    import tensorflow as tf
+    return tf.split(rows, m) if m else []
+
+
 def _joined(pieces: list):
     """The pieces concatenated (rows); joins them once and keeps the result."""
     if len(pieces) > 1:
@@ -136,10 +159,15 @@ class Executor:
             `input_types` and `output_types` (each with `shape` and `dtype`).
         value_types: every value type, each with `shape` and `dtype`; all the ops'
             input and output types must be among them.
+        row_lists: with one loop op, gather each argument and write each output
+            as its own row list (the default); False stacks the rows of a value
+            type, as a loop of several ops must (for comparison: `python -m
+            benchmarks.ablations --only rowlists`).
     """
 
-    def __init__(self, ops: Sequence[Any], value_types: Sequence[Any]):
+    def __init__(self, ops: Sequence[Any], value_types: Sequence[Any], row_lists: bool = True):
         self.ops = list(ops)
+        self.row_lists = row_lists
         self.value_types = list(value_types)
         index = {t: k for k, t in enumerate(self.value_types)}
         try:
@@ -460,24 +488,33 @@ class Executor:
 
         loop_types = self.loop_types
         slot = {k: i for i, k in enumerate(loop_types)}  # loop type -> position in xs/ys
+        # With one loop op, each iteration gathers every argument and writes every
+        # output of a loop type as its own row list (n_in[k], n_out[k] of them); with
+        # several, all rows of a type as one list, cut apart inside the op's branch.
+        only = self.loop_ops[0] if len(self.loop_ops) == 1 and self.row_lists else None
+        n_in = {k: 1 if only is None else self.op_in[only].count(k) for k in loop_types}
+        n_out = {k: 1 if only is None else self.op_out[only].count(k) for k in loop_types}
 
         def branch(o, xs, n):
             def run():
-                # Arguments of one value type arrive stacked, argument after argument
-                # (n rows each): one Split separates them (cheaper, with its gradient,
-                # than a strided slice per argument).
-                parts = {k: tf.split(xs[slot[k]], self.op_in[o].count(k), axis=0)
-                         for k in set(self.op_in[o]) if self.op_in[o].count(k) > 1}
-                args = []
-                for a, k in enumerate(self.op_in[o]):
-                    args.append(parts[k][int(self.arg_typepos[o, a])] if k in parts
-                                else xs[slot[k]])
+                if only is not None:  # xs[slot[k]]: one tensor per argument of type k
+                    args = [xs[slot[k]][int(self.arg_typepos[o, a])]
+                            for a, k in enumerate(self.op_in[o])]
+                else:
+                    # Arguments of one value type arrive stacked, argument after
+                    # argument (n rows each): one Split separates them.
+                    parts = {k: tf.split(xs[slot[k]][0], self.op_in[o].count(k), axis=0)
+                             for k in set(self.op_in[o]) if self.op_in[o].count(k) > 1}
+                    args = [parts[k][int(self.arg_typepos[o, a])] if k in parts
+                            else xs[slot[k]][0] for a, k in enumerate(self.op_in[o])]
                 outs = self._call(o, self.ops[o], args, n)
                 ys = []
                 for k in loop_types:
                     mine = [outs[s] for s, kk in enumerate(self.op_out[o]) if kk == k]
-                    ys.append(mine[0] if len(mine) == 1 else
-                              tf.concat(mine, 0) if mine else empty[k])
+                    if only is None:  # one stacked tensor per type
+                        mine = [mine[0] if len(mine) == 1 else
+                                tf.concat(mine, 0) if mine else empty[k]]
+                    ys.append(mine)
                 return ys
             return run
 
@@ -498,32 +535,36 @@ class Executor:
                 f = 2 + 4 * i
                 rows = tf.slice(in_rows[k], row[f:f + 1], row[f + 1:f + 2])
                 written = tf.range(row[f + 2], row[f + 3])
-                b, x = write_read(bufs[i], ys[i], written, rows)
+                b, x = write_read(bufs[i], ys[i], _parts(written, n_out[k]),
+                                  _parts(rows, n_in[k]))
                 new_bufs.append(b)
                 xs.append(x)
             n = row[1]
             branches = [branch(o, xs, n) for o in self.loop_ops]
             ys = tf.switch_case(row[0], branches) if len(branches) > 1 else branches[0]()
-            ys = [tf.ensure_shape(y, (None, *shapes[k])) for k, y in zip(loop_types, ys)]
+            ys = [[tf.ensure_shape(y, (None, *shapes[k])) for y in ys_k]
+                  for k, ys_k in zip(loop_types, ys)]
             return g + 1, new_bufs, ys
 
         n_launches = tf.size(group_op)
         g0 = tf.constant(0, tf.int32)
         carried = [bufs[k] for k in loop_types]
-        ys = [empty[k] for k in loop_types]
+        ys = [[empty[k]] * n_out[k] for k in loop_types]
         g_end = g0
         if self.loop_ops:
-            invariants = [tf.TensorShape((None, *shapes[k])) for k in loop_types]
+            invariants = [[tf.TensorShape((None, *shapes[k]))] * n_out[k] for k in loop_types]
             g_end, carried, ys = tf.while_loop(
                 lambda g, *_: g < n_launches, body, (g0, carried, ys),
-                shape_invariants=(g0.shape, invariants, invariants))
+                shape_invariants=(g0.shape, [tf.TensorShape((None, *shapes[k]))
+                                             for k in loop_types], invariants))
         # After the loop: gather the rows the tail and the results need, run the tail.
         post = []
         for k in range(n_types):
             rows = seg(f"post_rows_{k}")
             if k in slot:
                 written = tf.range(out_bounds[k][g_end], out_bounds[k][g_end + 1])
-                post.append(final_read(carried[slot[k]], ys[slot[k]], written, rows))
+                post.append(final_read(carried[slot[k]], ys[slot[k]],
+                                       _parts(written, n_out[k]), rows))
             else:  # never touched by the loop: a plain read
                 post.append(tf.gather(bufs[k], rows))
         if not self.tail_ops:

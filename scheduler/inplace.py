@@ -4,7 +4,9 @@ The executor keeps every value of one value type in one buffer `[rows, *shape]`:
 each value owns a row and is written exactly once (SSA). Each loop iteration
 writes the previous launch's outputs and reads the next launch's inputs with one
 fused op, `write_read`; `final_read` writes the last outputs and reads the
-results after the loop.
+results after the loop. Both take a list of outputs, each with its own row list,
+and `write_read` a list of row lists to gather, one per argument: a launch's
+values need not be stacked into one tensor (a copy) or split out of one.
 
 Why fused and in place (measured in ENGINE_NOTES.md and BENCHMARKS.md): a buffer
 updated with `tensor_scatter_nd_update` is copied whole every iteration (time
@@ -29,46 +31,74 @@ def _is_float(dtype: tf.DType) -> bool:
     return dtype.is_floating or dtype.is_complex
 
 
-@tf.custom_gradient
-def _write_read_float(buf, y, out_rows, in_rows):
-    new_buf = tf.raw_ops.InplaceUpdate(x=buf, i=out_rows, v=y)
-    x = tf.gather(new_buf, in_rows)
+def _write_read_float(buf, ys, out_rows, in_rows):
+    n_out, n_in = len(ys), len(in_rows)
 
-    def grad(g_buf, g_x):
-        g = tf.raw_ops.InplaceAdd(x=g_buf, i=in_rows, v=g_x)
-        return g, tf.gather(g, out_rows), None, None
+    @tf.custom_gradient
+    def fused(buf, *rest):
+        ys, outs, ins = rest[:n_out], rest[n_out:2 * n_out], rest[2 * n_out:]
+        new_buf = buf
+        for y, rows in zip(ys, outs):
+            new_buf = tf.raw_ops.InplaceUpdate(x=new_buf, i=rows, v=y)
+        xs = [tf.gather(new_buf, rows) for rows in ins]
 
-    return (new_buf, x), grad
+        def grad(g_buf, *g_xs):
+            g = g_buf
+            for rows, g_x in zip(ins, g_xs):
+                g = tf.raw_ops.InplaceAdd(x=g, i=rows, v=g_x)
+            return [g] + [tf.gather(g, rows) for rows in outs] + [None] * (n_out + n_in)
+
+        return (new_buf, *xs), grad
+
+    new_buf, *xs = fused(buf, *ys, *out_rows, *in_rows)
+    return new_buf, xs
 
 
-@tf.custom_gradient
-def _final_read_float(buf, y, out_rows, read_rows):
-    new_buf = tf.raw_ops.InplaceUpdate(x=buf, i=out_rows, v=y)
-    x = tf.gather(new_buf, read_rows)
+def _final_read_float(buf, ys, out_rows, read_rows):
+    n_out = len(ys)
 
-    def grad(g_x):
-        g = tf.raw_ops.InplaceAdd(x=tf.zeros(tf.shape(buf), buf.dtype), i=read_rows, v=g_x)
-        return g, tf.gather(g, out_rows), None, None
+    @tf.custom_gradient
+    def fused(buf, *rest):
+        ys, outs = rest[:n_out], rest[n_out:]
+        new_buf = buf
+        for y, rows in zip(ys, outs):
+            new_buf = tf.raw_ops.InplaceUpdate(x=new_buf, i=rows, v=y)
+        x = tf.gather(new_buf, read_rows)
 
-    return x, grad
+        def grad(g_x):
+            g = tf.raw_ops.InplaceAdd(x=tf.zeros(tf.shape(buf), buf.dtype), i=read_rows, v=g_x)
+            return [g] + [tf.gather(g, rows) for rows in outs] + [None] * n_out
+
+        return x, grad
+
+    return fused(buf, *ys, *out_rows)
 
 
-def write_read(buf: tf.Tensor, y: tf.Tensor, out_rows: tf.Tensor, in_rows: tf.Tensor):
-    """Writes `y` to rows `out_rows` of `buf` in place, then gathers rows `in_rows`.
+def _write(buf, ys, out_rows):
+    new_buf = tf.stop_gradient(buf)
+    for y, rows in zip(ys, out_rows):
+        new_buf = tf.raw_ops.InplaceUpdate(x=new_buf, i=rows, v=tf.stop_gradient(y))
+    return new_buf
 
-    Returns `(buf, gathered)`.
+
+def write_read(buf: tf.Tensor, ys: list, out_rows: list, in_rows: list):
+    """Writes each `ys[s]` to rows `out_rows[s]` of `buf` in place, then gathers
+    each `in_rows[a]`.
+
+    Returns `(buf, [gathered per in_rows])`. Several row lists rather than one
+    stacked list spare a concat of the outputs and a split of the gathered rows,
+    each a copy forward and backward (rows of 150 floats are not 64-byte aligned,
+    so TensorFlow cannot split them without copying).
     """
     if _is_float(buf.dtype):
-        return _write_read_float(buf, y, out_rows, in_rows)
-    new_buf = tf.raw_ops.InplaceUpdate(x=tf.stop_gradient(buf), i=out_rows,
-                                       v=tf.stop_gradient(y))
-    return new_buf, tf.gather(new_buf, in_rows)
+        return _write_read_float(buf, list(ys), list(out_rows), list(in_rows))
+    new_buf = _write(buf, ys, out_rows)
+    return new_buf, [tf.gather(new_buf, rows) for rows in in_rows]
 
 
-def final_read(buf: tf.Tensor, y: tf.Tensor, out_rows: tf.Tensor, read_rows: tf.Tensor):
-    """Writes `y` to rows `out_rows` of `buf` in place, then gathers rows `read_rows`."""
+def final_read(buf: tf.Tensor, ys: list, out_rows: list, read_rows: tf.Tensor):
+    """Writes each `ys[s]` to rows `out_rows[s]` of `buf` in place, then gathers
+    rows `read_rows`."""
     if _is_float(buf.dtype):
-        return _final_read_float(buf, y, out_rows, read_rows)
-    new_buf = tf.raw_ops.InplaceUpdate(x=tf.stop_gradient(buf), i=out_rows,
-                                       v=tf.stop_gradient(y))
-    return tf.gather(new_buf, read_rows)
+        return _final_read_float(buf, list(ys), list(out_rows), read_rows)
+    return tf.gather(_write(buf, ys, out_rows), read_rows)

@@ -7,7 +7,10 @@ variable (`bias`), interleaved argument types (`combine`), int32 values inside t
 lookup; `outer`, whose output type never enters the loop; `look`, a lookup of an int type
 the loop computes) and a leaf transform of a lookup (`embed2` then `leaf`, as in a
 TreeLSTM). The stages: `bias`, `embed`, `embed2` and `leaf` run before the loop on all their
-nodes (head), `outer` after it (tail), every other op in it.
+nodes (head), `outer` after it (tail), every other op in it. A second op set, `ONE_LOOP_OP`,
+has one loop op (`cell`: two arguments and two outputs of one type, an argument of a type the
+loop never writes, an output of a type it never reads), whose values travel as one row list
+each.
 
 The oracle evaluates the graph one node at a time in eager TensorFlow with each op's
 unbatched `ref` formula, from the plain-Python record of the graph (`RawGraph`).
@@ -112,13 +115,69 @@ OPS = [
        lambda i: [tf.gather(EMB, tf.math.floormod(i, 5))],
        lambda i: [tf.gather(EMB, tf.math.floormod(i, 5))], prelude_only=True),
 ]
-SPECS = [OpSpec(tuple(TYPES.index(t) for t in op.input_types),
-                tuple(TYPES.index(t) for t in op.output_types)) for op in OPS]
-CONST_ONLY = [o for o, op in enumerate(OPS) if op.prelude_only]
 OP_ID = {op.name: o for o, op in enumerate(OPS)}
 NO_CONSTANTS = [np.zeros((0, *t.shape), t.dtype) for t in TYPES]
 SHAPES = [t.shape for t in TYPES]
 DTYPES = [t.dtype for t in TYPES]
+
+
+class OpSet:
+    """The ops one executor runs, with their specs for drawing graphs and the traced
+    functions (values; values and gradients) of its executor."""
+
+    def __init__(self, ops: list, row_lists: bool = True):
+        self.ops = list(ops)
+        self.row_lists = row_lists
+        self.specs = [OpSpec(tuple(TYPES.index(t) for t in op.input_types),
+                             tuple(TYPES.index(t) for t in op.output_types))
+                      for op in self.ops]
+        self.const_only = [o for o, op in enumerate(self.ops) if op.prelude_only]
+
+    @functools.cached_property
+    def executor(self) -> Executor:
+        return Executor(self.ops, TYPES, row_lists=self.row_lists)
+
+    @functools.cached_property
+    def forward(self):
+        ex = self.executor
+
+        @tf.function(input_signature=[ex.input_signature()], autograph=False)
+        def run(arrays):
+            return ex.compute(arrays)
+        return run
+
+    @functools.cached_property
+    def with_gradients(self):
+        ex = self.executor
+        weight_specs = [tf.TensorSpec([None, *TYPES[k].shape], tf.float32) for k in FLOAT_IDS]
+
+        @tf.function(input_signature=[ex.input_signature(), weight_specs], autograph=False)
+        def run(arrays, weights):
+            consts = arrays["consts_float32"]
+            with tf.GradientTape() as tape:
+                tape.watch(consts)
+                outs = ex.compute(arrays)
+                loss = tf.add_n([tf.constant(0.0)] + [tf.reduce_sum(outs[k] * w)
+                                                      for k, w in zip(FLOAT_IDS, weights)])
+            grads = tape.gradient(loss, VARIABLES + [consts],
+                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            return outs, [tf.convert_to_tensor(g) for g in grads]
+        return run
+
+
+ALL = OpSet(OPS)  # a loop of several ops (one `switch_case` branch each)
+SPECS, CONST_ONLY = ALL.specs, ALL.const_only
+# One loop op, `cell`, reading two values of type f and one of type e (from the head), and
+# writing two of type f and one of type g: each read and write is a row list of its own.
+CELL = Op("cell", (F, E, F), (F, G, F),
+          lambda a, e, b: [tf.tanh(a @ W1 + b @ W2 + e @ W4), a[:, :2] * e + WS,
+                           0.5 * tf.sin(b) - a],
+          lambda a, e, b: [tf.tanh(tf.tensordot(a, W1, 1) + tf.tensordot(b, W2, 1)
+                                   + tf.tensordot(e, W4, 1)), a[:2] * e + WS,
+                           0.5 * tf.sin(b) - a])
+ONE_LOOP_OP = OpSet([OPS[OP_ID[name]] for name in ("bias", "embed2", "leaf", "sq", "outer")]
+                    + [CELL])
+ONE_LOOP_OP_STACKED = OpSet(ONE_LOOP_OP.ops, row_lists=False)  # rows stacked per value type
 
 
 def make_const(k, rng):
@@ -129,13 +188,14 @@ def make_const(k, rng):
     return rng.normal(size=TYPES[k].shape)
 
 
-def draw_batch(draw, max_graphs=3, max_nodes=20, hub=None):
+def draw_batch(draw, max_graphs=3, max_nodes=20, hub=None, opset=ALL):
     """A batch of 1..max_graphs random graphs over OPS: (OpGraph, RawGraph).
 
     `draw` is hypothesis' or a numpy `Generator`.
     """
     c = Choices(draw)
-    pairs = [draw_graph(draw, SPECS, len(TYPES), max_nodes=max_nodes, const_only=CONST_ONLY,
+    pairs = [draw_graph(draw, opset.specs, len(TYPES), max_nodes=max_nodes,
+                        const_only=opset.const_only,
                         hub=bool(c.int(0, 1)) if hub is None else hub,
                         make_const=make_const, shapes=SHAPES, dtypes=DTYPES)
              for _ in range(c.int(1, max_graphs))]
@@ -159,7 +219,7 @@ def draw_reads(draw, n_values):
 
 # --- the oracle ------------------------------------------------------------------------------
 
-def oracle(raw: RawGraph, reads, weights=None):
+def oracle(raw: RawGraph, reads, weights=None, opset=ALL):
     """(values read, gradients w.r.t. VARIABLES, gradients w.r.t. each float table)."""
     tables = [tf.constant(np.asarray(raw.tables[k], t.dtype).reshape((-1, *t.shape)))
               for k, t in enumerate(TYPES)]
@@ -170,7 +230,7 @@ def oracle(raw: RawGraph, reads, weights=None):
         for v, row in raw.const_row.items():
             vals[v] = tables[raw.value_type[v]][row]
         for j, o in enumerate(raw.node_op):
-            outs = OPS[o].ref(*[vals[a] for a in raw.node_args[j]])
+            outs = opset.ops[o].ref(*[vals[a] for a in raw.node_args[j]])
             assert len(outs) == len(raw.node_outs[j])
             for v, y in zip(raw.node_outs[j], outs):
                 vals[v] = y
@@ -196,45 +256,23 @@ def read_positions(graph: OpGraph, reads):
 
 # --- the engine ------------------------------------------------------------------------------
 
-@functools.cache
 def executor() -> Executor:
-    return Executor(OPS, TYPES)
+    return ALL.executor
 
 
-@functools.cache
 def forward():
-    ex = executor()
-
-    @tf.function(input_signature=[ex.input_signature()], autograph=False)
-    def run(arrays):
-        return ex.compute(arrays)
-    return run
+    return ALL.forward
 
 
-@functools.cache
 def with_gradients():
-    ex = executor()
-    weight_specs = [tf.TensorSpec([None, *TYPES[k].shape], tf.float32) for k in FLOAT_IDS]
-
-    @tf.function(input_signature=[ex.input_signature(), weight_specs], autograph=False)
-    def run(arrays, weights):
-        consts = arrays["consts_float32"]
-        with tf.GradientTape() as tape:
-            tape.watch(consts)
-            outs = ex.compute(arrays)
-            loss = tf.add_n([tf.constant(0.0)] + [tf.reduce_sum(outs[k] * w)
-                                                  for k, w in zip(FLOAT_IDS, weights)])
-        grads = tape.gradient(loss, VARIABLES + [consts],
-                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return outs, [tf.convert_to_tensor(g) for g in grads]
-    return run
+    return ALL.with_gradients
 
 
-def schedule_and_feed(graph: OpGraph, name: str, reads):
+def schedule_and_feed(graph: OpGraph, name: str, reads, opset=ALL):
     graph.validate()
     schedule = SCHEDULERS[name](graph)
     schedule.validate()
-    feed = executor().feed(graph, schedule, reads)
+    feed = opset.executor.feed(graph, schedule, reads)
     types, pos = read_positions(graph, reads)
     assert feed.read_type.tolist() == types
     assert feed.read_pos.tolist() == pos
@@ -265,15 +303,15 @@ def const_grads_by_type(flat, graph: OpGraph):
     return out
 
 
-def check_values(graph, raw, name, reads, where=""):
-    feed = schedule_and_feed(graph, name, reads)
-    outs = forward()(feed.arrays)
-    want, _, _ = oracle(raw, reads)
+def check_values(graph, raw, name, reads, where="", opset=ALL):
+    feed = schedule_and_feed(graph, name, reads, opset)
+    outs = opset.forward(feed.arrays)
+    want, _, _ = oracle(raw, reads, opset=opset)
     assert_values_equal(outs, graph, reads, want, where)
 
 
-def check_gradients(graph, raw, name, reads, seed):
-    feed = schedule_and_feed(graph, name, reads)
+def check_gradients(graph, raw, name, reads, seed, opset=ALL):
+    feed = schedule_and_feed(graph, name, reads, opset)
     rng = np.random.default_rng(seed)
     types, pos = read_positions(graph, reads)
     weights = [rng.normal(size=TYPES[k].shape).astype("float32")
@@ -282,8 +320,8 @@ def check_gradients(graph, raw, name, reads, seed):
     for w, k, p in zip(weights, types, pos):
         if w is not None:
             per_type[FLOAT_IDS.index(k)][p] = w
-    outs, grads = with_gradients()(feed.arrays, per_type)
-    want, want_var_grads, want_const_grads = oracle(raw, reads, weights)
+    outs, grads = opset.with_gradients(feed.arrays, per_type)
+    want, want_var_grads, want_const_grads = oracle(raw, reads, weights, opset)
     assert_values_equal(outs, graph, reads, want)
     for v, g, r in zip(VARIABLES, grads, want_var_grads):
         np.testing.assert_allclose(g.numpy(), r, atol=ATOL, rtol=0,
@@ -322,6 +360,26 @@ def test_gradients_sum_over_values_read_by_many_nodes(name, data):
     graph, raw = random_batch(data.draw, max_graphs=2, max_nodes=25, hub=True)
     reads = draw_reads(data.draw, graph.num_values)
     check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)))
+
+
+@pytest.mark.parametrize("opset", [ONE_LOOP_OP, ONE_LOOP_OP_STACKED], ids=["lists", "stacked"])
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=25)
+@given(data=st.data())
+def test_values_and_gradients_with_one_loop_op_equal_the_oracle(name, opset, data):
+    graph, raw = random_batch(data.draw, opset=opset)
+    reads = draw_reads(data.draw, graph.num_values)
+    check_values(graph, raw, name, reads, opset=opset)
+    check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
+                    opset=opset)
+    assert opset.forward.experimental_get_tracing_count() == 1
+    assert opset.with_gradients.experimental_get_tracing_count() == 1
+
+
+def test_the_one_loop_op_set_runs_cell_alone_in_the_loop():
+    ex = ONE_LOOP_OP.executor
+    assert [ex.ops[o].name for o in ex.loop_ops] == ["cell"]
+    assert sorted(TYPES[k].name for k in ex.loop_types) == ["e", "f", "g"]
 
 
 class Builder:

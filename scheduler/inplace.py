@@ -87,8 +87,8 @@ def write_read(buf: tf.Tensor, ys: list, out_rows: list, in_rows: list):
 
     Returns `(buf, [gathered per in_rows])`. Several row lists rather than one
     stacked list spare a concat of the outputs and a split of the gathered rows,
-    each a copy forward and backward (rows of 150 floats are not 64-byte aligned,
-    so TensorFlow cannot split them without copying).
+    each a copy forward and backward (TensorFlow splits rows without copying only
+    when a row's size in bytes is a multiple of 64).
     """
     if _is_float(buf.dtype):
         return _write_read_float(buf, list(ys), list(out_rows), list(in_rows))

@@ -67,9 +67,11 @@ Why this design (the storage and loop scheme chosen, with the figures behind it)
   at batch >= 16) but not nil: in training, a tiny extra launch costs about
   0.5 ms here. Paired against a hand-written level-by-level TensorFlow program
   on sst-synth same-shape trees (BENCHMARKS.md), the traced step alone runs at
-  0.89-0.99x of it at batch 16 to 256; the per-batch planning comes on top
-  (~1.1 ms at batch 64 between steps, ~10% of an inference step) unless it is
-  done ahead on a spare core (`Compiler.plan_batches(..., ahead=1)`, `Model.fit`).
+  0.93-0.96x of it at batch 16 to 256 (with the row lists below); the per-batch
+  planning comes on top (~0.6 ms at batch 64 between steps, ~5% of an inference
+  step; 0.90-0.94x in training and 0.90-0.93x in inference with it, paired) unless
+  it is done ahead on a spare core (`Compiler.plan_batches(..., ahead=1)`,
+  `Model.fit`).
 - **One row list per argument and output** (one loop op). A TreeLSTM cell reads
   four values of one type, `(h_l, c_l, h_r, c_r)`, and writes two, `(h, c)`.
   Gathered as one `[4n, 150]` block and split, then written as one concat of

@@ -76,7 +76,9 @@ def rowlists(batch: int, rounds: int) -> dict:
     variants = {"row lists (default)": True, "stacked": False}
     for name, lists in variants.items():
         engine = EngineVariant(model, "agenda")
-        engine.compiler.executor.row_lists = lists  # read when the step is traced
+        ex = engine.compiler.executor
+        assert isinstance(ex.row_lists, bool), "Executor has no row_lists setting"
+        ex.row_lists = lists  # read when the step is traced
         arrays = engine.compiler.plan(trees).feed.arrays
         fns[(name, "train")] = lambda e=engine, a=arrays: e.train_fn(a, labels).numpy()
         fns[(name, "infer")] = lambda e=engine, a=arrays: e.infer_fn(a).numpy()

@@ -1,0 +1,114 @@
+"""Every benchmark entry point runs, at tiny sizes, and reports what BENCHMARKS.md quotes.
+
+These check the tables' and results' structure and the properties that are the code's,
+not the machine's (agenda never launches more than depth; sharing a layer launches less),
+never a timing: speed is measured by running the benchmarks, not by tests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from benchmarks import ablations, bilstm, engine, fit, treelstm
+
+
+def _rate(x) -> bool:
+    return isinstance(x, float) and math.isfinite(x) and x > 0
+
+
+def _table(text: str, header: str) -> list[str]:
+    """The rows of the markdown table whose header line starts with `header`."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    assert lines[start + 1].startswith("|---")
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    return rows
+
+
+def test_treelstm_throughput_runs_every_variant(tmp_path, capsys):
+    path = tmp_path / "treelstm.json"
+    variants = ["engine-agenda", "engine-depth", "engine-same", "hand-batched", "eager"]
+    out = treelstm.main(["--batch-sizes", "1,2", "--seconds", "0.03",
+                         "--variants", ",".join(variants), "--json", str(path)])
+    for mode in ("train", "infer"):
+        assert sorted(out[mode]) == sorted(variants)
+        assert all(_rate(out[mode][v][b]) for v in variants for b in (1, 2))
+    assert json.loads(path.read_text())["train"]["hand-batched"]["2"] > 0
+    rows = _table(capsys.readouterr().out, "| variant | B=1 train / infer | B=2 train / infer |")
+    assert [r.split(" | ")[0][2:] for r in rows] == variants + [label for *_, label in
+                                                                treelstm.RATIOS]
+
+
+def test_treelstm_paired_reports_both_modes():
+    import numpy as np
+
+    from benchmarks.workloads import TreeLSTMModel, sst_synth_tree
+    shape = sst_synth_tree(np.random.default_rng(1), 5)
+    out = treelstm.paired([2], 1, TreeLSTMModel(seed=0), shape, np.random.default_rng(0),
+                          stream=2)
+    assert sorted(out[2]) == ["infer_ahead", "infer_inline", "train_ahead", "train_inline"]
+    assert all(_rate(ratio) and _rate(speed) for ratio, speed in out[2].values())
+
+
+def test_engine_schedules_and_sharing_keep_their_launch_counts(capsys):
+    out = engine.main(["--only", "schedules,sharing", "--quick"])
+    (a, tree_lstm), (b, sequences) = out["schedules"].items()
+    assert "loss at every node" in a and "loss at the end" in b
+    assert tree_lstm["agenda"]["launches"] <= tree_lstm["depth"]["launches"]
+    assert sequences["agenda"]["launches"] < sequences["depth"]["launches"]
+    sharing = out["sharing"]
+    assert sharing["shared"]["launches"] < sharing["per block instance"]["launches"]
+    assert sharing["shared"]["ops"] < sharing["per block instance"]["ops"]
+    printed = capsys.readouterr().out
+    assert len(_table(printed, "| workload | scheduler | steps | launches |")) == 4
+    assert len(_table(printed, "| lowering | ops | steps | launches |")) == 2
+
+
+def test_engine_memory_expansion_and_plan_sections(capsys):
+    memory = engine.section_memory(sizes=(4,))["rows"]
+    assert memory[0]["trees"] == 4 and memory[0]["nodes"] > 4 and memory[0]["extra_kb"] >= 0
+    expansion = engine.section_expansion(n_trees=32, workers=1)
+    assert sorted(expansion) == ["1 workers", "serial"] and all(map(_rate, expansion.values()))
+    plan = engine.section_plan(sizes=(2,), seconds=0.02)
+    assert sorted(plan) == ["agenda-2", "depth-2"]
+    assert all(_rate(x) for row in plan.values() for x in row)
+    printed = capsys.readouterr().out
+    assert len(_table(printed, "| scheduler | B | plan ms")) == 2
+
+
+def test_fit_against_the_bare_engine():
+    out = fit.main(["--trees", "8", "--batch", "4", "--rounds", "1"])
+    assert sorted(out) == ["engine", "fit", "ratio"] and all(map(_rate, out.values()))
+
+
+def test_bilstm_throughput_runs_every_variant(tmp_path, capsys):
+    path = tmp_path / "bilstm.json"
+    out = bilstm.main(["--batch-sizes", "2", "--seconds", "0.03", "--json", str(path)])
+    for mode in ("train", "infer"):
+        assert sorted(out[mode]) == ["eager", "engine", "keras-padded"]
+        assert all(_rate(r[2]) for r in out[mode].values())
+    assert json.loads(path.read_text())["words_per_sentence"] > 0
+    rows = _table(capsys.readouterr().out, "| variant | B=2 train / infer |")
+    assert [r.split(" | ")[0][2:] for r in rows][-2:] == ["engine ÷ keras-padded",
+                                                          "engine ÷ eager"]
+
+
+@pytest.mark.parametrize("section, header, n_rows, n_times", [
+    ("rowlists", "| engine | train | infer |", 3, 6),  # 2 layouts and hand-batched, 2 modes
+    ("cells", "| cut | engine train |", 3, 12),  # 3 cuts x engine/hand x 2 modes
+    ("bidirectional", "| B | CellPair train / infer |", 1, 6),  # 1 size; 3 encoders x 2
+])
+def test_ablations_time_every_variant(section, header, n_rows, n_times, capsys):
+    if section == "bidirectional":
+        out = ablations.bidirectional([2], 1)[2]
+    else:
+        out = getattr(ablations, section)(2, 1)
+    assert len(out) == n_times and all(_rate(ms) for ms in out.values())
+    assert len(_table(capsys.readouterr().out, header)) == n_rows

@@ -1,8 +1,9 @@
 """Every benchmark entry point runs, at tiny sizes, and reports what BENCHMARKS.md quotes.
 
 These check the tables' and results' structure and the properties that are the code's,
-not the machine's (agenda never launches more than depth; sharing a layer launches less),
-never a timing: speed is measured by running the benchmarks, not by tests.
+not the machine's (agenda never launches more than depth; sharing a layer launches less;
+the variants compared share their weights, so they compute the same function), never a
+timing: speed is measured by running the benchmarks, not by tests.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from benchmarks import ablations, bilstm, engine, fit, treelstm
@@ -47,8 +49,6 @@ def test_treelstm_throughput_runs_every_variant(tmp_path, capsys):
 
 
 def test_treelstm_paired_reports_both_modes():
-    import numpy as np
-
     from benchmarks.workloads import TreeLSTMModel, sst_synth_tree
     shape = sst_synth_tree(np.random.default_rng(1), 5)
     out = treelstm.paired([2], 1, TreeLSTMModel(seed=0), shape, np.random.default_rng(0),
@@ -112,3 +112,60 @@ def test_ablations_time_every_variant(section, header, n_rows, n_times, capsys):
         out = getattr(ablations, section)(2, 1)
     assert len(out) == n_times and all(_rate(ms) for ms in out.values())
     assert len(_table(capsys.readouterr().out, header)) == n_rows
+
+
+def test_treelstm_variants_compute_the_same_function():
+    """Engine (both schedulers), hand-batched and eager give the same logits on one batch."""
+    from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+    rng = np.random.default_rng(0)
+    model = TreeLSTMModel(seed=0)
+    shape = sst_synth_tree(np.random.default_rng(1), 5)
+    trees = [treelstm._reshape_like(shape, None, rng) for _ in range(3)]
+    want = np.concatenate([np.asarray(x) for x in treelstm.Eager(model).infer(trees)])
+    assert want.shape == (3, CLASSES)
+    got = {"hand-batched": treelstm.HandBatched(model, shape).infer(trees)}
+    for sched in ("agenda", "depth"):
+        got[f"engine-{sched}"] = treelstm.EngineVariant(model, sched).infer(trees)
+    for name, logits in got.items():
+        np.testing.assert_allclose(np.asarray(logits), want, rtol=1e-4, atol=1e-5,
+                                   err_msg=name)
+
+
+def test_bilstm_variants_compute_the_same_function():
+    """Padded Keras and eager give the same logits, and the engine the same mean loss."""
+    import tensorflow as tf
+    model = bilstm.TaggerModel(seed=0)
+    rng = np.random.default_rng(0)
+    batch = [bilstm.sentence(rng) for _ in range(2)]
+    eager = [np.asarray(x) for x in bilstm.Eager(model).infer(batch)]
+    padded = np.asarray(bilstm.KerasPadded(model).infer(batch))
+    xent = []
+    for s, want, got in zip(batch, eager, padded):
+        n = len(s["words"])
+        assert want.shape == (n, bilstm.TAGS)
+        np.testing.assert_allclose(got[:n], want, rtol=1e-4, atol=1e-5)
+        xent.append(tf.nn.sparse_softmax_cross_entropy_with_logits(s["tags"], want).numpy())
+    # the engine's train step returns the loss before its update (run last: it updates)
+    loss = float(bilstm.Engine(model).train(batch))
+    assert loss == pytest.approx(float(np.mean(np.concatenate(xent))), rel=1e-4)
+
+
+def test_ablations_gate_cuts_agree():
+    """Every gate cut of the `cells` ablation gives the same gates and the same gradient."""
+    import tensorflow as tf
+    z = tf.constant(np.random.default_rng(0).normal(size=(3, 12)), tf.float32)
+    weights = tf.constant(np.random.default_rng(1).normal(size=(3, 12)), tf.float32)
+    want_gates, want_grad = None, None
+    for name, cut in ablations.gate_cuts().items():
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            gates = cut(z, 4)
+            # the last gate unused: its gradient must come back as zeros
+            loss = tf.reduce_sum(tf.concat(gates[:3], 1) * weights[:, :9])
+        grad = tape.gradient(loss, z).numpy()
+        gates = np.concatenate([np.asarray(g) for g in gates], 1)
+        if want_gates is None:
+            want_gates, want_grad = gates, grad
+        np.testing.assert_array_equal(gates, want_gates, err_msg=name)
+        np.testing.assert_allclose(grad, want_grad, err_msg=name)
+    np.testing.assert_array_equal(want_gates, z.numpy())

@@ -168,6 +168,8 @@ class Executor:
     """
 
     def __init__(self, ops: Sequence[Any], value_types: Sequence[Any], row_lists: bool = True):
+        if not isinstance(row_lists, bool):
+            raise TypeError(f"row_lists must be True or False, got {row_lists!r}")
         self.ops = list(ops)
         self.row_lists = row_lists
         self.value_types = list(value_types)

@@ -256,18 +256,6 @@ def read_positions(graph: OpGraph, reads):
 
 # --- the engine ------------------------------------------------------------------------------
 
-def executor() -> Executor:
-    return ALL.executor
-
-
-def forward():
-    return ALL.forward
-
-
-def with_gradients():
-    return ALL.with_gradients
-
-
 def schedule_and_feed(graph: OpGraph, name: str, reads, opset=ALL):
     graph.validate()
     schedule = SCHEDULERS[name](graph)
@@ -340,7 +328,7 @@ def check_gradients(graph, raw, name, reads, seed, opset=ALL):
 def test_values_of_random_graphs_equal_the_oracle(name, data):
     graph, raw = random_batch(data.draw)
     check_values(graph, raw, name, draw_reads(data.draw, graph.num_values))
-    assert forward().experimental_get_tracing_count() == 1
+    assert ALL.forward.experimental_get_tracing_count() == 1
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -350,7 +338,7 @@ def test_gradients_of_random_graphs_equal_the_oracle(name, data):
     graph, raw = random_batch(data.draw)
     reads = draw_reads(data.draw, graph.num_values)
     check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)))
-    assert with_gradients().experimental_get_tracing_count() == 1
+    assert ALL.with_gradients.experimental_get_tracing_count() == 1
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -445,7 +433,7 @@ def test_a_value_read_by_many_nodes_has_the_summed_gradient_in_closed_form():
     w = np.array([[1.0, 2.0, 3.0], [0.5, 0.5, 0.5], [-1.0, 0.0, 4.0]], np.float32)
     weights = [np.zeros((0, *TYPES[k].shape), np.float32) for k in FLOAT_IDS]
     weights[0] = w
-    outs, grads = with_gradients()(feed.arrays, weights)
+    outs, grads = ALL.with_gradients(feed.arrays, weights)
     np.testing.assert_allclose(outs[0].numpy(), np.tile(WB.numpy(), (3, 1)), atol=ATOL)
     wb_grad = grads[[v is WB for v in VARIABLES].index(True)]
     np.testing.assert_allclose(wb_grad.numpy(), w.sum(0), atol=ATOL)
@@ -454,7 +442,7 @@ def test_a_value_read_by_many_nodes_has_the_summed_gradient_in_closed_form():
 # --- tracing ---------------------------------------------------------------------------------
 
 def test_one_trace_serves_batches_of_every_shape():
-    ex = executor()
+    ex = ALL.executor
 
     @tf.function(input_signature=[ex.input_signature()], autograph=False)
     def run(arrays):
@@ -488,11 +476,11 @@ def test_feed_rejects_a_prelude_only_op_reading_a_node_output_in_the_loop():
     graph.validate()
     for name in NAMES:
         with pytest.raises(ValueError, match="look"):
-            executor().feed(graph, SCHEDULERS[name](graph), np.array([1]))
+            ALL.executor.feed(graph, SCHEDULERS[name](graph), np.array([1]))
 
 
 def test_the_stages_of_the_test_ops():
-    ex = executor()
+    ex = ALL.executor
     assert sorted(OPS[o].name for o in ex.head_ops) == ["bias", "embed", "embed2", "leaf"]
     assert ex.head_ops.index(OP_ID["embed2"]) < ex.head_ops.index(OP_ID["leaf"])
     assert [OPS[o].name for o in ex.tail_ops] == ["outer"]
@@ -522,7 +510,7 @@ def test_feed_rejects_a_schedule_whose_prelude_reads_a_node_output():
     b.node("sq", b.node("bias")[0])
     graph, _ = b.graph()
     with pytest.raises(ValueError, match="prelude"):
-        executor().feed(graph, Schedule.from_steps(graph, np.array([0, 0])), np.array([1]))
+        ALL.executor.feed(graph, Schedule.from_steps(graph, np.array([0, 0])), np.array([1]))
 
 
 def test_feed_rejects_an_argument_of_the_wrong_value_type():
@@ -533,7 +521,7 @@ def test_feed_rejects_an_argument_of_the_wrong_value_type():
     graph.node_args[[1, 2]] = graph.node_args[[2, 1]]  # gate now reads (f, s)
     for name in NAMES:
         with pytest.raises(ValueError, match="value type differs"):
-            executor().feed(graph, SCHEDULERS[name](graph), np.array([1]))
+            ALL.executor.feed(graph, SCHEDULERS[name](graph), np.array([1]))
 
 
 def test_feed_rejects_a_node_with_the_wrong_number_of_arguments():
@@ -545,7 +533,12 @@ def test_feed_rejects_a_node_with_the_wrong_number_of_arguments():
                           graph.value_node, graph.value_index, graph.constants)
     for name in NAMES:
         with pytest.raises(ValueError, match="number of arguments"):
-            executor().feed(graph, SCHEDULERS[name](graph), np.array([1]))
+            ALL.executor.feed(graph, SCHEDULERS[name](graph), np.array([1]))
+
+
+def test_executor_rejects_a_row_lists_setting_that_is_not_a_bool():
+    with pytest.raises(TypeError, match="row_lists must be True or False, got 'no'"):
+        Executor(OPS, TYPES, row_lists="no")
 
 
 def test_executor_rejects_an_op_whose_value_type_is_not_listed():
@@ -568,7 +561,7 @@ def test_int_values_computed_in_one_launch_are_read_by_the_next(name):
     graph, raw = b.graph()
     reads = np.arange(graph.num_values)
     check_values(graph, raw, name, reads)
-    ints = forward()(schedule_and_feed(graph, name, reads).arrays)[TYPES.index(INT)]
+    ints = ALL.forward(schedule_and_feed(graph, name, reads).arrays)[TYPES.index(INT)]
     assert ints.numpy().tolist() == [1, 2, 3, 4, -2, -1, 0, 1, 2, 3, 0, 1]
 
 
@@ -612,10 +605,10 @@ def test_a_node_output_left_out_of_the_graph_does_not_shift_other_values():
         schedule = SCHEDULERS[name](graph)
         schedule.validate()
         try:
-            feed = executor().feed(graph, schedule, np.array([0, 3, 4, 1, 2]))
+            feed = ALL.executor.feed(graph, schedule, np.array([0, 3, 4, 1, 2]))
         except ValueError:
             continue
-        outs = forward()(feed.arrays)
+        outs = ALL.forward(feed.arrays)
         for k, rows in want.items():
             np.testing.assert_allclose(outs[k].numpy(), rows, atol=ATOL,
                                        err_msg=f"{name}: values of type {TYPES[k].name}")

@@ -17,6 +17,7 @@ from scheduler import SCHEDULERS, OpGraph
 from scheduler.planner import BatchPlanner, plan_record
 from tests.scheduler.graphs import Choices, draw_graph
 from tests.scheduler.test_executor import (
+    ALL,
     CONST_ONLY,
     DTYPES,
     INT,
@@ -25,7 +26,6 @@ from tests.scheduler.test_executor import (
     SPECS,
     TYPES,
     Builder,
-    executor,
     make_const,
 )
 
@@ -58,7 +58,7 @@ def reference_reads(examples, offsets, grouped):
 
 
 def plan_both(examples, name, grouped):
-    ex = executor()
+    ex = ALL.executor
     records = np.concatenate([plan_record(*e) for e in examples])
     got = BatchPlanner(ex, name, N_METRICS).plan(records, len(examples), grouped)
     graph = OpGraph.concatenate([e[0] for e in examples])
@@ -85,7 +85,7 @@ def test_the_planner_equals_merge_schedule_and_feed(name, data, grouped):
     np.testing.assert_array_equal(got.metric_counts, counts)
     for field in ("node_step", "group_step", "group_op", "node_group"):
         np.testing.assert_array_equal(getattr(got, field), getattr(schedule, field), field)
-    feed = executor().feed(graph, schedule, reads)
+    feed = ALL.executor.feed(graph, schedule, reads)
     np.testing.assert_array_equal(got.index, feed.arrays["index"])
     np.testing.assert_array_equal(got.layout, feed.arrays["layout"])
     np.testing.assert_array_equal(got.read_type, feed.read_type)
@@ -100,11 +100,11 @@ def test_the_planner_rejects_a_lookup_of_a_value_the_loop_computes(name):
     graph, _ = b.graph()
     record = plan_record(graph, [graph.num_values - 1], [], [])
     with pytest.raises(ValueError, match="'look' looks up a variable"):
-        BatchPlanner(executor(), name).plan(record, 1)
+        BatchPlanner(ALL.executor, name).plan(record, 1)
 
 
 def test_the_planner_needs_an_example_and_a_known_scheduler():
     with pytest.raises(ValueError, match="at least one"):
-        BatchPlanner(executor(), "agenda").plan(np.zeros(0, np.int32), 0)
+        BatchPlanner(ALL.executor, "agenda").plan(np.zeros(0, np.int32), 0)
     with pytest.raises(ValueError, match="scheduler"):
-        BatchPlanner(executor(), "fifo")
+        BatchPlanner(ALL.executor, "fifo")

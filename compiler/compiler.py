@@ -25,52 +25,61 @@ from compiler.expansion import ExampleGraph, expand_all
 from compiler.lowering import Program, lower
 from scheduler.executor import Executor, Feed
 from scheduler.graph import OpGraph
-from scheduler.planner import BatchPlanner
-from scheduler.schedules import SCHEDULERS, Schedule
+from scheduler.planner import Plan, Planner
+from scheduler.schedules import Schedule, ScheduleStats
 
 
 @dataclass
 class BatchPlan:
-    """A batch ready to run: its examples' graphs merged, scheduled and packed.
+    """A batch ready to run: its examples, and the scheduler's `Plan` of them.
 
     Attributes:
         examples: the expanded examples, in input order.
-        graph: their merged `OpGraph`.
-        schedule: its `Schedule` (`.stats` tells how well it batches).
-        feed: the packed arrays for the executor.
-        value_offsets: where each example's value ids start in `graph`.
+        plan: the `scheduler.Plan` (merged graph, schedule, feed).
+        grouped: whether the reads are grouped by metric (`Compiler.plan`).
     """
 
     examples: list
-    graph: OpGraph
-    schedule: Schedule
-    feed: Feed
-    value_offsets: np.ndarray
-    reads: np.ndarray
+    plan: Plan
     grouped: bool = False
-    metric_counts: np.ndarray | None = None
+
+    @property
+    def feed(self) -> Feed:
+        """The packed arrays for the executor."""
+        return self.plan.feed
+
+    @property
+    def stats(self) -> ScheduleStats:
+        """How well the batch batches: steps, launches, mean batch sizes."""
+        return self.plan.stats
+
+    @property
+    def graph(self) -> OpGraph:
+        """The examples' merged `OpGraph`."""
+        return self.plan.graph
+
+    @property
+    def schedule(self) -> Schedule:
+        """The merged graph's `Schedule`."""
+        return self.plan.schedule
+
+    @property
+    def value_offsets(self) -> np.ndarray:
+        """Where each example's value ids start in `graph`."""
+        return self.plan.value_offsets
 
     def metric_bounds(self, program: Program) -> np.ndarray:
         """int32 [M, 2]: with grouped reads, metric m's values are rows
         `[start, end)` of the executor's output for the metric's value type."""
-        counts = self.metric_counts
-        if counts is None:
-            ids = [e.metric_arrays()[0] for e in self.examples]
-            counts = np.bincount(np.concatenate(ids) if ids else np.zeros(0, np.int64),
-                                 minlength=len(program.metric_names))
+        counts = self.plan.metric_counts
         bounds = np.zeros((len(counts), 2), np.int64)
-        n_results = len(self.reads) - int(counts.sum())
-        cursor = n_results
+        cursor = len(self.plan.reads) - int(counts.sum())  # the results come first
         for m in range(len(counts)):
             if counts[m]:
-                start = int(self.feed.read_pos[cursor])
+                start = int(self.plan.read_pos[cursor])
                 bounds[m] = (start, start + counts[m])
             cursor += counts[m]
         return bounds.astype(np.int32)
-
-    @property
-    def stats(self):
-        return self.schedule.stats
 
 
 class Compiler:
@@ -83,8 +92,9 @@ class Compiler:
     Args:
         block: the root block (block-like values allowed). Its input is a Python
             object unless its type says otherwise.
-        scheduler: `"agenda"` (DyNet's agenda-based batching, the default) or
-            `"depth"` (TensorFlow Fold's depth-based batching).
+        scheduler: `"agenda"` (DyNet's agenda-based batching, the default),
+            `"depth"` (TensorFlow Fold's depth-based batching), or the name of
+            one added with `scheduler.register_scheduler`.
         cache: whether to keep each input's expanded graph, keyed by the input
             object's identity, so later batches skip expansion. Inputs must then
             not be mutated.
@@ -104,13 +114,10 @@ class Compiler:
                  workers: int = 0, share_layers: bool = True):
         if not isinstance(workers, int) or workers < 0:
             raise ValueError(f"workers must be a non-negative int, got {workers!r}")
-        if scheduler not in SCHEDULERS:
-            raise ValueError(f"scheduler must be one of {sorted(SCHEDULERS)}, got "
-                             f"{scheduler!r}")
         self.program: Program = lower(block, share_layers=share_layers)
         self.scheduler = scheduler
         self.executor = Executor(self.program.ops, self.program.value_types)
-        self._planner = BatchPlanner(self.executor, scheduler, len(self.program.metric_names))
+        self.planner = Planner(self.executor.layout, scheduler, len(self.program.metric_names))
         self._cache: dict[int, tuple[Any, ExampleGraph]] | None = {} if cache else None
         self._run_fn = None
         self.workers = workers
@@ -219,42 +226,26 @@ class Compiler:
         return self._plan_examples(self.expand(inputs), grouped)
 
     def _plan_examples(self, examples: list[ExampleGraph], grouped: bool) -> BatchPlan:
-        if not examples:
-            return self._plan_empty(grouped)
-        records = np.concatenate(self._records(examples))
-        # Merge, schedule and pack in one compiled call (scheduler.planner).
-        p = self._planner.plan(records, len(examples), grouped)
-        constants = _merged_constants(examples, p.const_counts)
-        graph = OpGraph(p.node_op, p.node_arity, p.node_args, p.value_type, p.value_node,
-                        p.value_index, constants, p.sdepth)
-        schedule = Schedule(graph, p.node_step, p.group_step, p.group_op, p.node_group)
-        arrays = {"index": p.index, "layout": p.layout, **self.executor.flat_constants(constants)}
-        feed = Feed(arrays, p.read_type, p.read_pos)
-        return BatchPlan(examples, graph, schedule, feed, p.value_offsets, p.reads, grouped,
-                         p.metric_counts)
+        # The one hand-off to the scheduler: the examples' records and constants in,
+        # a plan (merged, scheduled, packed) out.
+        plan = self.planner.plan(self._records(examples), [e.graph.constants for e in examples],
+                                 grouped)
+        return BatchPlan(examples, plan, grouped)
 
     def _records(self, examples: list[ExampleGraph]) -> list[np.ndarray]:
         """Each example's `plan_record`. An example's graph is checked against the
-        ops (`Executor.check`) when it is first planned, and its record kept: the
+        ops (`Planner.check`) when it is first planned, and its record kept: the
         checks are per node, so a batch of checked graphs needs none."""
         try:
             return list(map(_CHECKED_RECORD, examples))
         except AttributeError:  # some examples are planned for the first time
             pass
         fresh = [e for e in examples if not hasattr(e, "_checked_record")]
-        self.executor.check(OpGraph.concatenate([e.graph for e in fresh]))
+        self.planner.check(OpGraph.concatenate([e.graph for e in fresh]))
         out_type = self.program.root.output_type
         for e in fresh:
             e._checked_record = e.plan_record(out_type)
         return list(map(_CHECKED_RECORD, examples))
-
-    def _plan_empty(self, grouped: bool) -> BatchPlan:
-        graph = _empty_graph(self.program)
-        schedule = SCHEDULERS[self.scheduler](graph)
-        reads = np.zeros(0, np.int64)
-        feed = self.executor.feed(graph, schedule, reads)
-        return BatchPlan([], graph, schedule, feed, np.zeros(1, np.int64), reads, grouped,
-                         np.zeros(len(self.program.metric_names), np.int64))
 
     def schedule(self, inputs: Sequence[Any]) -> BatchPlan:
         """How a batch would run: `.stats` has steps, launches and mean batch sizes."""
@@ -299,7 +290,7 @@ class Compiler:
         """Per-input results (as `block.eval` returns them) from the executor's outputs."""
         if plan.grouped:
             raise ValueError("results() needs a plan made with grouped=False")
-        rows = iter(zip(plan.feed.read_type.tolist(), plan.feed.read_pos.tolist()))
+        rows = iter(zip(plan.plan.read_type.tolist(), plan.plan.read_pos.tolist()))
         out_type = self.program.root.output_type
         names = self.program.metric_names
         results = []
@@ -415,18 +406,3 @@ def _as_list(inputs) -> list:
 
 
 _CHECKED_RECORD = operator.attrgetter("_checked_record")
-
-
-def _merged_constants(examples: list[ExampleGraph], counts: np.ndarray) -> list:
-    """Per value type, the examples' constant rows, example after example."""
-    if len(examples) == 1:
-        return examples[0].graph.constants
-    first = examples[0].graph.constants
-    return [np.concatenate([e.graph.constants[k] for e in examples]) if counts[k] else first[k]
-            for k in range(len(first))]
-
-
-def _empty_graph(program: Program) -> OpGraph:
-    z = np.zeros(0, np.int32)
-    consts = [np.zeros((0, *t.shape), t.numpy_dtype) for t in program.value_types]
-    return OpGraph(z, z, z, z, z, z, consts, z)

@@ -1,18 +1,26 @@
-"""Dynamic batching over op graphs: schedules and the while-loop executor.
+"""Dynamic batching over op graphs: layouts, schedules, planning and the executor.
 
 This package knows nothing of blocks: it batches any `OpGraph` (flat arrays of
 node calls over typed values) whose ops are batch functions. `compiler/` lowers
-block expressions to op graphs and uses it.
+block expressions to op graphs and uses it through two calls: `Planner.plan`
+(example records in, a `Plan` out) and `Executor.compute` (the plan's feed in,
+the values read out).
 """
 
+from scheduler.executor import Executor, Feed
 from scheduler.graph import OpGraph
+from scheduler.layout import Layout
+from scheduler.planner import Plan, Planner, plan_record
 from scheduler.schedules import (
     SCHEDULERS,
     Schedule,
+    Scheduler,
     ScheduleStats,
     agenda_schedule,
     depth_schedule,
+    register_scheduler,
 )
 
-__all__ = ["OpGraph", "Schedule", "ScheduleStats", "depth_schedule", "agenda_schedule",
-           "SCHEDULERS"]
+__all__ = ["OpGraph", "Layout", "Schedule", "ScheduleStats", "Scheduler", "SCHEDULERS",
+           "register_scheduler", "depth_schedule", "agenda_schedule", "Planner", "Plan",
+           "plan_record", "Executor", "Feed"]

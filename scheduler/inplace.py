@@ -8,7 +8,7 @@ results after the loop. Both take a list of outputs, each with its own row list,
 and `write_read` a list of row lists to gather, one per argument: a launch's
 values need not be stacked into one tensor (a copy) or split out of one.
 
-Why fused and in place (measured in ENGINE_NOTES.md and BENCHMARKS.md): a buffer
+Why fused and in place (measured: BENCHMARKS.md, "Why the executor looks as it does"): a buffer
 updated with `tensor_scatter_nd_update` is copied whole every iteration (time
 grows as steps x values); one grown by `tf.concat` is kept whole for the backward
 pass every iteration (memory grows as steps x values). `InplaceUpdate` writes only

@@ -1,4 +1,4 @@
-"""The compiled core of `Executor.feed`, two Numba passes.
+"""The compiled core of packing a batch (`scheduler.planner`), two Numba passes.
 
 - `pack_rows`: every value's buffer row and every argument's place in its launch's
   gather list, in one pass over nodes, values and arguments.
@@ -146,9 +146,9 @@ def _pack(node_op, node_arity, node_args, value_type, value_node, value_index, n
 def pack_segments(packed: Packed, lo: int, hi: int, branch, loop_types, const_counts,
                   node_args, value_type, read_values, outer_arity, tail_arity, tail_in_type,
                   tail_types) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The executor's index segments of a batch, in `Executor._segment_names` order
+    """The executor's index segments of a batch, in `Layout.segments` order
     (all but the constant sizes, which come last): `(index int32, segment lengths,
-    read_type, read_pos)`. See `Executor.feed` for what each segment holds."""
+    read_type, read_pos)`. See `Planner.feed` for what each segment holds."""
     return _segments(
         lo, hi, _ints(branch), _ints(loop_types), _ints(const_counts), packed.group_size,
         packed.group_start, packed.order, packed.in_cum, packed.out_cum, packed.type_base,

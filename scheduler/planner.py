@@ -1,41 +1,49 @@
-"""Planning a batch in one compiled call: merge, schedule and pack.
+"""Planning a batch: merge its examples' graphs, schedule them, pack the feed.
 
-Every batch is merged (`OpGraph.concatenate`), scheduled (`scheduler.schedules`)
-and packed (`Executor.feed`) before its step. Done as separate NumPy and Numba
-calls, that took 0.4 ms for 64 sst-synth trees when batches were planned back to
-back but 1.0-1.15 ms between training steps: the step leaves the caches cold, and
-each Python-level call, temporary array and dispatch pays for it again.
-`BatchPlanner.plan` does all of it in one Numba call, `_plan`, from one int32
-array holding the batch's example records (each example's `plan_record`: its
-graph's `OpGraph.merge_record`, then its *read record*, the value ids whose
-values the step returns). It gives exactly what the separate calls give (tested).
+The compiler hands the planner one thing per batch, its examples' *records*
+(each example's `plan_record`: its graph's `OpGraph.merge_record`, then its
+*read record*, the value ids whose values the step returns) with their constant
+rows, and gets one thing back, a `Plan`: the `Feed` the executor runs, where
+each value asked for lands, and the schedule's statistics.
+
+`Planner.plan` runs three compiled passes: merge the records (and list the
+values to read), the scheduler's kernel (`scheduler.schedules.SCHEDULERS`), and
+pack the index segments (`scheduler.packing`). `Planner.feed` is the same
+packing from an `OpGraph` and a `Schedule` in NumPy-level steps, the reference
+the compiled path is tested against. Both read the ops' `Layout` only.
 
 >>> import numpy as np
 >>> from collections import namedtuple
 >>> from types import SimpleNamespace as Op
->>> from scheduler.executor import Executor
 >>> from scheduler.graph import OpGraph
+>>> from scheduler.layout import Layout
 >>> t = namedtuple("ValueType", "shape dtype")((), "float32")
->>> double = Op(fn=lambda x: 2 * x, input_types=[t], output_types=[t])
+>>> double = Op(name="double", input_types=[t], output_types=[t])
 >>> g = OpGraph.build([0, 0], [1, 1], [0, 1], [0, 0, 0], [-1, 0, 1], [0, 0, 0],
 ...                   [np.ones(1, np.float32)])   # double(double(1.0))
->>> planner = BatchPlanner(Executor([double], [t]), "agenda")
+>>> planner = Planner(Layout.build([double], [t]), "agenda")
+>>> planner.check(g)
 >>> record = plan_record(g, results=[2], metric_ids=[], metric_values=[])
->>> p = planner.plan(np.concatenate([record, record]), 2)
+>>> p = planner.plan([record, record], [g.constants, g.constants])
 >>> p.group_step.tolist(), p.group_op.tolist(), p.reads.tolist()  # one launch per step
 ([0, 1], [0, 0], [2, 5])
+>>> p.stats.launches, p.feed.arrays["consts_float32"].tolist()
+(2, [1.0, 1.0])
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numba
 import numpy as np
 
+from scheduler.executor import Feed
 from scheduler.graph import OpGraph, _merge_records
-from scheduler.packing import _pack, _segments
-from scheduler.schedules import _agenda_steps
+from scheduler.layout import LOOKUP_IN_LOOP, NOT_CONSTANT, OK, TOO_LARGE, Layout
+from scheduler.packing import _pack, _segments, pack_rows, pack_segments
+from scheduler.schedules import SCHEDULERS, Schedule, Scheduler, ScheduleStats, schedule_stats
 
 
 def plan_record(graph: OpGraph, results, metric_ids, metric_values) -> np.ndarray:
@@ -46,17 +54,17 @@ def plan_record(graph: OpGraph, results, metric_ids, metric_values) -> np.ndarra
         np.asarray(a, np.int32).reshape(-1) for a in (results, metric_ids, metric_values)])
 
 
-class PlannedBatch(NamedTuple):
-    """What `BatchPlanner.plan` returns (int32 unless said; G launches, K types).
+class Plan(NamedTuple):
+    """A planned batch, what `Planner.plan` returns (int32 unless said; K types).
 
     The merged graph: `node_op, node_arity, sdepth, node_args, value_type,
-    value_node, value_index`; `const_counts` int64 [K], its constant rows per type.
-    `value_offsets` int64 [n+1]: where each example's value ids start.
-    The schedule: `node_step, group_step, group_op, node_group` (as `Schedule`).
-    `reads` int64: the value ids read, as `Compiler.plan` orders them;
-    `metric_counts` int64 [n_metrics]: values emitted per metric.
-    The feed: `index`, `layout` (int32, as `Executor.feed` makes them), `read_type`,
-    `read_pos` (int64).
+    value_node, value_index`; `constants`: per type, its constant rows;
+    `const_counts` int64 [K]. `value_offsets` int64 [n+1]: where each example's
+    value ids start. `reads` int64: the value ids read, per example its results
+    then its metric values (grouped: every result, then each metric's values);
+    `metric_counts` int64: values emitted per metric. The schedule: `node_step,
+    group_step, group_op, node_group` (as `Schedule`). The feed: `index`, `layout`,
+    `consts` (`{"consts_<dtype>": flat rows}`), `read_type`, `read_pos` (int64).
     """
 
     node_op: np.ndarray
@@ -68,73 +76,211 @@ class PlannedBatch(NamedTuple):
     value_index: np.ndarray
     const_counts: np.ndarray
     value_offsets: np.ndarray
+    reads: np.ndarray
+    metric_counts: np.ndarray
     node_step: np.ndarray
     group_step: np.ndarray
     group_op: np.ndarray
     node_group: np.ndarray
-    reads: np.ndarray
-    metric_counts: np.ndarray
     index: np.ndarray
     layout: np.ndarray
     read_type: np.ndarray
     read_pos: np.ndarray
+    constants: list
+    consts: dict
+
+    @property
+    def feed(self) -> Feed:
+        """The arrays `Executor.compute` takes, and where each read lands."""
+        return Feed({"index": self.index, "layout": self.layout, **self.consts},
+                    self.read_type, self.read_pos)
+
+    @property
+    def stats(self) -> ScheduleStats:
+        """Steps, launches and mean batch size per op of the schedule."""
+        return schedule_stats(self.node_op, self.group_step, self.group_op, self.node_group)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_op)
+
+    @property
+    def graph(self) -> OpGraph:
+        """The merged `OpGraph` (built when asked: running a batch does not need it)."""
+        return OpGraph(self.node_op, self.node_arity, self.node_args, self.value_type,
+                       self.value_node, self.value_index, self.constants, self.sdepth)
+
+    @property
+    def schedule(self) -> Schedule:
+        return Schedule(self.graph, self.node_step, self.group_step, self.group_op,
+                        self.node_group)
 
 
-# error codes of _plan
-_OK, _NOT_CONSTANT, _LOOKUP_IN_LOOP, _TOO_LARGE = 0, 1, 2, 3
-
-
-class BatchPlanner:
-    """Plans batches for `executor` with the schedule `scheduler` ("agenda" or
-    "depth"), in one compiled call per batch (see the module docstring).
+class Planner:
+    """Plans batches for the ops of `layout` with one scheduler (module docstring).
 
     Args:
-        executor: the `Executor` that will run the batches.
-        scheduler: "agenda" or "depth".
+        layout: the ops' `Layout` (`Executor.layout`).
+        scheduler: a name in `scheduler.schedules.SCHEDULERS` ("agenda", "depth",
+            or one registered with `register_scheduler`).
         n_metrics: how many metrics the examples' read records may name.
     """
 
-    def __init__(self, executor, scheduler: str, n_metrics: int = 0):
-        if scheduler not in ("agenda", "depth"):
-            raise ValueError(f"scheduler must be 'agenda' or 'depth', got {scheduler!r}")
-        ex = self.executor = executor
-        self.agenda = scheduler == "agenda"
+    def __init__(self, layout: Layout, scheduler: str = "agenda", n_metrics: int = 0):
+        if scheduler not in SCHEDULERS:
+            raise ValueError(f"scheduler must be one of {sorted(SCHEDULERS)}, got "
+                             f"{scheduler!r}")
+        self.layout = layout
+        self.scheduler: Scheduler = SCHEDULERS[scheduler]
         self.n_metrics = n_metrics
-        n_types = len(ex.value_types)
-        dtype_id = {d: i for i, d in enumerate(ex.dtypes)}
-        self._type_dtype = np.array([dtype_id[d] for d in ex._type_dtypes], np.int64)
-        self._tables = (
-            ex._stage, ex._outer_pos, ex._tail_pos, np.asarray(ex.outer_ops, np.int64),
-            np.asarray(ex.tail_ops, np.int64), ex.out_count, ex.in_count, ex._slot_typepos,
-            ex.arg_typepos, ex._n_middle, ex.branch_of, np.asarray(ex.loop_types, np.int64),
-            ex._outer_arity, ex._tail_arity, ex._tail_in_type, ex._tail_type_mask,
-            ex.type_size.reshape(n_types), self._type_dtype, len(ex.dtypes))
+        lay = layout
+        self._pack_tables = (
+            lay.stage, lay.outer_pos, lay.tail_pos, np.asarray(lay.outer_ops, np.int64),
+            np.asarray(lay.tail_ops, np.int64), lay.out_count, lay.in_count,
+            lay.slot_typepos, lay.arg_typepos, lay.n_middle, lay.branch_of,
+            np.asarray(lay.loop_types, np.int64), lay.outer_arity, lay.tail_arity,
+            lay.tail_in_type, lay.tail_type_mask, lay.type_size, lay.type_dtype_id,
+            len(lay.dtypes))
 
-    def plan(self, records: np.ndarray, n_examples: int, grouped: bool = False) -> PlannedBatch:
-        """Plans the batch whose examples' `plan_record`s are laid end to end in
-        `records` (int32). Reads are, per example, its results then its metric
-        values; with `grouped`, every result first, then each metric's values in
-        turn. Raises `ValueError` for a batch the executor cannot run.
+    def plan(self, records: Sequence[np.ndarray], constants: Sequence[list],
+             grouped: bool = False) -> Plan:
+        """Plans the batch of examples whose `plan_record`s are `records` and whose
+        constant rows are `constants` (per example, per type). Raises `ValueError`
+        for a batch the executor cannot run.
 
-        The records must come from graphs checked against the executor's ops
-        (`Executor.check`): the compiled code does not check indices.
+        The records must come from graphs that passed `check`: the compiled code
+        does not check indices.
         """
-        if n_examples < 1:
-            raise ValueError("plan needs at least one example")
-        *fields, error, bad_op = _plan(
-            np.asarray(records, np.int32), n_examples, len(self.executor.value_types),
-            self.agenda, grouped, self.n_metrics, *self._tables)
-        if error == _NOT_CONSTANT:
-            raise ValueError("a prelude node reads a value that is not a constant")
-        if error == _LOOKUP_IN_LOOP:
-            bad = self.executor.ops[bad_op]
-            raise ValueError(
-                f"op {getattr(bad, 'name', bad)!r} looks up a variable, so it never runs "
-                "inside the loop, but a node of it reads a value the loop computes: its "
-                "inputs must be constants or come from ops outside the recursion")
-        if error == _TOO_LARGE:
-            raise ValueError("the batch is too large for int32 indices")
-        return PlannedBatch(*fields)
+        lay = self.layout
+        n = len(constants)
+        if len(records) != n:
+            raise ValueError(f"plan needs a record per example: {len(records)} records, "
+                             f"{n} constant lists")
+        flat = (records[0] if n == 1 else np.concatenate(records) if n
+                else np.zeros(0, np.int32)).astype(np.int32, copy=False)
+        merged = _merge(flat, n, lay.n_types, grouped, self.n_metrics)
+        node_op, node_arity, sdepth, node_args, _, value_node = merged[:6]
+        schedule = self.scheduler.kernel(node_op, node_arity, node_args, value_node, sdepth)
+        *feed, error, bad_op = _pack_plan(*merged[:8], merged[9], *schedule,
+                                          *self._pack_tables)
+        if error != OK:
+            raise lay.planning_error(int(error), int(bad_op))
+        per_type = _merged_constants(lay, constants, merged[7])
+        return Plan(*merged, *schedule, *feed, per_type, self.flat_constants(per_type))
+
+    def check(self, graph: OpGraph) -> None:
+        """Raises `ValueError` unless every node of `graph` matches its op: as many
+        arguments as the op's inputs, of its input types, and exactly one value per
+        output, of its output type. These are properties of each node, so a graph
+        merged from checked graphs needs no new check."""
+        lay = self.layout
+        node_op = graph.node_op.astype(np.int64)
+        vtype = graph.value_type.astype(np.int64)
+        vnode = graph.value_node.astype(np.int64)
+        vindex = graph.value_index.astype(np.int64)
+        if len(node_op) and (node_op.min() < 0 or node_op.max() >= lay.n_ops):
+            raise ValueError(f"a node's op id is not among the executor's {lay.n_ops} ops")
+        arity = graph.node_arity.astype(np.int64)
+        if np.any(arity != lay.arity[node_op]):
+            raise ValueError("a node's number of arguments differs from its op's")
+        out_vals = np.flatnonzero(vnode >= 0)
+        on, slot = vnode[out_vals], vindex[out_vals]
+        o_of = node_op[on]
+        n_out = lay.n_outputs[o_of]
+        if np.any((slot < 0) | (slot >= n_out)) or np.any(
+                lay.out_type_table[o_of, np.minimum(slot, n_out - 1)] != vtype[out_vals]) \
+                or len(out_vals) != int(lay.n_outputs[node_op].sum()) or (len(on) and np.bincount(
+                    on * lay.max_outputs + slot).max() > 1):
+            raise ValueError("the graph's node outputs do not match its ops: every output "
+                             "of every node must be exactly one value of the graph")
+        consumer = np.repeat(np.arange(graph.num_nodes), arity)
+        arg_idx = np.arange(len(graph.node_args)) - np.repeat(np.cumsum(arity) - arity, arity)
+        if np.any(lay.in_type_table[node_op[consumer], arg_idx]
+                  != vtype[graph.node_args.astype(np.int64)]):
+            raise ValueError("an argument's value type differs from its op's input type")
+
+    def feed(self, graph: OpGraph, schedule: Schedule, read_values: np.ndarray,
+             checked: bool = False) -> Feed:
+        """Packs a scheduled graph, reading the values `read_values`: the reference
+        for `plan`, in NumPy-level steps (`checked=True` skips `check(graph)`)."""
+        if not checked:
+            self.check(graph)
+        lay = self.layout
+        g_op, node_group, n_outer, n_loop = self.launches(schedule)
+        lo, hi = n_outer, n_outer + n_loop  # the loop's launches
+        const_counts = np.array([len(c) for c in graph.constants[:lay.n_types]]
+                                + [0] * (lay.n_types - len(graph.constants)), np.int64)
+        packed = pack_rows(graph.node_op, graph.node_arity, graph.node_args, graph.value_type,
+                           graph.value_node, graph.value_index, node_group, g_op,
+                           const_counts, lay.out_count, lay.in_count, lay.slot_typepos,
+                           lay.arg_typepos, const_only=lay.n_middle)
+        if not packed.const_only_ok:
+            raise lay.planning_error(NOT_CONSTANT)
+        branch = lay.branch_of[g_op[lo:hi]]
+        if np.any(branch < 0):
+            raise lay.planning_error(LOOKUP_IN_LOOP, int(g_op[lo:hi][np.argmax(branch < 0)]))
+        index, lengths, read_type, read_pos = pack_segments(
+            packed, lo, hi, branch, lay.loop_types, const_counts, graph.node_args,
+            graph.value_type, np.asarray(read_values, np.int64), lay.outer_arity,
+            lay.tail_arity, lay.tail_in_type, lay.tail_type_mask)
+        sizes = const_counts * lay.type_size  # flat elements per type
+        const_sizes = [sizes[[k for k in range(lay.n_types) if lay.type_dtype[k] == d]]
+                       for d in lay.dtypes]
+        lengths = np.concatenate([lengths, [len(s) for s in const_sizes]])
+        bounds = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=bounds[1:])
+        if bounds[-1] >= 2 ** 31 or (const_counts + packed.out_cum[-1]).max(initial=0) >= 2 ** 31:
+            raise lay.planning_error(TOO_LARGE)
+        arrays = {"index": np.concatenate([index] + const_sizes).astype(np.int32),
+                  "layout": bounds.astype(np.int32), **self.flat_constants(graph.constants)}
+        return Feed(arrays, read_type, read_pos)
+
+    def launches(self, schedule: Schedule):
+        """The launches in execution order, from a schedule's (step, op) groups.
+
+        Returns `(launch_op, node_launch, n_outer, n_loop)`: first the outer launches
+        (one per entry of `outer_ops`, possibly empty: a middle op's step-0 nodes, a
+        head op's nodes whatever their step), then the schedule's launches of middle
+        ops after step 0 in its order (one loop iteration each), then one launch per
+        tail op.
+        """
+        lay = self.layout
+        s_op = schedule.group_op.astype(np.int64)
+        stage = lay.stage[s_op]
+        in_loop = (stage == 1) & (schedule.group_step > 0)
+        n_outer, n_loop = len(lay.outer_ops), int(np.count_nonzero(in_loop))
+        launch_of_group = np.where(
+            in_loop, n_outer + np.cumsum(in_loop) - 1,
+            np.where(stage == 2, n_outer + n_loop + lay.tail_pos[s_op], lay.outer_pos[s_op]))
+        launch_op = np.concatenate([np.asarray(lay.outer_ops, np.int64), s_op[in_loop],
+                                    np.asarray(lay.tail_ops, np.int64)])
+        return launch_op, launch_of_group[schedule.node_group], n_outer, n_loop
+
+    def flat_constants(self, constants: list) -> dict:
+        """`{"consts_<dtype>": the constant rows of every type of that dtype, flat, type
+        after type}`, as `Executor.compute` takes them; `constants[k]`: type k's rows."""
+        lay = self.layout
+        flat: dict[str, list] = {d: [] for d in lay.dtypes}
+        for k, d in enumerate(lay.type_dtype):
+            c = constants[k] if k < len(constants) else np.zeros(0, d)
+            if len(c):
+                flat[d].append(np.asarray(c, dtype=d).reshape(-1))
+        return {f"consts_{d}": (pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
+                if pieces else np.zeros(0, d) for d, pieces in flat.items()}
+
+
+def _merged_constants(layout: Layout, constants: Sequence[list], counts: np.ndarray) -> list:
+    """Per value type, the examples' constant rows, example after example."""
+    if len(constants) == 1:
+        return list(constants[0])
+    out = []
+    for k, t in enumerate(layout.value_types):
+        if counts[k]:
+            out.append(np.concatenate([c[k] for c in constants]))
+        else:
+            out.append(constants[0][k] if constants else
+                       np.zeros((0, *t.shape), layout.type_dtype[k]))
+    return out
 
 
 @numba.njit(cache=True, nogil=True)
@@ -197,67 +343,9 @@ def _reads(records, starts, read_starts, grouped, n_metrics):
 
 
 @numba.njit(cache=True, nogil=True)
-def _depth_steps(node_op, sdepth):
-    """Fold's schedule (`Schedule.from_steps(graph, graph.sdepth)`): one launch per
-    non-empty (depth, op) pair, in that order."""
-    n = len(node_op)
-    n_ops = 1
-    max_depth = 0
-    for j in range(n):
-        n_ops = max(n_ops, node_op[j] + 1)
-        max_depth = max(max_depth, sdepth[j])
-    group_of_key = np.full((max_depth + 1) * n_ops, -1, np.int64)
-    for j in range(n):
-        group_of_key[sdepth[j] * n_ops + node_op[j]] = 0
-    n_groups = 0
-    for key in range(len(group_of_key)):
-        if group_of_key[key] == 0:
-            group_of_key[key] = n_groups
-            n_groups += 1
-    group_step = np.empty(n_groups, np.int32)
-    group_op = np.empty(n_groups, np.int32)
-    for key in range(len(group_of_key)):
-        g = group_of_key[key]
-        if g >= 0:
-            group_step[g] = key // n_ops
-            group_op[g] = key % n_ops
-    node_group = np.empty(n, np.int32)
-    for j in range(n):
-        node_group[j] = group_of_key[sdepth[j] * n_ops + node_op[j]]
-    return sdepth.copy(), group_step, group_op, node_group
-
-
-@numba.njit(cache=True, nogil=True)
-def _agenda_priority(node_op, sdepth):
-    """`agenda_schedule`'s op ranking (lower mean depth first, then lower op id;
-    no op costs) and where each op's nodes start in its ready queue."""
-    n_ops = 1
-    for o in node_op:
-        n_ops = max(n_ops, o + 1)
-    counts = np.zeros(n_ops, np.int64)
-    depth_sum = np.zeros(n_ops, np.float64)
-    for j in range(len(node_op)):
-        counts[node_op[j]] += 1
-        depth_sum[node_op[j]] += sdepth[j]
-    mean = depth_sum / np.maximum(counts, 1)
-    by_rank = np.arange(n_ops)
-    for i in range(1, n_ops):  # insertion sort, stable: ties keep op order
-        o = by_rank[i]
-        r = i
-        while r > 0 and mean[by_rank[r - 1]] > mean[o]:
-            by_rank[r] = by_rank[r - 1]
-            r -= 1
-        by_rank[r] = o
-    op_base = np.zeros(n_ops + 1, np.int64)
-    for o in range(n_ops):
-        op_base[o + 1] = op_base[o] + counts[o]
-    return by_rank, op_base
-
-
-@numba.njit(cache=True, nogil=True)
 def _launch_order(group_step, group_op, node_group, stage, outer_pos, tail_pos, outer_ops,
                   tail_ops):
-    """`Executor._launches`: the outer launches, the loop's, the tail's; returns
+    """`Planner.launches`: the outer launches, the loop's, the tail's; returns
     `(launch_op, node_launch, n_outer, n_loop)`."""
     n_outer, n_tail = len(outer_ops), len(tail_ops)
     n_loop = 0
@@ -286,10 +374,9 @@ def _launch_order(group_step, group_op, node_group, stage, outer_pos, tail_pos, 
 
 
 @numba.njit(cache=True, nogil=True)
-def _plan(records, n_examples, n_types, agenda, grouped, n_metrics, stage, outer_pos,
-          tail_pos, outer_ops, tail_ops, out_count, in_count, slot_typepos, arg_typepos,
-          n_middle, branch_of, loop_types, outer_arity, tail_arity, tail_in_type,
-          tail_type_mask, type_size, type_dtype, n_dtypes):
+def _merge(records, n_examples, n_types, grouped, n_metrics):
+    """The merged graph of the records, its constant counts, each example's value
+    offset, the values to read and the count of each metric's values."""
     starts, read_starts = _record_starts(records, n_examples, n_types)
     node_op, node_arity, sdepth, node_args, value_type, value_node, value_index = \
         _merge_records(records, starts, n_types)
@@ -299,12 +386,19 @@ def _plan(records, n_examples, n_types, agenda, grouped, n_metrics, stage, outer
             const_counts[k] += records[p + 3 + k]
     reads, metric_counts, value_offsets = _reads(records, starts, read_starts, grouped,
                                                  n_metrics)
-    if agenda:
-        by_rank, op_base = _agenda_priority(node_op, sdepth)
-        node_step, group_step, group_op, node_group = _agenda_steps(
-            node_op, node_arity, node_args, value_node, by_rank, op_base)
-    else:
-        node_step, group_step, group_op, node_group = _depth_steps(node_op, sdepth)
+    return (node_op, node_arity, sdepth, node_args, value_type, value_node, value_index,
+            const_counts, value_offsets, reads, metric_counts)
+
+
+@numba.njit(cache=True, nogil=True)
+def _pack_plan(node_op, node_arity, sdepth, node_args, value_type, value_node, value_index,
+               const_counts, reads, node_step, group_step, group_op, node_group, stage,
+               outer_pos, tail_pos, outer_ops, tail_ops, out_count, in_count, slot_typepos,
+               arg_typepos, n_middle, branch_of, loop_types, outer_arity, tail_arity,
+               tail_in_type, tail_type_mask, type_size, type_dtype, n_dtypes):
+    """The feed of a scheduled batch: `(index, layout, read_type, read_pos, error,
+    bad_op)`, as `Planner.feed` packs it (error: a code of `scheduler.layout`)."""
+    n_types = len(const_counts)
     launch_op, node_launch, n_outer, n_loop = _launch_order(
         group_step, group_op, node_group, stage, outer_pos, tail_pos, outer_ops, tail_ops)
     lo, hi = n_outer, n_outer + n_loop
@@ -312,22 +406,15 @@ def _plan(records, n_examples, n_types, agenda, grouped, n_metrics, stage, outer
      arg_start, const_only_ok) = _pack(
         node_op, node_arity, node_args, value_type, value_node, value_index, node_launch,
         launch_op, const_counts, out_count, in_count, slot_typepos, arg_typepos, n_middle)
-    # the merged graph, the schedule and the reads: the first fields of every return
-    planned = (node_op, node_arity, sdepth, node_args, value_type, value_node, value_index,
-               const_counts, value_offsets, node_step, group_step, group_op, node_group,
-               reads, metric_counts)
-    error, bad_op = _OK, -1
+    empty = np.zeros(0, np.int32)
+    z = np.zeros(0, np.int64)
     if not const_only_ok:
-        error = _NOT_CONSTANT
+        return empty, empty, z, z, NOT_CONSTANT, -1
     branch = np.empty(n_loop, np.int64)
     for i in range(n_loop):
         branch[i] = branch_of[launch_op[lo + i]]
-        if branch[i] < 0 and error == _OK:
-            error, bad_op = _LOOKUP_IN_LOOP, launch_op[lo + i]
-    empty = np.zeros(0, np.int32)
-    if error != _OK:  # what follows assumes a valid batch
-        z = np.zeros(0, np.int64)
-        return planned + (empty, empty, z, z, error, bad_op)
+        if branch[i] < 0:
+            return empty, empty, z, z, LOOKUP_IN_LOOP, launch_op[lo + i]
     index, lengths, read_type, read_pos = _segments(
         lo, hi, branch, loop_types, const_counts, group_size, group_start, order, in_cum,
         out_cum, type_base, gathered, value_row, arg_start, node_args, value_type, reads,
@@ -350,8 +437,8 @@ def _plan(records, n_examples, n_types, agenda, grouped, n_metrics, stage, outer
     for k in range(n_types):
         largest = max(largest, const_counts[k] + out_cum[len(out_cum) - 1, k])
     if layout[n_segments] >= 2 ** 31 or largest >= 2 ** 31:
-        return planned + (empty, empty, read_type, read_pos, _TOO_LARGE, -1)
+        return empty, empty, read_type, read_pos, TOO_LARGE, -1
     full = np.empty(len(index) + n_types, np.int32)
     full[:len(index)] = index
     full[len(index):] = sizes
-    return planned + (full, layout.astype(np.int32), read_type, read_pos, _OK, -1)
+    return full, layout.astype(np.int32), read_type, read_pos, OK, -1

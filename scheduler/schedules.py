@@ -6,17 +6,17 @@ in earlier steps; the nodes of one op in one step run as one batched call (a
 (embedding lookups, leaf inputs). The executor runs the prelude before its loop,
 so that no variable is read sparsely inside the loop.
 
-Two strategies share this interface:
+Schedulers live in one registry, `SCHEDULERS` (name -> `Scheduler`): each entry
+brings a compiled kernel, which the planner runs on every batch, and a plain
+reference the kernel is tested against. Two are registered; `register_scheduler`
+adds another (a kernel and a reference are all it takes):
 
-- `depth_schedule` (TensorFlow Fold): a node's step is its dependency depth.
-- `agenda_schedule` (DyNet's autobatching): repeatedly launch, among the ops with
-  ready nodes, the op whose nodes have the lowest average depth in the whole
-  batch (cheap ops first on ties), taking all of its ready nodes at once. Nodes
-  that wait on inputs of different depths (e.g. a loss after sequences of
-  different lengths) can then run together. Its loop is compiled with Numba
-  (`_agenda_steps`): linear in nodes and edges. It schedules 64 sst-synth trees
-  in 0.3 ms and a 10,000-node chain in 2 ms; the earlier NumPy loop paid ~15 us
-  per launch (0.4 ms and 145 ms).
+- `depth` (TensorFlow Fold): a node's step is its dependency depth.
+- `agenda` (DyNet's autobatching): repeatedly launch, among the ops with ready
+  nodes, the op whose nodes have the lowest average depth in the whole batch
+  (cheap ops first on ties), taking all of its ready nodes at once. Nodes that
+  wait on inputs of different depths (e.g. a loss after sequences of different
+  lengths) can then run together. Its kernel is linear in nodes and edges.
 
 The executor may regroup launches further: ops outside the recursion (head and
 tail ops, `scheduler.executor`) run once before or after its loop, whatever
@@ -37,7 +37,7 @@ their steps here. The stats describe the schedule, not those merged launches.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numba
@@ -79,17 +79,8 @@ class Schedule:
     def stats(self) -> ScheduleStats:
         """Steps, launches and mean batch size per op (computed when first asked:
         running a batch does not need them)."""
-        n_ops = int(self.graph.node_op.max()) + 1 if self.graph.num_nodes else 1
-        group_op = self.group_op
-        sizes = np.bincount(self.node_group, minlength=len(group_op))
-        per_op_nodes = np.bincount(group_op, weights=sizes, minlength=n_ops)
-        per_op_launches = np.bincount(group_op, minlength=n_ops)
-        mean = {int(o): float(per_op_nodes[o] / per_op_launches[o])
-                for o in range(n_ops) if per_op_launches[o]}
-        # group_step is sorted: count its distinct values without np.unique's sort
-        steps = self.group_step
-        n_steps = int(np.count_nonzero(np.diff(steps))) + 1 if len(steps) else 0
-        return ScheduleStats(steps=n_steps, launches=len(group_op), mean_batch_size=mean)
+        return schedule_stats(self.graph.node_op, self.group_step, self.group_op,
+                              self.node_group)
 
     @classmethod
     def from_steps(cls, graph: OpGraph, node_step: np.ndarray) -> Schedule:
@@ -123,9 +114,23 @@ class Schedule:
             raise ValueError("a prelude node reads the output of another node")
 
 
+def schedule_stats(node_op, group_step, group_op, node_group) -> ScheduleStats:
+    """The `ScheduleStats` of launches `group_step, group_op` (in execution order,
+    steps non-decreasing) where node j runs in launch `node_group[j]`."""
+    n_ops = int(node_op.max()) + 1 if len(node_op) else 1
+    sizes = np.bincount(node_group, minlength=len(group_op))
+    per_op_nodes = np.bincount(group_op, weights=sizes, minlength=n_ops)
+    per_op_launches = np.bincount(group_op, minlength=n_ops)
+    mean = {int(o): float(per_op_nodes[o] / per_op_launches[o])
+            for o in range(n_ops) if per_op_launches[o]}
+    # group_step is sorted: count its distinct values without np.unique's sort
+    n_steps = int(np.count_nonzero(np.diff(group_step))) + 1 if len(group_step) else 0
+    return ScheduleStats(steps=n_steps, launches=len(group_op), mean_batch_size=mean)
+
+
 def depth_schedule(graph: OpGraph) -> Schedule:
     """Fold's schedule: each node runs at its dependency depth (prelude = depth 0)."""
-    return Schedule.from_steps(graph, graph.sdepth)
+    return SCHEDULERS["depth"](graph)
 
 
 def agenda_schedule(graph: OpGraph, op_cost: Sequence[float] | None = None) -> Schedule:
@@ -135,24 +140,130 @@ def agenda_schedule(graph: OpGraph, op_cost: Sequence[float] | None = None) -> S
         graph: the batch to schedule.
         op_cost: optional per-op cost; on equal average depth, cheaper ops go first.
     """
-    n = graph.num_nodes
-    if n == 0:
-        return Schedule.from_steps(graph, np.zeros(0, np.int64))
-    node_op = graph.node_op
-    n_ops = int(node_op.max()) + 1
-    sdepth = graph.sdepth
-    counts = np.bincount(node_op, minlength=n_ops)
-    avg_depth = np.bincount(node_op, weights=sdepth, minlength=n_ops) / np.maximum(counts, 1)
-    cost = np.zeros(n_ops) if op_cost is None else np.asarray(op_cost, float)[:n_ops]
-    # Priority rank of each op: lower average depth first, then cheaper, then lower id.
-    priority = np.lexsort((np.arange(n_ops), cost, avg_depth))
+    if op_cost is None:
+        return SCHEDULERS["agenda"](graph)
+    return Schedule(graph, *_agenda(graph.node_op, graph.node_arity, graph.node_args,
+                                    graph.value_node, graph.sdepth,
+                                    np.asarray(op_cost, np.float64).reshape(-1)))
 
+
+def depth_reference(graph: OpGraph) -> Schedule:
+    """`depth_schedule` in NumPy: group the nodes by (depth, op)."""
+    return Schedule.from_steps(graph, graph.sdepth)
+
+
+def agenda_reference(graph: OpGraph, op_cost: Sequence[float] | None = None) -> Schedule:
+    """`agenda_schedule` written plainly, node by node, for tests (quadratic)."""
+    n = graph.num_nodes
+    producer = graph.node_dependencies()
+    starts = graph.arg_offsets()
+    waits_on = [set(producer[starts[j]:starts[j + 1]].tolist()) - {-1} for j in range(n)]
+    node_op = graph.node_op.tolist()
+    n_ops = max(node_op, default=0) + 1
+    cost = list(op_cost or []) + [0.0] * n_ops
+
+    def mean_depth(o):
+        depths = [int(graph.sdepth[j]) for j in range(n) if node_op[j] == o]
+        return sum(depths) / len(depths) if depths else 0.0
+
+    rank = sorted(range(n_ops), key=lambda o: (mean_depth(o), cost[o], o))
+    step = np.zeros(n, np.int64)
+    done = {j for j in range(n) if not waits_on[j]}  # the prelude, step 0
+    current = 0
+    while len(done) < n:
+        ready = [j for j in range(n) if j not in done and waits_on[j] <= done]
+        o = min({node_op[j] for j in ready}, key=rank.index)
+        current += 1
+        for j in ready:
+            if node_op[j] == o:
+                step[j] = current
+                done.add(j)
+    return Schedule.from_steps(graph, step)
+
+
+@numba.njit(cache=True, nogil=True)
+def depth_kernel(node_op, node_arity, node_args, value_node, sdepth):
+    """Fold's schedule, compiled: one launch per non-empty (depth, op) pair, in that
+    order. Returns int32 `node_step, group_step, group_op, node_group`."""
+    return group_by_step(node_op, sdepth)
+
+
+@numba.njit(cache=True, nogil=True)
+def group_by_step(node_op, node_step):
+    """The launches of steps `node_step` (non-negative): one per non-empty (step, op)
+    pair, by step then op; returns int32 `node_step, group_step, group_op,
+    node_group`, as a `Scheduler`'s kernel does. A kernel that computes steps ends
+    with it."""
+    n = len(node_op)
+    n_ops = 1
+    max_step = 0
+    for j in range(n):
+        n_ops = max(n_ops, node_op[j] + 1)
+        max_step = max(max_step, node_step[j])
+    group_of_key = np.full((max_step + 1) * n_ops, -1, np.int64)
+    for j in range(n):
+        group_of_key[node_step[j] * n_ops + node_op[j]] = 0
+    n_groups = 0
+    for key in range(len(group_of_key)):
+        if group_of_key[key] == 0:
+            group_of_key[key] = n_groups
+            n_groups += 1
+    group_step = np.empty(n_groups, np.int32)
+    group_op = np.empty(n_groups, np.int32)
+    for key in range(len(group_of_key)):
+        g = group_of_key[key]
+        if g >= 0:
+            group_step[g] = key // n_ops
+            group_op[g] = key % n_ops
+    node_group = np.empty(n, np.int32)
+    for j in range(n):
+        node_group[j] = group_of_key[node_step[j] * n_ops + node_op[j]]
+    return node_step.astype(np.int32), group_step, group_op, node_group
+
+
+@numba.njit(cache=True, nogil=True)
+def agenda_kernel(node_op, node_arity, node_args, value_node, sdepth):
+    """DyNet's agenda schedule, compiled (no op costs): as `depth_kernel` returns."""
+    return _agenda(node_op, node_arity, node_args, value_node, sdepth,
+                   np.zeros(0, np.float64))
+
+
+@numba.njit(cache=True, nogil=True)
+def _agenda(node_op, node_arity, node_args, value_node, sdepth, op_cost):
+    by_rank, op_base = _agenda_priority(node_op, sdepth, op_cost)
+    return _agenda_steps(node_op, node_arity, node_args, value_node, by_rank, op_base)
+
+
+@numba.njit(cache=True, nogil=True)
+def _agenda_priority(node_op, sdepth, op_cost):
+    """The agenda's op ranking (lower mean depth first, then lower cost, then lower
+    op id; ops past the end of `op_cost` cost 0) and where each op's nodes start
+    in its ready queue."""
+    n_ops = 1
+    for o in node_op:
+        n_ops = max(n_ops, o + 1)
+    counts = np.zeros(n_ops, np.int64)
+    depth_sum = np.zeros(n_ops, np.float64)
+    for j in range(len(node_op)):
+        counts[node_op[j]] += 1
+        depth_sum[node_op[j]] += sdepth[j]
+    mean = depth_sum / np.maximum(counts, 1)
+    cost = np.zeros(n_ops, np.float64)
+    for o in range(min(n_ops, len(op_cost))):
+        cost[o] = op_cost[o]
+    by_rank = np.arange(n_ops)
+    for i in range(1, n_ops):  # insertion sort, stable: ties keep op order
+        o = by_rank[i]
+        r = i
+        while r > 0 and (mean[by_rank[r - 1]] > mean[o] or (
+                mean[by_rank[r - 1]] == mean[o] and cost[by_rank[r - 1]] > cost[o])):
+            by_rank[r] = by_rank[r - 1]
+            r -= 1
+        by_rank[r] = o
     op_base = np.zeros(n_ops + 1, np.int64)
-    np.cumsum(counts, out=op_base[1:])
-    step, group_step, group_op, node_group = _agenda_steps(
-        node_op, graph.node_arity, graph.node_args, graph.value_node,
-        priority.astype(np.int64), op_base)
-    return Schedule(graph, step, group_step, group_op, node_group)
+    for o in range(n_ops):
+        op_base[o + 1] = op_base[o] + counts[o]
+    return by_rank, op_base
 
 
 @numba.njit(cache=True, nogil=True)
@@ -253,4 +364,51 @@ def _release(j, succ_start, succ, waiting, node_op, queue, tail):
             tail[node_op[s]] += 1
 
 
-SCHEDULERS = {"depth": depth_schedule, "agenda": agenda_schedule}
+@dataclass(frozen=True)
+class Scheduler:
+    """A scheduling strategy, as the registry holds it.
+
+    Attributes:
+        name: its name (`Compiler(..., scheduler=name)`).
+        kernel: the compiled schedule, a Numba function `kernel(node_op,
+            node_arity, node_args, value_node, sdepth)` of a graph's int32 arrays
+            returning int32 `(node_step, group_step, group_op, node_group)`: each
+            node's step (0 for exactly the nodes whose arguments are all
+            constants, the prelude) and the launches in execution order, steps
+            non-decreasing, as `Schedule` holds them. The planner calls it.
+        reference: a plain version, `reference(graph) -> Schedule`, that the
+            kernel must equal (tests run both on random graphs).
+    """
+
+    name: str
+    kernel: Callable
+    reference: Callable[[OpGraph], Schedule]
+
+    def __call__(self, graph: OpGraph) -> Schedule:
+        """The kernel's schedule of `graph`."""
+        return Schedule(graph, *self.kernel(graph.node_op, graph.node_arity,
+                                            graph.node_args, graph.value_node, graph.sdepth))
+
+
+SCHEDULERS: dict[str, Scheduler] = {}
+
+
+def register_scheduler(name: str, kernel: Callable,
+                       reference: Callable[[OpGraph], Schedule]) -> Scheduler:
+    """Adds a scheduler under `name` (see `Scheduler` for what each part must do);
+    returns its entry. Every compiler made afterwards can use it.
+
+    >>> toy = register_scheduler("depth-again", depth_kernel, depth_reference)
+    >>> SCHEDULERS.pop("depth-again") is toy
+    True
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a scheduler's name must be a non-empty str, got {name!r}")
+    if name in SCHEDULERS:
+        raise ValueError(f"a scheduler named {name!r} is already registered")
+    entry = SCHEDULERS[name] = Scheduler(name, kernel, reference)
+    return entry
+
+
+register_scheduler("depth", depth_kernel, depth_reference)
+register_scheduler("agenda", agenda_kernel, agenda_reference)

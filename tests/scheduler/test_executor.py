@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from scheduler import SCHEDULERS, OpGraph, Schedule
 from scheduler.executor import Executor
+from scheduler.planner import Planner
 from tests.scheduler.graphs import Choices, OpSpec, RawGraph, build, concat_raw, draw_graph
 
 ATOL = 1e-5
@@ -136,6 +137,10 @@ class OpSet:
     @functools.cached_property
     def executor(self) -> Executor:
         return Executor(self.ops, TYPES, row_lists=self.row_lists)
+
+    @functools.cached_property
+    def planner(self) -> Planner:
+        return Planner(self.executor.layout)
 
     @functools.cached_property
     def forward(self):
@@ -260,7 +265,7 @@ def schedule_and_feed(graph: OpGraph, name: str, reads, opset=ALL):
     graph.validate()
     schedule = SCHEDULERS[name](graph)
     schedule.validate()
-    feed = opset.executor.feed(graph, schedule, reads)
+    feed = opset.planner.feed(graph, schedule, reads)
     types, pos = read_positions(graph, reads)
     assert feed.read_type.tolist() == types
     assert feed.read_pos.tolist() == pos
@@ -366,8 +371,8 @@ def test_values_and_gradients_with_one_loop_op_equal_the_oracle(name, opset, dat
 
 def test_the_one_loop_op_set_runs_cell_alone_in_the_loop():
     ex = ONE_LOOP_OP.executor
-    assert [ex.ops[o].name for o in ex.loop_ops] == ["cell"]
-    assert sorted(TYPES[k].name for k in ex.loop_types) == ["e", "f", "g"]
+    assert [ex.ops[o].name for o in ex.layout.loop_ops] == ["cell"]
+    assert sorted(TYPES[k].name for k in ex.layout.loop_types) == ["e", "f", "g"]
 
 
 class Builder:
@@ -476,15 +481,15 @@ def test_feed_rejects_a_prelude_only_op_reading_a_node_output_in_the_loop():
     graph.validate()
     for name in NAMES:
         with pytest.raises(ValueError, match="look"):
-            ALL.executor.feed(graph, SCHEDULERS[name](graph), np.array([1]))
+            ALL.planner.feed(graph, SCHEDULERS[name](graph), np.array([1]))
 
 
 def test_the_stages_of_the_test_ops():
     ex = ALL.executor
-    assert sorted(OPS[o].name for o in ex.head_ops) == ["bias", "embed", "embed2", "leaf"]
-    assert ex.head_ops.index(OP_ID["embed2"]) < ex.head_ops.index(OP_ID["leaf"])
-    assert [OPS[o].name for o in ex.tail_ops] == ["outer"]
-    assert "look" not in [OPS[o].name for o in ex.loop_ops]  # prelude-only: step 0 only
+    assert sorted(OPS[o].name for o in ex.layout.head_ops) == ["bias", "embed", "embed2", "leaf"]
+    assert ex.layout.head_ops.index(OP_ID["embed2"]) < ex.layout.head_ops.index(OP_ID["leaf"])
+    assert [OPS[o].name for o in ex.layout.tail_ops] == ["outer"]
+    assert "look" not in [OPS[o].name for o in ex.layout.loop_ops]  # prelude-only: step 0 only
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -510,7 +515,7 @@ def test_feed_rejects_a_schedule_whose_prelude_reads_a_node_output():
     b.node("sq", b.node("bias")[0])
     graph, _ = b.graph()
     with pytest.raises(ValueError, match="prelude"):
-        ALL.executor.feed(graph, Schedule.from_steps(graph, np.array([0, 0])), np.array([1]))
+        ALL.planner.feed(graph, Schedule.from_steps(graph, np.array([0, 0])), np.array([1]))
 
 
 def test_feed_rejects_an_argument_of_the_wrong_value_type():
@@ -521,7 +526,7 @@ def test_feed_rejects_an_argument_of_the_wrong_value_type():
     graph.node_args[[1, 2]] = graph.node_args[[2, 1]]  # gate now reads (f, s)
     for name in NAMES:
         with pytest.raises(ValueError, match="value type differs"):
-            ALL.executor.feed(graph, SCHEDULERS[name](graph), np.array([1]))
+            ALL.planner.feed(graph, SCHEDULERS[name](graph), np.array([1]))
 
 
 def test_feed_rejects_a_node_with_the_wrong_number_of_arguments():
@@ -533,7 +538,7 @@ def test_feed_rejects_a_node_with_the_wrong_number_of_arguments():
                           graph.value_node, graph.value_index, graph.constants)
     for name in NAMES:
         with pytest.raises(ValueError, match="number of arguments"):
-            ALL.executor.feed(graph, SCHEDULERS[name](graph), np.array([1]))
+            ALL.planner.feed(graph, SCHEDULERS[name](graph), np.array([1]))
 
 
 def test_executor_rejects_a_row_lists_setting_that_is_not_a_bool():
@@ -579,8 +584,9 @@ def test_an_executor_without_loop_ops_runs_its_prelude():
     # v0 = tok[1], v1 = bias(), v2 = embed(v0), v3 = f[0], v4 = outer(v3), v5 = tok[0]
     graph = OpGraph.build([0, 1, 2], [0, 1, 1], [0, 3], [3, 0, 0, 0, 5, 3],
                           [-1, 0, 1, -1, 2, -1], [1, 0, 0, 0, 0, 0], consts)
+    planner = Planner(ex.layout)
     for name in NAMES:
-        outs = run(ex.feed(graph, SCHEDULERS[name](graph), np.array([2, 1, 4, 5, 3])).arrays)
+        outs = run(planner.feed(graph, SCHEDULERS[name](graph), np.array([2, 1, 4, 5, 3])).arrays)
         np.testing.assert_allclose(outs[0].numpy(),
                                    [EMB.numpy()[1], WB.numpy(), [0.5, -1.0, 2.0]], atol=ATOL)
         np.testing.assert_allclose(outs[TYPES.index(P)].numpy(),
@@ -592,7 +598,7 @@ def test_an_executor_without_loop_ops_runs_its_prelude():
 def test_a_node_output_left_out_of_the_graph_does_not_shift_other_values():
     # n0: h = bias(); n1: dup(h) whose outputs 0 and 2 are not values of the graph, only
     # output 1 (type g) is; n2: (a, b) = split(h); n3: m = mix(b, b).
-    # Either feed() refuses the graph, or every value read is right.
+    # Either the planner refuses the graph, or every value read is right.
     graph = OpGraph.build([OP_ID["bias"], OP_ID["dup"], OP_ID["split"], OP_ID["mix"]],
                           [0, 1, 1, 2], [0, 0, 3, 3], [0, 2, 2, 0, 0], [0, 1, 2, 2, 3],
                           [0, 1, 0, 1, 0], NO_CONSTANTS)
@@ -605,7 +611,7 @@ def test_a_node_output_left_out_of_the_graph_does_not_shift_other_values():
         schedule = SCHEDULERS[name](graph)
         schedule.validate()
         try:
-            feed = ALL.executor.feed(graph, schedule, np.array([0, 3, 4, 1, 2]))
+            feed = ALL.planner.feed(graph, schedule, np.array([0, 3, 4, 1, 2]))
         except ValueError:
             continue
         outs = ALL.forward(feed.arrays)

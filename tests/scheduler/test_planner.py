@@ -2,8 +2,8 @@
 
 Random batches of the executor tests' graphs (every stage, int and float types, ops
 with several outputs), random reads and metrics per example, both schedulers,
-reads per example or grouped by metric: `BatchPlanner.plan` must equal
-`OpGraph.concatenate`, the scheduler and `Executor.feed` field by field.
+reads per example or grouped by metric: `Planner.plan` must equal
+`OpGraph.concatenate`, the scheduler's reference and `Planner.feed` field by field.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler import SCHEDULERS, OpGraph
-from scheduler.planner import BatchPlanner, plan_record
+from scheduler.planner import Planner, plan_record
 from tests.scheduler.graphs import Choices, draw_graph
 from tests.scheduler.test_executor import (
     ALL,
@@ -58,11 +58,11 @@ def reference_reads(examples, offsets, grouped):
 
 
 def plan_both(examples, name, grouped):
-    ex = ALL.executor
-    records = np.concatenate([plan_record(*e) for e in examples])
-    got = BatchPlanner(ex, name, N_METRICS).plan(records, len(examples), grouped)
+    records = [plan_record(*e) for e in examples]
+    got = Planner(ALL.executor.layout, name, N_METRICS).plan(
+        records, [e[0].constants for e in examples], grouped)
     graph = OpGraph.concatenate([e[0] for e in examples])
-    schedule = SCHEDULERS[name](graph)
+    schedule = SCHEDULERS[name].reference(graph)
     offsets = np.cumsum([0] + [e[0].num_values for e in examples])
     reads = np.asarray(reference_reads(examples, offsets, grouped), np.int64)
     return got, graph, schedule, offsets, reads
@@ -85,11 +85,13 @@ def test_the_planner_equals_merge_schedule_and_feed(name, data, grouped):
     np.testing.assert_array_equal(got.metric_counts, counts)
     for field in ("node_step", "group_step", "group_op", "node_group"):
         np.testing.assert_array_equal(getattr(got, field), getattr(schedule, field), field)
-    feed = ALL.executor.feed(graph, schedule, reads)
-    np.testing.assert_array_equal(got.index, feed.arrays["index"])
-    np.testing.assert_array_equal(got.layout, feed.arrays["layout"])
+    feed = ALL.planner.feed(graph, schedule, reads)
+    assert sorted(got.feed.arrays) == sorted(feed.arrays)
+    for key, want in feed.arrays.items():
+        np.testing.assert_array_equal(got.feed.arrays[key], want, key)
     np.testing.assert_array_equal(got.read_type, feed.read_type)
     np.testing.assert_array_equal(got.read_pos, feed.read_pos)
+    assert got.stats == schedule.stats
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -100,11 +102,14 @@ def test_the_planner_rejects_a_lookup_of_a_value_the_loop_computes(name):
     graph, _ = b.graph()
     record = plan_record(graph, [graph.num_values - 1], [], [])
     with pytest.raises(ValueError, match="'look' looks up a variable"):
-        BatchPlanner(ALL.executor, name).plan(record, 1)
+        Planner(ALL.executor.layout, name).plan([record], [graph.constants])
 
 
-def test_the_planner_needs_an_example_and_a_known_scheduler():
-    with pytest.raises(ValueError, match="at least one"):
-        BatchPlanner(ALL.executor, "agenda").plan(np.zeros(0, np.int32), 0)
-    with pytest.raises(ValueError, match="scheduler"):
-        BatchPlanner(ALL.executor, "fifo")
+def test_the_planner_plans_an_empty_batch_and_needs_a_known_scheduler():
+    plan = Planner(ALL.executor.layout, "agenda").plan([], [])
+    assert plan.num_nodes == 0 and plan.stats.launches == 0
+    assert ALL.forward(plan.feed.arrays)[0].shape == (0, *TYPES[0].shape)
+    with pytest.raises(ValueError, match="a record per example"):
+        Planner(ALL.executor.layout, "agenda").plan([], [[]])
+    with pytest.raises(ValueError, match="scheduler must be one of"):
+        Planner(ALL.executor.layout, "fifo")

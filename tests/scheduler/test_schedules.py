@@ -10,7 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import SCHEDULERS, OpGraph, Schedule, agenda_schedule, depth_schedule
+from scheduler import (
+    SCHEDULERS,
+    OpGraph,
+    Schedule,
+    agenda_schedule,
+    depth_schedule,
+    register_scheduler,
+)
+from scheduler.schedules import agenda_reference
 from tests.scheduler.graphs import random_batches
 
 NAMES = sorted(SCHEDULERS)
@@ -56,6 +64,32 @@ def check_stats_and_groups(schedule: Schedule, raw) -> None:
 def test_schedules_of_random_graphs_are_valid(name, pair):
     graph, raw = pair
     check_valid(SCHEDULERS[name](graph), raw)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=60)
+@given(pair=random_batches())
+def test_each_schedulers_kernel_equals_its_reference(name, pair):
+    graph, _ = pair
+    got, want = SCHEDULERS[name](graph), SCHEDULERS[name].reference(graph)
+    for field in ("node_step", "group_step", "group_op", "node_group"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(want, field), field)
+
+
+@settings(max_examples=40)
+@given(pair=random_batches(), costs=st.lists(st.sampled_from([0.0, 1.0, 2.5]), max_size=6))
+def test_the_agenda_with_op_costs_equals_its_reference(pair, costs):
+    graph, _ = pair
+    got, want = agenda_schedule(graph, costs), agenda_reference(graph, costs)
+    np.testing.assert_array_equal(got.node_step, want.node_step)
+    np.testing.assert_array_equal(got.node_group, want.node_group)
+
+
+def test_a_scheduler_name_is_registered_once():
+    with pytest.raises(ValueError, match="'depth' is already registered"):
+        register_scheduler("depth", SCHEDULERS["agenda"].kernel, agenda_reference)
+    with pytest.raises(ValueError, match="non-empty str"):
+        register_scheduler("", SCHEDULERS["agenda"].kernel, agenda_reference)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -296,7 +296,12 @@ class Block(IOBase):
             raise InputError(self.path, f"{type(e).__name__}: {e}") from e
 
     def eval(self, inp: Any = None, tolist: bool = False):
-        """Evaluates the block on one input, with no batching.
+        """Evaluates the block on one input with the reference evaluator
+        (`blocks.evaluation.reference_eval`): op by op, eagerly, with no batching.
+
+        It is the oracle the batching engine (`compiler.Compiler`) is tested against
+        and needs nothing of it; to run inputs as training does, batched, use
+        `Compiler(block).run(inputs)` or `compiler.Model(block).predict`.
 
         Returns numpy arrays for tensors, tuples for tuples, lists for sequences, an
         `itertools.repeat` for a broadcast sequence, `None` for void, the object itself
@@ -308,8 +313,8 @@ class Block(IOBase):
         >>> float((Scalar() >> Function(tf.negative)).eval(3))
         -3.0
         """
-        from blocks.evaluation import evaluate
-        return evaluate(self, inp, tolist=tolist)
+        from blocks.evaluation import reference_eval
+        return reference_eval(self, inp, tolist=tolist)
 
     def max_depth(self, inp: Any = None) -> int:
         """The number of dependent op layers this input needs (Fold's count).

@@ -59,5 +59,11 @@ class Op:
         self.prelude_only = prelude_only
         self.check = check
 
+    def prelude_error(self) -> ValueError:
+        """The error for a prelude-only op called on the output of another op (every
+        evaluator raises the same one, so that `eval` refuses what training would)."""
+        return ValueError(f"{self.name} looks up rows of a variable, so its input must come "
+                          "from the input data (e.g. a Scalar), not from another op")
+
     def __repr__(self) -> str:
         return f"Op({self.name!r}, {self.input_types} -> {self.output_types})"

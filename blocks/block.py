@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from blocks.errors import InputError, InputKeyError
+from blocks.errors import InputError, InputKeyError, InternalError
+from blocks.op import Op
 from blocks.types import (
     PyObjectType,
     ResultType,
@@ -278,6 +279,17 @@ class Block(IOBase):
 
     # --- evaluation ---------------------------------------------------------------------
 
+    def ops(self) -> list[Op]:
+        """The ops this block's `_evaluate` may call through `ctx.op`; none by default.
+
+        Every op must be declared here: the batching engine lowers a block expression
+        to its ops before it sees any input, by asking each block, and refuses an op
+        that was not declared (`compiler.lowering.UnloweredOpError`). It is called
+        once the block's types are known (after `validate`). See `blocks.op` for how
+        to write a new block.
+        """
+        return []
+
     def _evaluate(self, ctx, x):
         """Evaluates this block on one input `x` in context `ctx` (see `blocks.evaluation`)."""
         raise NotImplementedError(f"{type(self).__name__} does not define _evaluate")
@@ -287,6 +299,10 @@ class Block(IOBase):
         try:
             return self._evaluate(ctx, x)
         except InputError:
+            raise
+        except InternalError as e:
+            if e.block_path is None:  # the innermost block: the one whose code failed
+                e.block_path = self.path
             raise
         except KeyError as e:
             raise InputKeyError(self.path, f"missing key or index {e}") from e

@@ -109,7 +109,10 @@ class ExpansionContext:
         return v
 
     def op(self, op, args: list) -> list[int]:
-        o = self._op_id[op]
+        o = self._op_id.get(op)
+        if o is None:  # imported here: the error path only
+            from compiler.lowering import UnloweredOpError
+            raise UnloweredOpError.of(op)
         if not args:
             cached = self._sources.get(o)
             if cached is not None:

@@ -167,7 +167,9 @@ class Block(IOBase):
     output. Blocks compose with `>>` (`a >> b` feeds `a`'s output to `b`), with
     `Record`, `AllOf`, `Map`, `Fold`, ..., and inside a `Composition` with `.reads()`.
     Each block instance has at most one parent: weights are shared through layers,
-    not by reusing blocks.
+    not by reusing blocks. `block.eval(x)` runs the reference evaluator. To write a
+    new block, override `_infer` (or set the types once), `ops` and `_evaluate`;
+    `blocks.op` has a worked example.
     """
 
     # Makes numpy defer `array >> block` to `Block.__rrshift__` instead of shifting

@@ -2,7 +2,9 @@
 
 Import it as Fold users did (`import blocks as td`). A block maps one input to
 one output; blocks compose into a model for structured data, type-checked as
-they are put together, and `block.eval(x)` runs one input without batching.
+they are put together, and `block.eval(x)` runs one input without batching, on
+the reference evaluator (`blocks.evaluation`); the batching engine is `compiler`,
+which this package does not import.
 
 >>> import blocks as td
 >>> import tensorflow as tf
@@ -16,7 +18,7 @@ TensorType((), 'float32')
 from blocks.block import Block, IOBase
 from blocks.composition import AllOf, Composition, Pipe, Record, Wire, convert_to_block
 from blocks.control import ForwardDeclaration, OneOf, Optional
-from blocks.errors import InputError, InputKeyError
+from blocks.errors import InputError, InputKeyError, InternalError
 from blocks.inputs import (
     GetItem,
     InputTransform,
@@ -79,5 +81,5 @@ __all__ = [
     # layers
     "Layer", "FC", "Embedding", "ScopedLayer",
     # evaluation support
-    "Op", "validate", "InputError", "InputKeyError",
+    "Op", "validate", "InputError", "InputKeyError", "InternalError",
 ]

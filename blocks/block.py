@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from blocks.errors import InputError, InputKeyError
+from blocks.errors import InputError, InputKeyError, InternalError
+from blocks.op import Op
 from blocks.types import (
     PyObjectType,
     ResultType,
@@ -166,7 +167,9 @@ class Block(IOBase):
     output. Blocks compose with `>>` (`a >> b` feeds `a`'s output to `b`), with
     `Record`, `AllOf`, `Map`, `Fold`, ..., and inside a `Composition` with `.reads()`.
     Each block instance has at most one parent: weights are shared through layers,
-    not by reusing blocks.
+    not by reusing blocks. `block.eval(x)` runs the reference evaluator. To write a
+    new block, override `_infer` (or set the types once), `ops` and `_evaluate`;
+    `blocks.op` has a worked example.
     """
 
     # Makes numpy defer `array >> block` to `Block.__rrshift__` instead of shifting
@@ -278,6 +281,17 @@ class Block(IOBase):
 
     # --- evaluation ---------------------------------------------------------------------
 
+    def ops(self) -> list[Op]:
+        """The ops this block's `_evaluate` may call through `ctx.op`; none by default.
+
+        Every op must be declared here: the batching engine lowers a block expression
+        to its ops before it sees any input, by asking each block, and refuses an op
+        that was not declared (`compiler.lowering.UnloweredOpError`). It is called
+        once the block's types are known (after `validate`). See `blocks.op` for how
+        to write a new block.
+        """
+        return []
+
     def _evaluate(self, ctx, x):
         """Evaluates this block on one input `x` in context `ctx` (see `blocks.evaluation`)."""
         raise NotImplementedError(f"{type(self).__name__} does not define _evaluate")
@@ -288,6 +302,10 @@ class Block(IOBase):
             return self._evaluate(ctx, x)
         except InputError:
             raise
+        except InternalError as e:
+            if e.block_path is None:  # the innermost block: the one whose code failed
+                e.block_path = self.path
+            raise
         except KeyError as e:
             raise InputKeyError(self.path, f"missing key or index {e}") from e
         except RecursionError:
@@ -296,7 +314,12 @@ class Block(IOBase):
             raise InputError(self.path, f"{type(e).__name__}: {e}") from e
 
     def eval(self, inp: Any = None, tolist: bool = False):
-        """Evaluates the block on one input, with no batching.
+        """Evaluates the block on one input with the reference evaluator
+        (`blocks.evaluation.reference_eval`): op by op, eagerly, with no batching.
+
+        It is the oracle the batching engine (`compiler.Compiler`) is tested against
+        and needs nothing of it; to run inputs as training does, batched, use
+        `Compiler(block).run(inputs)` or `compiler.Model(block).predict`.
 
         Returns numpy arrays for tensors, tuples for tuples, lists for sequences, an
         `itertools.repeat` for a broadcast sequence, `None` for void, the object itself
@@ -308,8 +331,8 @@ class Block(IOBase):
         >>> float((Scalar() >> Function(tf.negative)).eval(3))
         -3.0
         """
-        from blocks.evaluation import evaluate
-        return evaluate(self, inp, tolist=tolist)
+        from blocks.evaluation import reference_eval
+        return reference_eval(self, inp, tolist=tolist)
 
     def max_depth(self, inp: Any = None) -> int:
         """The number of dependent op layers this input needs (Fold's count).

@@ -3,7 +3,9 @@
 A type error found while blocks are composed is a plain `TypeError` whose message
 starts with the block path (`Pipe[2] > Map > Function 'cell': ...`). A bad input
 found while an example is evaluated or expanded is an `InputError`, a `ValueError`
-that carries the block path and, in a batch, the example's index.
+that carries the block path and, in a batch, the example's index. A fault of a
+block's implementation or of an evaluator is an `InternalError`, never blamed on
+the input.
 """
 
 from __future__ import annotations
@@ -46,3 +48,24 @@ class BadValueError(ValueError):
 
 class InputKeyError(InputError, KeyError):
     """An `InputError` for a missing key or index; also a `KeyError`, as in Fold."""
+
+
+class InternalError(RuntimeError):
+    """A fault of a block's implementation or of an evaluator, not of the input.
+
+    Blocks pass it through unwrapped (the innermost block being evaluated fills in
+    `block_path`), so it is never reported as an `InputError` nor blamed on an example.
+    Evaluators subclass it (e.g. `compiler.lowering.UnloweredOpError`).
+
+    Attributes:
+        reason: what went wrong and how to fix it.
+        block_path: the block that was being evaluated, or None if not known yet.
+    """
+
+    def __init__(self, reason: str, block_path: str | None = None):
+        self.reason = reason
+        self.block_path = block_path
+        super().__init__(reason, block_path)
+
+    def __str__(self) -> str:
+        return self.reason if self.block_path is None else f"{self.block_path}: {self.reason}"

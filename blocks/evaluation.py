@@ -7,8 +7,8 @@ lists (sequences) and `itertools.repeat` (broadcast sequences) hold the handles.
 Three contexts give the handles a meaning:
 
 - `ReferenceContext`: handles are eager tensors, computed op by op with batch
-  size 1. It is the unbatched reference evaluator: slow, simple, and the oracle
-  the batching engine is tested against.
+  size 1. It is the unbatched reference evaluator behind `block.eval`: simple,
+  and the oracle the batching engine is tested against.
 - `DepthContext`: handles are depths (a constant is at depth 0, an op call at
   1 + the deepest of its inputs), for `max_depth`.
 - the compiler's expansion context (in `compiler/`), where handles are node ids
@@ -96,12 +96,19 @@ class ReferenceContext:
         self._tf = tf
         self.metrics: dict[str, list] = {}
         self.metric_labels: dict[str, list] = {}
+        # id -> constant, kept alive so that ids stay unique: a prelude-only op
+        # must be called on constants only, as the engine requires.
+        self._constants: dict[int, Any] = {}
 
     def constant(self, value: np.ndarray, ttype: TensorType):
-        return self._tf.constant(value, dtype=ttype.dtype)
+        t = self._tf.constant(value, dtype=ttype.dtype)
+        self._constants[id(t)] = t
+        return t
 
     def op(self, op: Op, args: list) -> list:
         tf = self._tf
+        if op.prelude_only and any(id(a) not in self._constants for a in args):
+            raise op.prelude_error()
         if op.check is not None:
             op.check(*[np.asarray(a)[None] for a in args])
         if args:
@@ -185,38 +192,14 @@ def root_input(block, ctx, inp: Any) -> Any:
         raise InputError(block.path, f"the input does not have type {t}: {inp!r:.60}") from None
 
 
-_engine: list = []
-
-
-def register_engine(engine: Callable[[Any, Any, bool], Any]) -> None:
-    """Makes `engine(block, inp, tolist)` the evaluator behind `block.eval`.
-
-    The batching engine (`compiler`) registers itself when imported; `evaluate`
-    imports it on first use, so `block.eval` runs through the same engine as
-    batched training. The reference evaluator stays the oracle for tests.
-    """
-    _engine[:] = [engine]
-
-
-def evaluate(block, inp: Any, tolist: bool = False) -> Any:
-    """`block.eval(inp)`: runs the batching engine on one input.
-
-    Falls back to the reference evaluator if the engine is not installed.
-    """
-    if not _engine:
-        try:
-            import compiler  # noqa: F401  (registers the engine)
-        except ImportError:
-            pass
-    if _engine:
-        return _engine[0](block, inp, tolist)
-    return reference_eval(block, inp, tolist)
-
-
 def reference_eval(block, inp: Any, tolist: bool = False) -> Any:
-    """Evaluates `block` on `inp` op by op, eagerly, with batch size 1 (the oracle).
+    """`block.eval(inp)`: evaluates `block` on `inp` op by op, eagerly, with batch
+    size 1 (the oracle the batching engine is tested against).
 
-    Same return conventions as `block.eval`.
+    `eval` runs here rather than through the engine so that the block language
+    stands alone (`blocks` imports nothing of `compiler` or `scheduler`), and
+    because for one input it is several times faster than building a `Compiler`.
+    Return conventions: see `Block.eval`.
     """
     from blocks.validation import metric_types, validate
     metrics_of = metric_types(validate(block))
@@ -243,5 +226,5 @@ def max_depth(block, inp: Any) -> int:
     return ctx.deepest
 
 
-__all__ = ["ReferenceContext", "DepthContext", "evaluate", "reference_eval", "register_engine",
-           "max_depth", "call_with_deep_stack", "InputError"]
+__all__ = ["ReferenceContext", "DepthContext", "reference_eval", "max_depth",
+           "call_with_deep_stack", "InputError"]

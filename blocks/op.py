@@ -11,6 +11,36 @@ batching engine calls it once for every group of nodes it schedules together.
 >>> neg = Op("neg", lambda x: [tf.negative(x)], [TensorType(())], [TensorType(())])
 >>> neg
 Op('neg', (TensorType((), 'float32'),) -> (TensorType((), 'float32'),))
+
+Writing a new block: subclass `Block`, set its types (in `__init__`, or in `_infer`
+when they depend on its neighbours), return the ops it calls from `ops()`, and
+compute in `_evaluate(ctx, x)` by asking the context for op calls on the handles
+it is given. A block never touches tensors itself, so the same code runs in
+`block.eval` (the reference evaluator: eager, op by op, one input) and batched in
+`compiler.Compiler` and `compiler.Model`, which collect every block's `ops()`
+before they see an input; an op called without being declared is refused there
+(`compiler.lowering.UnloweredOpError`). Instances whose ops share an `Op.key`
+run in one launch.
+
+>>> import blocks as td
+>>> class Scale(td.Block):
+...     # multiplies a vector by a learned vector, element by element
+...     def __init__(self, size, name=None):
+...         self.weights = tf.Variable(tf.fill([size], 2.0))
+...         vec = td.TensorType((size,))
+...         super().__init__(input_type=vec, output_type=vec, name=name)
+...         self._op = Op("scale", lambda x: [x * self.weights], [vec], [vec])
+...
+...     def ops(self):
+...         return [self._op]
+...
+...     def _evaluate(self, ctx, x):
+...         return ctx.op(self._op, [x])[0]
+>>> block = td.Map(td.Vector(2) >> Scale(2)) >> td.Sum()
+>>> block.eval([[1.0, -2.0], [0.5, 0.0]])
+array([ 3., -4.], dtype=float32)
+>>> block.max_depth([[1.0, -2.0], [0.5, 0.0]])    # scale, then one add
+2
 """
 
 from __future__ import annotations
@@ -58,6 +88,12 @@ class Op:
         self.cost = cost
         self.prelude_only = prelude_only
         self.check = check
+
+    def prelude_error(self) -> ValueError:
+        """The error for a prelude-only op called on the output of another op (every
+        evaluator raises the same one, so that `eval` refuses what training would)."""
+        return ValueError(f"{self.name} looks up rows of a variable, so its input must come "
+                          "from the input data (e.g. a Scalar), not from another op")
 
     def __repr__(self) -> str:
         return f"Op({self.name!r}, {self.input_types} -> {self.output_types})"

@@ -127,6 +127,9 @@ class FromTensor(Block):
     def tensor(self):
         return self._tensor
 
+    def ops(self) -> list[Op]:
+        return [self._op]
+
     def _evaluate(self, ctx, x):
         return ctx.op(self._op, [])[0]
 
@@ -225,6 +228,9 @@ class Function(Block):
                           prelude_only=getattr(fn, "reads_sparsely", False),
                           check=getattr(fn, "check_inputs", None))
         return self._op
+
+    def ops(self) -> list[Op]:
+        return [self.op()]
 
     def _evaluate(self, ctx, x):
         flat_in = self.input_type.flatten(x)

@@ -5,14 +5,11 @@ an op graph (`expansion`), and runs batches through the scheduler's executor.
 `Model` is a compiled block as a `keras.Model`: fit, evaluate, predict, export.
 """
 
-from blocks.evaluation import register_engine
-from compiler.compiler import BatchPlan, Compiler, engine_eval
+from compiler.compiler import BatchPlan, Compiler
 from compiler.distributed import MirroredTrainer
 from compiler.expansion import ExampleGraph, expand
 from compiler.lowering import Program, lower
 from compiler.model import Model
-
-register_engine(engine_eval)
 
 __all__ = ["Compiler", "Model", "MirroredTrainer", "BatchPlan", "Program", "lower", "expand",
            "ExampleGraph"]

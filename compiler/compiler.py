@@ -342,16 +342,6 @@ def _blame(root, inputs: list, error: Exception) -> Exception:
     return find_bad_input(root, inputs) or error
 
 
-def engine_eval(block, inp: Any, tolist: bool = False) -> Any:
-    """`block.eval(inp)` through the batching engine, run eagerly (nothing traced)."""
-    from blocks.errors import InputError
-    compiler = Compiler(block, cache=False)
-    try:
-        return compiler.run_eagerly([inp], tolist=tolist)[0]
-    except InputError as e:
-        raise type(e)(e.block_path, e.reason) from e.__cause__
-
-
 def _is_cacheable(x: Any) -> bool:
     # Small immutable values (numbers, strings) may share identities; not worth it.
     return not isinstance(x, (int, float, str, bytes, bool, type(None)))

@@ -109,7 +109,10 @@ class ExpansionContext:
         return v
 
     def op(self, op, args: list) -> list[int]:
-        o = self._op_id[op]
+        o = self._op_id.get(op)
+        if o is None:  # imported here: the error path only
+            from compiler.lowering import UnloweredOpError
+            raise UnloweredOpError.of(op)
         if not args:
             cached = self._sources.get(o)
             if cached is not None:
@@ -117,8 +120,7 @@ class ExpansionContext:
         vd = self.value_depth
         d = max([vd[a] for a in args], default=-1) + 1
         if d and op.prelude_only:
-            raise ValueError(f"{op.name} looks up rows of a variable, so its input must come "
-                             "from the input data (e.g. a Scalar), not from another op")
+            raise op.prelude_error()
         if op.check is not None and d == 0:
             op.check(*[self._constant_row(a) for a in args])
         j = len(self.node_op)

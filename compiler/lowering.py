@@ -1,7 +1,11 @@
 """Lowering a block expression to a `Program`: its ops, value types and metrics.
 
-Every `Function` block (a TF or Keras callable, a layer) and every `FromTensor`
-is one op with a fixed signature of `TensorType`s. Ops with equal keys compute
+Each block declares the ops it calls through `Block.ops()` (a `Function` block, a
+layer or a `FromTensor` has one, most blocks none; a block written from scratch
+declares its own), each with a fixed signature of `TensorType`s. Lowering asks
+every block rather than knowing block classes, so a new block batches like the
+library's own, and an op called without being declared is an `UnloweredOpError`
+during expansion, not a wrong answer. Ops with equal keys compute
 the same function with the same weights, so they become one op and are batched
 together: two `Function` blocks that share a layer and a signature run as one
 launch, where TensorFlow Fold batched per block instance only.
@@ -22,9 +26,9 @@ from dataclasses import dataclass, field
 
 from blocks.block import Block
 from blocks.composition import convert_to_block
+from blocks.errors import InternalError
 from blocks.metrics import Metric
 from blocks.op import Op
-from blocks.tensors import FromTensor, Function
 from blocks.types import TensorType
 from blocks.validation import validate
 
@@ -58,9 +62,9 @@ class Program:
 def lower(block_like, share_layers: bool = True) -> Program:
     """Validates and lowers a block expression (block-like values allowed).
 
-    With `share_layers=False` every `Function`/`FromTensor` block instance gets its
-    own op, even where instances share a layer: TensorFlow Fold's batching, kept
-    to measure what sharing gains (BENCHMARKS.md).
+    With `share_layers=False` every op a block instance declares is an op of its
+    own, even where instances share a layer: TensorFlow Fold's batching, kept to
+    measure what sharing gains (BENCHMARKS.md).
     """
     root = convert_to_block(block_like)
     blocks = validate(root)
@@ -70,9 +74,10 @@ def lower(block_like, share_layers: bool = True) -> Program:
     types: set = set()
     metrics: dict[str, Metric] = {}
     for b in blocks:
-        op = b.op() if isinstance(b, Function) else b._op if isinstance(b, FromTensor) else None
-        if op is not None:
-            key = _hashable_key(op.key) if share_layers else ("block", id(b))
+        for i, op in enumerate(_declared_ops(b)):
+            if op in op_id:  # the same Op object declared twice: one id is all it can have
+                continue
+            key = _hashable_key(op.key) if share_layers else ("block", id(b), i)
             if key not in by_key:
                 by_key[key] = len(ops)
                 ops.append(op)
@@ -91,6 +96,27 @@ def lower(block_like, share_layers: bool = True) -> Program:
         metric_names=names, metric_id={n: i for i, n in enumerate(names)},
         metric_types=[metrics[n].value_type for n in names],
         metric_labels=[metrics[n].has_labels for n in names])
+
+
+class UnloweredOpError(InternalError):
+    """A block called an op it did not declare in `ops()`, so lowering never saw it.
+
+    A fault of the block's implementation, not of the input: it is never reported as
+    an `InputError` or blamed on an example.
+    """
+
+    @classmethod
+    def of(cls, op: Op) -> UnloweredOpError:
+        return cls(f"op {op.name!r} was not lowered: a block may only call the ops it "
+                   f"declares, so the block calling it must return it from ops() "
+                   f"(see blocks.Block.ops); {op!r}")
+
+
+def _declared_ops(block: Block) -> list[Op]:
+    ops = block.ops()
+    if not isinstance(ops, (list, tuple)) or not all(isinstance(op, Op) for op in ops):
+        raise TypeError(f"{block.path}: ops() must return a list of blocks.Op, got {ops!r:.80}")
+    return list(ops)
 
 
 def _hashable_key(key):

@@ -160,6 +160,15 @@ def test_embedding_without_mod_inputs_accepts_ids_in_range_and_fails_outside():
         block.eval(7)
 
 
+def test_embedding_fed_by_another_op_is_refused_by_eval_as_by_the_engine():
+    # the engine runs sparse lookups before its loop, on input data only; eval agrees
+    block = td.Scalar("int32") >> td.Function(lambda x: x + 1) >> td.Embedding(5, 2)
+    with pytest.raises(td.InputError, match=r"Pipe\[2\] > Function: .*Embedding.* must come "
+                                            r"from the input data"):
+        block.eval(3)
+    assert (td.Scalar("int32") >> td.Embedding(5, 2)).eval(3).shape == (2,)
+
+
 def test_embedding_narrow_integer_ids_are_accepted():
     init = np.arange(6, dtype="float32").reshape(3, 2)
     for dtype in ("int8", "uint8", "int16"):

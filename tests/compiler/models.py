@@ -177,9 +177,40 @@ def make_nested_records() -> Case:
     return Case("nested_records", block, inputs, weights_of(shared))
 
 
+class Gate(td.Block):
+    """A block written from scratch, as a user would: `sigmoid(x . w) * y` on a pair of
+    vectors, with its own weights, computing with one op it declares through `ops()`."""
+
+    def __init__(self, size: int, seed: int = 0, name: str | None = None):
+        self.w = tf.Variable(np.random.default_rng(seed).normal(size=size).astype("float32"))
+        vec = td.TensorType((size,))
+        super().__init__(input_type=td.TupleType(vec, vec), output_type=vec, name=name)
+        self._op = td.Op(self.name or "Gate", self._gate, [vec, vec], [vec])
+
+    def _gate(self, x, y):
+        return [tf.sigmoid(tf.reduce_sum(x * self.w, -1, keepdims=True)) * y]
+
+    def ops(self) -> list:
+        return [self._op]
+
+    def _evaluate(self, ctx, x):
+        return ctx.op(self._op, list(x))[0]
+
+
+def make_custom_block() -> Case:
+    """A user-written block (`Gate`, its own op and weights) inside Map, Fold and a layer."""
+    keras.utils.set_random_seed(7)
+    gate, fc = Gate(H, seed=7), td.FC(H, activation="tanh")
+    pair = td.Record((td.Vector(H), td.Vector(H))) >> gate
+    block = td.Map(pair) >> td.Fold(td.Concat() >> fc, td.Zeros(H))
+    vec = st.lists(st.floats(-1, 1, width=32), min_size=H, max_size=H)
+    return Case("custom_block", block, st.lists(st.tuples(vec, vec), max_size=5),
+                [gate.w, *weights_of(fc)])
+
+
 ALL = [make_tree_lstm, make_tree_lstm_loss_everywhere, make_fold_rnn,
        make_rnn_with_metric_per_step, make_bidirectional_tagger, make_reduce_and_oneof,
-       make_nested_records]
+       make_nested_records, make_custom_block]
 
 
 def random_weights_like(shapes: list, seed: int = 0) -> list:

@@ -114,8 +114,9 @@ def test_an_embedding_id_out_of_range_is_refused_before_running():
     assert err.value.example_index == 2
     assert err.value.block_path == "Pipe[0] > Map > Pipe[1] > Function"
     assert "id 25 is not in [0, 20)" in str(err.value)
-    with pytest.raises(InputError, match="id -1 is not in"):
-        block.eval([-1])
+    with pytest.raises(InputError, match="id -1 is not in") as err:
+        c.run([[-1]])
+    assert err.value.example_index == 0
 
 
 def test_wrong_shapes_are_refused_before_running():

@@ -38,7 +38,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from compiler.model import Model, _as_inputs, _check_batch_size, _Labels
+from compiler.model import Model
+from compiler.pipeline import Labels, as_inputs, check_batch_size
 
 
 def replicas_f() -> float:
@@ -110,7 +111,7 @@ class MirroredTrainer:
                              f"{self.replicas} replicas; use batches of at least "
                              f"{self.replicas}")
         parts = np.array_split(np.arange(len(inputs)), self.replicas)
-        feeds = [self.model._pack([inputs[i] for i in p]) for p in parts]
+        feeds = [self.model.pipeline.pack([inputs[i] for i in p]) for p in parts]
         n_metrics = len(self.model.program.metric_names)
         counts = np.zeros(n_metrics, np.int64)
         for f in feeds:
@@ -140,9 +141,9 @@ class MirroredTrainer:
         model's `on_bad_example` says); epoch `e` shuffles with `model.seed + e`.
         """
         m = self.model
-        _check_batch_size(batch_size)
-        inputs = _as_inputs(x)
-        inputs, labels = m._expand(inputs, _Labels(y, None, len(inputs)))
+        check_batch_size(batch_size)
+        inputs = as_inputs(x)
+        inputs, labels = m._expand(inputs, Labels(y, None, len(inputs)))
         n = len(inputs)
         if n < self.replicas:
             raise ValueError(f"{n} inputs cannot feed {self.replicas} replicas")

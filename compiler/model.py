@@ -177,18 +177,58 @@ class Model(keras.Model):
         return y_pred
 
     def _total_loss(self, x, y, y_pred, sample_weight, values):
+        """The loss of one packed batch: Keras' loss of the labels (with the weight
+        penalties) plus, for each loss metric, the mean of its values.
+
+        Arrays packed as one replica's part of a global batch (`MirroredTrainer`
+        adds "global_batch_size" and "global_metric_counts") give that part's share
+        instead, so that the sum of the shares over the replicas is the loss of the
+        whole batch on one device: the labelled mean counts `n_part / n_global`, a
+        metric loss divides its sum by its number of values in the global batch,
+        and the weight penalties count once over all replicas.
+        """
+        part = "global_batch_size" in x
+        labelled = y is not None and self._compile_loss is not None
         terms = []
-        if y is not None and self._compile_loss is not None:
+        if labelled and not part:
             terms.append(self.compute_loss(x=x, y=y, y_pred=y_pred,
                                            sample_weight=sample_weight))
-        elif self.losses:
-            terms.append(tf.add_n([tf.cast(v, tf.float32) for v in self.losses]))
+        else:
+            replicas = float(tf.distribute.get_strategy().num_replicas_in_sync) if part \
+                else 1.0
+            if labelled:
+                # Keras divides a loss by the number of replicas under a strategy; undo
+                # that to get the mean over this part's inputs, then weigh it
+                n_part = tf.cast(x["batch_size"][0], tf.float32)
+                n_global = tf.cast(x["global_batch_size"][0], tf.float32)
+                terms.append(self._compile_loss(y, y_pred, sample_weight) * replicas
+                             * n_part / n_global)
+            if self.losses:
+                terms.append(tf.add_n([tf.cast(v, tf.float32) for v in self.losses])
+                             / replicas)
+        counts = tf.cast(x["global_metric_counts"], tf.float32) if part else None
         for m in self._loss_ids:
             v = tf.cast(values[m], tf.float32)
-            terms.append(tf.reduce_sum(v) / tf.maximum(tf.cast(tf.size(v), tf.float32), 1.0))
+            count = counts[m] if part else tf.cast(tf.size(v), tf.float32)
+            terms.append(tf.reduce_sum(v) / tf.maximum(count, 1.0))
         if not terms:
             return tf.constant(0.0)
         return tf.add_n(terms) if len(terms) > 1 else terms[0]
+
+    def _train_on(self, x, y=None, sample_weight=None):
+        """One optimizer step on a packed batch: `(loss, y_pred, metric values)`.
+
+        `MirroredTrainer` runs it on every replica (see `_total_loss`)."""
+        weights = self.trainable_weights
+        with tf.GradientTape() as tape:
+            y_pred, values = self._forward(x)
+            loss = self._total_loss(x, y, y_pred, sample_weight, values)
+            scaled = self.optimizer.scale_loss(loss)
+        if weights:
+            grads = tape.gradient(scaled, weights)
+            grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
+            self.optimizer.apply_gradients(zip(grads, weights))
+        return loss, y_pred, values
 
     def _update_metrics(self, x, y, y_pred, sample_weight, values, loss):
         self._loss_tracker.update_state(loss, sample_weight=tf.cast(x["batch_size"][0],
@@ -201,15 +241,7 @@ class Model(keras.Model):
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        weights = self.trainable_weights
-        with tf.GradientTape() as tape:
-            y_pred, values = self._forward(x)
-            loss = self._total_loss(x, y, y_pred, sample_weight, values)
-            scaled = self.optimizer.scale_loss(loss)
-        if weights:
-            grads = tape.gradient(scaled, weights)
-            grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
-            self.optimizer.apply_gradients(zip(grads, weights))
+        loss, y_pred, values = self._train_on(x, y, sample_weight)
         return self._update_metrics(x, y, y_pred, sample_weight, values, loss)
 
     def test_step(self, data):

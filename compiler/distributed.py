@@ -2,11 +2,11 @@
 
 Each replica runs its own whole schedule: a global batch of inputs is split into
 one contiguous part per replica, each part is expanded, scheduled and packed on
-its own, and every replica runs the traced step on its part. Losses are scaled so
-that the gradients the strategy sums across replicas are those of the loss of the
-whole batch on one device: a labelled loss counts `n_part / n_global` of its
-replica's mean, and a `td.Metric` loss sums its values and divides by the number
-of values in the whole batch.
+its own, and every replica runs `Model`'s training step on its part. Each part's
+loss is its share, so that the gradients the strategy sums across replicas are
+those of the loss of the whole batch on one device: a labelled loss counts
+`n_part / n_global` of its replica's mean, and a `td.Metric` loss sums its values
+and divides by the number of values in the whole batch.
 
 Keras' `fit` does not work under a strategy here (its first step tries to average
 one input batch across replicas, and schedules of different sizes cannot be
@@ -38,12 +38,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from compiler.model import Model, _as_inputs, _check_batch_size, _Labels
-
-
-def replicas_f() -> float:
-    """The number of replicas in sync, as a float (1.0 outside any strategy)."""
-    return float(tf.distribute.get_strategy().num_replicas_in_sync)
+from compiler.model import Model
+from compiler.pipeline import Labels, as_inputs, check_batch_size
 
 
 class MirroredTrainer:
@@ -66,34 +62,9 @@ class MirroredTrainer:
     # --- one step ---------------------------------------------------------------
 
     def _replica_step(self, arrays: dict, y=None):
-        m = self.model
-        weights = m.trainable_weights
-        with tf.GradientTape() as tape:
-            y_pred, values = m._forward(arrays)
-            loss = self._replica_loss(arrays, y, y_pred, values)
-            scaled = m.optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, weights)
-        grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
-        m.optimizer.apply_gradients(zip(grads, weights))
+        # the step of `Model.fit`; the arrays' global counts make its loss this part's share
+        loss, _, _ = self.model._train_on(arrays, y)
         return loss
-
-    def _replica_loss(self, arrays, y, y_pred, values):
-        m = self.model
-        n_local = tf.cast(arrays["batch_size"][0], tf.float32)
-        n_global = tf.cast(arrays["global_batch_size"][0], tf.float32)
-        terms = [tf.constant(0.0)]
-        if y is not None and m._compile_loss is not None:
-            # Keras losses divide by the number of replicas when a strategy is active;
-            # undo that to get the mean over this replica's inputs, then weigh it.
-            part = m._compile_loss(y, y_pred) * replicas_f()
-            terms.append(part * n_local / n_global)
-        counts = tf.cast(arrays["global_metric_counts"], tf.float32)
-        for i in m._loss_ids:
-            v = tf.cast(values[i], tf.float32)
-            terms.append(tf.reduce_sum(v) / tf.maximum(counts[i], 1.0))
-        if m.losses:  # weight penalties: each replica adds its share
-            terms.append(tf.add_n([tf.cast(x, tf.float32) for x in m.losses]) / replicas_f())
-        return tf.add_n(terms)
 
     def _distributed_step(self, per_replica_arrays, per_replica_y=None):
         args = (per_replica_arrays,) if per_replica_y is None else \
@@ -110,7 +81,7 @@ class MirroredTrainer:
                              f"{self.replicas} replicas; use batches of at least "
                              f"{self.replicas}")
         parts = np.array_split(np.arange(len(inputs)), self.replicas)
-        feeds = [self.model._pack([inputs[i] for i in p]) for p in parts]
+        feeds = [self.model.pipeline.pack([inputs[i] for i in p]) for p in parts]
         n_metrics = len(self.model.program.metric_names)
         counts = np.zeros(n_metrics, np.int64)
         for f in feeds:
@@ -140,9 +111,9 @@ class MirroredTrainer:
         model's `on_bad_example` says); epoch `e` shuffles with `model.seed + e`.
         """
         m = self.model
-        _check_batch_size(batch_size)
-        inputs = _as_inputs(x)
-        inputs, labels = m._expand(inputs, _Labels(y, None, len(inputs)))
+        check_batch_size(batch_size)
+        inputs = as_inputs(x)
+        inputs, labels = m._expand(inputs, Labels(y, None, len(inputs)))
         n = len(inputs)
         if n < self.replicas:
             raise ValueError(f"{n} inputs cannot feed {self.replicas} replicas")

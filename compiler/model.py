@@ -3,7 +3,9 @@
 `fit`, `evaluate` and `predict` take lists of Python inputs (trees, sequences,
 dicts). Each batch is expanded (once: example graphs are cached across epochs),
 merged, scheduled and packed into index tensors in a `tf.data` producer that runs
-ahead of the training step; one traced function runs every batch.
+ahead of the training step (`compiler.pipeline`); one traced function runs every
+batch. Saving is atomic and refused after a NaN loss (`compiler.saving`); a
+TensorFlow error in a step names the input that caused it (`compiler.blame`).
 
 Two ways to give the loss:
 
@@ -36,26 +38,23 @@ Two ways to give the loss:
 
 from __future__ import annotations
 
-import contextlib
-import math
-import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from blocks.errors import InputError
 from blocks.layers import Layer as BlockLayer
 from blocks.layers import is_keras_layer
 from blocks.tensors import FromTensor, Function
 from blocks.types import TensorType
 from blocks.validation import validate
-from compiler.compiler import Compiler, find_bad_input
-
-_EXTRA_KEYS = ("metric_bounds", "batch_size")
+from compiler.blame import blaming
+from compiler.compiler import Compiler
+from compiler.pipeline import InputPipeline, Labels, as_inputs, check_batch_size, split_validation
+from compiler.saving import atomic_write, refuse_after_nan, write_saved_model
 
 
 @keras.saving.register_keras_serializable(package="refold")
@@ -100,6 +99,7 @@ class Model(keras.Model):
         self.compiler = Compiler.create(block, scheduler=scheduler, cache=cache,
                                         workers=workers)
         self.program = self.compiler.program
+        self.pipeline = InputPipeline(self.compiler)
         self.block = self.program.root
         self.scheduler = scheduler
         self.on_bad_example = on_bad_example
@@ -177,18 +177,58 @@ class Model(keras.Model):
         return y_pred
 
     def _total_loss(self, x, y, y_pred, sample_weight, values):
+        """The loss of one packed batch: Keras' loss of the labels (with the weight
+        penalties) plus, for each loss metric, the mean of its values.
+
+        Arrays packed as one replica's part of a global batch (`MirroredTrainer`
+        adds "global_batch_size" and "global_metric_counts") give that part's share
+        instead, so that the sum of the shares over the replicas is the loss of the
+        whole batch on one device: the labelled mean counts `n_part / n_global`, a
+        metric loss divides its sum by its number of values in the global batch,
+        and the weight penalties count once over all replicas.
+        """
+        part = "global_batch_size" in x
+        labelled = y is not None and self._compile_loss is not None
         terms = []
-        if y is not None and self._compile_loss is not None:
+        if labelled and not part:
             terms.append(self.compute_loss(x=x, y=y, y_pred=y_pred,
                                            sample_weight=sample_weight))
-        elif self.losses:
-            terms.append(tf.add_n([tf.cast(v, tf.float32) for v in self.losses]))
+        else:
+            replicas = float(tf.distribute.get_strategy().num_replicas_in_sync) if part \
+                else 1.0
+            if labelled:
+                # Keras divides a loss by the number of replicas under a strategy; undo
+                # that to get the mean over this part's inputs, then weigh it
+                n_part = tf.cast(x["batch_size"][0], tf.float32)
+                n_global = tf.cast(x["global_batch_size"][0], tf.float32)
+                terms.append(self._compile_loss(y, y_pred, sample_weight) * replicas
+                             * n_part / n_global)
+            if self.losses:
+                terms.append(tf.add_n([tf.cast(v, tf.float32) for v in self.losses])
+                             / replicas)
+        counts = tf.cast(x["global_metric_counts"], tf.float32) if part else None
         for m in self._loss_ids:
             v = tf.cast(values[m], tf.float32)
-            terms.append(tf.reduce_sum(v) / tf.maximum(tf.cast(tf.size(v), tf.float32), 1.0))
+            count = counts[m] if part else tf.cast(tf.size(v), tf.float32)
+            terms.append(tf.reduce_sum(v) / tf.maximum(count, 1.0))
         if not terms:
             return tf.constant(0.0)
         return tf.add_n(terms) if len(terms) > 1 else terms[0]
+
+    def _train_on(self, x, y=None, sample_weight=None):
+        """One optimizer step on a packed batch: `(loss, y_pred, metric values)`.
+
+        `MirroredTrainer` runs it on every replica (see `_total_loss`)."""
+        weights = self.trainable_weights
+        with tf.GradientTape() as tape:
+            y_pred, values = self._forward(x)
+            loss = self._total_loss(x, y, y_pred, sample_weight, values)
+            scaled = self.optimizer.scale_loss(loss)
+        if weights:
+            grads = tape.gradient(scaled, weights)
+            grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
+            self.optimizer.apply_gradients(zip(grads, weights))
+        return loss, y_pred, values
 
     def _update_metrics(self, x, y, y_pred, sample_weight, values, loss):
         self._loss_tracker.update_state(loss, sample_weight=tf.cast(x["batch_size"][0],
@@ -201,15 +241,7 @@ class Model(keras.Model):
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        weights = self.trainable_weights
-        with tf.GradientTape() as tape:
-            y_pred, values = self._forward(x)
-            loss = self._total_loss(x, y, y_pred, sample_weight, values)
-            scaled = self.optimizer.scale_loss(loss)
-        if weights:
-            grads = tape.gradient(scaled, weights)
-            grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
-            self.optimizer.apply_gradients(zip(grads, weights))
+        loss, y_pred, values = self._train_on(x, y, sample_weight)
         return self._update_metrics(x, y, y_pred, sample_weight, values, loss)
 
     def test_step(self, data):
@@ -234,85 +266,36 @@ class Model(keras.Model):
         (one row per input, in order) for a model written by `model.export(path)`.
         """
         inputs = list(inputs)
-        self._expand(inputs, _Labels(None, None), raise_errors=True)
-        return self._pack(inputs)
+        self._expand(inputs, Labels(None, None), raise_errors=True)
+        return self.pipeline.pack(inputs)
 
-    def _pack(self, batch: list) -> dict:
-        plan = self.compiler.plan(batch, grouped=True)
-        arrays = dict(plan.feed.arrays)
-        arrays["metric_bounds"] = plan.metric_bounds(self.program).reshape(-1)
-        arrays["batch_size"] = np.array([len(batch)], np.int32)
-        return arrays
-
-    def _signature(self) -> dict:
-        spec = dict(self.compiler.executor.input_signature())
-        spec["metric_bounds"] = tf.TensorSpec([None], tf.int32)
-        spec["batch_size"] = tf.TensorSpec([1], tf.int32)
-        return spec
-
-    def _expand(self, inputs: list, labels: _Labels, raise_errors: bool = False,
+    def _expand(self, inputs: list, labels: Labels, raise_errors: bool = False,
                 what: str = "x"):
-        """Expands every input once (filling the cache); drops or raises on bad ones."""
+        """Expands every input once; drops (and records) or raises on bad ones."""
         skip = self.on_bad_example == "skip" and not raise_errors
-        bad: list[int] = []
-        first_error = None
-        start, chunk = 0, 256
-        while start < len(inputs):
-            part = inputs[start:start + chunk]
-            try:
-                self.compiler.expand(part, start)
-                start += len(part)
-            except InputError as e:
-                if what != "x" and e.example_index is not None:
-                    e = type(e)(e.block_path, f"{e.reason} (in {what})", e.example_index)
-                if not skip or e.example_index is None:
-                    raise e from e.__cause__
-                bad.append(e.example_index)
-                first_error = first_error or e
-                start = e.example_index + 1
+        inputs, labels, bad = self.pipeline.expand(inputs, labels, skip, what)
         if what == "validation_data":
             self.skipped_validation_examples = bad
         else:
             self.skipped_examples = bad
-        if bad:
-            warnings.warn(f"skipped {len(bad)} of {len(inputs)} examples of {what} that do "
-                          f"not fit the block (on_bad_example='skip'); the first: "
-                          f"{first_error}", stacklevel=3)
-            keep = np.setdiff1d(np.arange(len(inputs)), bad)
-            return [inputs[i] for i in keep], labels.take(keep)
         return inputs, labels
 
     def _dataset(self, x, y, sample_weight, batch_size: int, shuffle: bool,
                  with_labels: bool = True, what: str = "x", raise_errors: bool = False):
-        _check_batch_size(batch_size)
-        inputs = _as_inputs(x, what)
-        labels = _Labels(y, sample_weight, len(inputs))
-        if labels.y is not None and self._out_type is None:
-            raise ValueError(f"labels y need a block whose output is one tensor per input "
-                             f"(y_pred), but its output type is {self.block.output_type}")
-        if labels.y is None and labels.w is not None:
-            raise ValueError("sample_weight needs labels y; with losses from td.Metric blocks "
-                             "weigh them inside the block")
+        check_batch_size(batch_size)
+        inputs = as_inputs(x, what)
+        labels = self.pipeline.labels(y, sample_weight, len(inputs))
         inputs, labels = self._expand(inputs, labels, raise_errors=raise_errors, what=what)
         if not inputs:
             raise ValueError(f"no inputs in {what}" + (" (all were skipped)" if
                                                        len(x) else ""))
         n = len(inputs)
-        n_batches = math.ceil(n / batch_size)
-        signature = self._signature()
 
-        def batches():
-            order = np.random.default_rng(self.seed + self._epoch).permutation(n) \
+        def order() -> np.ndarray:  # called as each epoch starts reading
+            return np.random.default_rng(self.seed + self._epoch).permutation(n) \
                 if shuffle else np.arange(n)
-            for b in range(n_batches):
-                idx = order[b * batch_size:(b + 1) * batch_size]
-                arrays = self._pack([inputs[i] for i in idx])
-                yield (arrays, *labels.batch(idx)) if with_labels else (arrays,)
 
-        out_sig = (signature, *labels.signature()) if with_labels else (signature,)
-        ds = tf.data.Dataset.from_generator(batches, output_signature=out_sig)
-        ds = ds.apply(tf.data.experimental.assert_cardinality(n_batches))
-        return ds.prefetch(2), n
+        return self.pipeline.dataset(inputs, labels, batch_size, order, with_labels)
 
     def fit(self, x=None, y=None, batch_size: int | None = None, epochs: int = 1,
             verbose="auto", callbacks=None, validation_data=None, shuffle: bool = True,
@@ -329,16 +312,16 @@ class Model(keras.Model):
             raise ValueError("Model.fit runs on one device; under a multi-device strategy "
                              "train with compiler.MirroredTrainer(model, strategy)")
         batch_size = 32 if batch_size is None else batch_size
-        x = _as_inputs(x)
+        x = as_inputs(x)
         self._check_loss(y)
         if not self.trainable_weights:
             warnings.warn("the block has no trainable weights: fit only reports metrics",
                           stacklevel=2)
-        data, _ = self._dataset(x, y, sample_weight, batch_size, shuffle)
+        data = self._dataset(x, y, sample_weight, batch_size, shuffle)
         val = None
         if validation_data is not None:
-            vx, vy, vw = _split_validation(validation_data)
-            val, _ = self._dataset(vx, vy, vw, validation_batch_size or batch_size, False,
+            vx, vy, vw = split_validation(validation_data)
+            val = self._dataset(vx, vy, vw, validation_batch_size or batch_size, False,
                                    what="validation_data")
         callbacks = list(callbacks or [])
         if not any(isinstance(c, keras.callbacks.TerminateOnNaN) for c in callbacks):
@@ -350,9 +333,9 @@ class Model(keras.Model):
             self.optimizer.build(self.trainable_variables)
         blame = [(x, "x", self.skipped_examples)]
         if validation_data is not None:
-            blame.append((_split_validation(validation_data)[0], "validation_data",
+            blame.append((split_validation(validation_data)[0], "validation_data",
                           self.skipped_validation_examples))
-        with self._blaming(blame):
+        with blaming(self.block, blame):
             return super().fit(data, epochs=epochs, verbose=verbose, callbacks=callbacks,
                                shuffle=False, validation_data=val, initial_epoch=initial_epoch,
                                validation_freq=validation_freq)
@@ -365,11 +348,11 @@ class Model(keras.Model):
                                     sample_weight=sample_weight, callbacks=callbacks,
                                     return_dict=return_dict, **kwargs)
         _refuse(kwargs, "evaluate")
-        x = _as_inputs(x)
+        x = as_inputs(x)
         self._check_loss(y)
-        data, _ = self._dataset(x, y, sample_weight, 32 if batch_size is None else batch_size,
+        data = self._dataset(x, y, sample_weight, 32 if batch_size is None else batch_size,
                                 False)
-        with self._blaming([(x, "x", self.skipped_examples)]):
+        with blaming(self.block, [(x, "x", self.skipped_examples)]):
             return super().evaluate(data, verbose=verbose, callbacks=callbacks,
                                     return_dict=return_dict)
 
@@ -383,32 +366,17 @@ class Model(keras.Model):
         _refuse(kwargs, "predict")
         batch_size = 32 if batch_size is None else batch_size
         if self._out_type is not None:
-            x = _as_inputs(x)
-            data, _ = self._dataset(x, None, None, batch_size, False, with_labels=False,
+            x = as_inputs(x)
+            data = self._dataset(x, None, None, batch_size, False, with_labels=False,
                                     raise_errors=True)
-            with self._blaming([(x, "x", [])]):
+            with blaming(self.block, [(x, "x", [])]):
                 return super().predict(data, verbose=verbose, callbacks=callbacks)
-        _check_batch_size(batch_size)
-        inputs, _ = self._expand(_as_inputs(x), _Labels(None, None), raise_errors=True)
+        check_batch_size(batch_size)
+        inputs, _ = self._expand(as_inputs(x), Labels(None, None), raise_errors=True)
         results = []
         for b in range(0, len(inputs), batch_size):
             results.extend(self.compiler.run(inputs[b:b + batch_size]))
         return results
-
-    @contextlib.contextmanager
-    def _blaming(self, datasets: list):
-        """Turns a TensorFlow error in a step into an `InputError` naming the input
-        (its index in its dataset) and the block path, found by evaluating the inputs
-        one by one on the reference evaluator."""
-        try:
-            yield
-        except tf.errors.OpError as e:
-            for inputs, what, skipped in datasets:
-                bad = find_bad_input(self.block, _as_inputs(inputs, what), skipped)
-                if bad is not None:
-                    reason = bad.reason if what == "x" else f"{bad.reason} (in {what})"
-                    raise InputError(bad.block_path, reason, bad.example_index) from e
-            raise
 
     def _check_loss(self, y):
         if y is not None and self._compile_loss is None and self._loss_ids:
@@ -424,9 +392,9 @@ class Model(keras.Model):
 
     def save_weights(self, filepath, overwrite: bool = True, **kwargs):
         """As Keras', but atomic: written to a temporary file, then renamed."""
-        if self._refuse_save(filepath):
+        if refuse_after_nan(self._nan_seen, filepath):
             return
-        _atomic(filepath, overwrite, lambda tmp: super(Model, self).save_weights(
+        atomic_write(filepath, overwrite, lambda tmp: super(Model, self).save_weights(
             tmp, overwrite=True, **kwargs))
 
     def load_weights(self, filepath, **kwargs):
@@ -436,85 +404,27 @@ class Model(keras.Model):
 
     def save(self, filepath, overwrite: bool = True, **kwargs):
         """As Keras' (needs `Model.from_factory`), but atomic."""
-        if self._refuse_save(filepath):
+        if refuse_after_nan(self._nan_seen, filepath):
             return
         self.get_config()  # the clear error, before anything is written
-        _atomic(filepath, overwrite, lambda tmp: super(Model, self).save(
+        atomic_write(filepath, overwrite, lambda tmp: super(Model, self).save(
             tmp, overwrite=True, **kwargs))
-
-    def _refuse_save(self, filepath) -> bool:
-        if self._nan_seen:
-            warnings.warn(f"not writing {filepath}: a training loss was NaN, so the weights "
-                          "are not trustworthy; the last checkpoint is left as it was",
-                          stacklevel=3)
-            return True
-        return False
 
     def export(self, filepath, format: str = "tf_saved_model", verbose: bool = True, **kw):
         """Writes a SavedModel for serving; its `serving_default` signature takes the
         tensors of `packed_inputs(batch)` and returns `{"output": [B, ...]}` (the
         block's output per input, in order). Loading it needs TensorFlow only."""
-        if self._refuse_save(filepath):
+        if refuse_after_nan(self._nan_seen, filepath):
             return
         if format != "tf_saved_model":
             raise ValueError("only format='tf_saved_model' is supported")
         if self._out_type is None:
             raise ValueError("export needs a block whose output is one tensor per input, "
                              f"got {self.block.output_type}")
-        module = tf.Module()
-        module.weights = [w.value if isinstance(w, keras.Variable) else w
-                          for w in self.weights]
-
-        signature = {k: tf.TensorSpec(v.shape, v.dtype, name=k)
-                     for k, v in self._signature().items()}
-
-        @tf.function(input_signature=[signature], autograph=False)
-        def serve(arrays):
-            y_pred, _ = self._forward(arrays)
-            return {"output": y_pred}
-
-        module.serve = serve
-        tf.saved_model.save(module, str(filepath),
-                            signatures={"serving_default": serve.get_concrete_function()})
+        write_saved_model(filepath, self.weights, self.pipeline.signature(),
+                          lambda arrays: self._forward(arrays)[0])
         if verbose:
             print(f"Saved a SavedModel for serving at {filepath}")
-
-
-class _Labels:
-    """Labels and sample weights aligned with the inputs (either may be None)."""
-
-    def __init__(self, y, sample_weight, n: int | None = None):
-        self.y = None if y is None else np.asarray(y)
-        self.w = None if sample_weight is None else np.asarray(sample_weight, np.float32)
-        if self.y is not None:
-            if self.y.ndim == 0:
-                raise ValueError(f"y must have one row per input, got a scalar {y!r}")
-            if not (np.issubdtype(self.y.dtype, np.number) or self.y.dtype == bool):
-                raise TypeError(f"y must hold numbers (labels or targets), got dtype "
-                                f"{self.y.dtype}")
-        if self.w is not None and self.w.ndim != 1:
-            raise ValueError(f"sample_weight must be one number per input, got shape "
-                             f"{self.w.shape}")
-        for what, a in (("y", self.y), ("sample_weight", self.w)):
-            if a is not None and n is not None and len(a) != n:
-                raise ValueError(f"{what} has {len(a)} rows but there are {n} inputs")
-        if self.y is not None and self.y.dtype == np.float64:
-            self.y = self.y.astype(np.float32)
-
-    def take(self, keep: np.ndarray) -> _Labels:
-        return _Labels(None if self.y is None else self.y[keep],
-                       None if self.w is None else self.w[keep])
-
-    def batch(self, idx) -> tuple:
-        if self.y is None:
-            return ()
-        return (self.y[idx],) if self.w is None else (self.y[idx], self.w[idx])
-
-    def signature(self) -> tuple:
-        if self.y is None:
-            return ()
-        ys = tf.TensorSpec((None, *self.y.shape[1:]), tf.as_dtype(self.y.dtype))
-        return (ys,) if self.w is None else (ys, tf.TensorSpec((None,), tf.float32))
 
 
 class _Bookkeeping(keras.callbacks.Callback):
@@ -555,49 +465,7 @@ def _weights_of(root) -> tuple[list, list]:
     return layers, variables
 
 
-def _as_inputs(x, what: str = "x") -> list:
-    if x is None:
-        raise ValueError(f"no inputs: {what} is None")
-    if isinstance(x, (str, bytes, dict)) or not isinstance(x, Iterable):
-        raise TypeError(f"{what} must be a list (or iterable) of inputs, got "
-                        f"{type(x).__name__}")
-    if isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)):
-        raise TypeError(f"{what} must be a list of Python inputs; Model packs its own "
-                        "batches")
-    return x if isinstance(x, list) else list(x)
-
-
-def _split_validation(data):
-    """`(x, y)` or `(x, y, sample_weight)` tuples; a list is Fold-style inputs only."""
-    if isinstance(data, tuple):
-        if len(data) not in (2, 3):
-            raise ValueError("validation_data must be (x, y), (x, y, sample_weight) or a list "
-                             f"of inputs, got a tuple of {len(data)}")
-        return data[0], data[1], data[2] if len(data) == 3 else None
-    return data, None, None
-
-
-def _check_batch_size(batch_size) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
-            or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-
-
 def _refuse(kwargs: dict, what: str) -> None:
     if kwargs:
         raise TypeError(f"Model.{what} does not support {sorted(kwargs)} (inputs are lists "
                         "of Python objects that Model batches itself)")
-
-
-def _atomic(filepath, overwrite: bool, write) -> None:
-    path = os.fspath(filepath)
-    if os.path.exists(path) and not overwrite:
-        raise FileExistsError(f"{path} exists and overwrite=False")
-    head, tail = os.path.split(path)
-    tmp = os.path.join(head, f".tmp-{os.getpid()}-{tail}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)

@@ -367,12 +367,12 @@ def test_every_epoch_sees_its_own_order_and_a_resumed_run_sees_the_same():
     def orders(epochs, initial_epoch=0):
         model = compiled(Model(factories.tree_sign(), seed=7))
         seen = []
-        pack = model._pack
+        pack = model.pipeline.pack
 
         def spy(batch):
             seen.append([trees.index(t) for t in batch])
             return pack(batch)
-        model._pack = spy
+        model.pipeline.pack = spy
         model.fit(trees, y, batch_size=24, epochs=epochs, initial_epoch=initial_epoch,
                   verbose=0)
         return seen

@@ -1,0 +1,180 @@
+"""The input pipeline of a `Model`: Python inputs and labels into packed batches.
+
+Inputs are expanded once up front (bad ones raise or are skipped, as the model's
+`on_bad_example` says); then each batch is merged, scheduled and packed into index
+arrays in a `tf.data` producer, so that packing the next batch overlaps the
+traced step running this one. The packed arrays are those of the executor plus
+`metric_bounds` (where each `td.Metric`'s values are in the outputs) and
+`batch_size`, which is all a step, or a SavedModel's signature, needs.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from blocks.errors import InputError
+from blocks.types import TensorType
+from compiler.compiler import Compiler
+
+
+class Labels:
+    """Labels and sample weights aligned with the inputs (either may be None)."""
+
+    def __init__(self, y, sample_weight, n: int | None = None):
+        self.y = None if y is None else np.asarray(y)
+        self.w = None if sample_weight is None else np.asarray(sample_weight, np.float32)
+        if self.y is not None:
+            if self.y.ndim == 0:
+                raise ValueError(f"y must have one row per input, got a scalar {y!r}")
+            if not (np.issubdtype(self.y.dtype, np.number) or self.y.dtype == bool):
+                raise TypeError(f"y must hold numbers (labels or targets), got dtype "
+                                f"{self.y.dtype}")
+        if self.w is not None and self.w.ndim != 1:
+            raise ValueError(f"sample_weight must be one number per input, got shape "
+                             f"{self.w.shape}")
+        for what, a in (("y", self.y), ("sample_weight", self.w)):
+            if a is not None and n is not None and len(a) != n:
+                raise ValueError(f"{what} has {len(a)} rows but there are {n} inputs")
+        if self.y is not None and self.y.dtype == np.float64:
+            self.y = self.y.astype(np.float32)
+
+    def take(self, keep: np.ndarray) -> Labels:
+        return Labels(None if self.y is None else self.y[keep],
+                      None if self.w is None else self.w[keep])
+
+    def batch(self, idx) -> tuple:
+        if self.y is None:
+            return ()
+        return (self.y[idx],) if self.w is None else (self.y[idx], self.w[idx])
+
+    def signature(self) -> tuple:
+        if self.y is None:
+            return ()
+        ys = tf.TensorSpec((None, *self.y.shape[1:]), tf.as_dtype(self.y.dtype))
+        return (ys,) if self.w is None else (ys, tf.TensorSpec((None,), tf.float32))
+
+
+class InputPipeline:
+    """Expands, packs and batches the inputs of one compiled block.
+
+    Args:
+        compiler: the `Compiler` of the block; its cache keeps expanded inputs.
+    """
+
+    def __init__(self, compiler: Compiler):
+        self.compiler = compiler
+        self.program = compiler.program
+
+    def labels(self, y, sample_weight, n: int) -> Labels:
+        """`Labels` for `n` inputs, refused where the block's output cannot take them."""
+        labels = Labels(y, sample_weight, n)
+        out = self.program.root.output_type
+        if labels.y is not None and not isinstance(out, TensorType):
+            raise ValueError(f"labels y need a block whose output is one tensor per input "
+                             f"(y_pred), but its output type is {out}")
+        if labels.y is None and labels.w is not None:
+            raise ValueError("sample_weight needs labels y; with losses from td.Metric blocks "
+                             "weigh them inside the block")
+        return labels
+
+    def expand(self, inputs: list, labels: Labels, skip: bool,
+               what: str = "x") -> tuple[list, Labels, list[int]]:
+        """Expands every input once (filling the cache): `(inputs, labels, skipped)`.
+
+        A bad input raises its `InputError`, or with `skip` is left out (with its
+        label) and its index listed in `skipped`, with one warning for them all.
+        """
+        bad: list[int] = []
+        first_error = None
+        start, chunk = 0, 256
+        while start < len(inputs):
+            part = inputs[start:start + chunk]
+            try:
+                self.compiler.expand(part, start)
+                start += len(part)
+            except InputError as e:
+                if what != "x" and e.example_index is not None:
+                    e = type(e)(e.block_path, f"{e.reason} (in {what})", e.example_index)
+                if not skip or e.example_index is None:
+                    raise e from e.__cause__
+                bad.append(e.example_index)
+                first_error = first_error or e
+                start = e.example_index + 1
+        if bad:
+            # stacklevel 4: the caller of the caller of Model._expand
+            warnings.warn(f"skipped {len(bad)} of {len(inputs)} examples of {what} that do "
+                          f"not fit the block (on_bad_example='skip'); the first: "
+                          f"{first_error}", stacklevel=4)
+            keep = np.setdiff1d(np.arange(len(inputs)), bad)
+            return [inputs[i] for i in keep], labels.take(keep), bad
+        return inputs, labels, bad
+
+    def pack(self, batch: list) -> dict:
+        """The arrays (`signature()`'s keys) one batch of expanded inputs becomes."""
+        plan = self.compiler.plan(batch, grouped=True)
+        arrays = dict(plan.feed.arrays)
+        arrays["metric_bounds"] = plan.metric_bounds(self.program).reshape(-1)
+        arrays["batch_size"] = np.array([len(batch)], np.int32)
+        return arrays
+
+    def signature(self) -> dict:
+        """`tf.TensorSpec`s of the packed arrays, for every batch."""
+        spec = dict(self.compiler.executor.input_signature())
+        spec["metric_bounds"] = tf.TensorSpec([None], tf.int32)
+        spec["batch_size"] = tf.TensorSpec([1], tf.int32)
+        return spec
+
+    def dataset(self, inputs: list, labels: Labels, batch_size: int,
+                order: Callable[[], np.ndarray], with_labels: bool = True) -> tf.data.Dataset:
+        """A `tf.data.Dataset` of `(arrays, y?, sample_weight?)` batches of expanded
+        `inputs`, taken in the order `order()` gives at the start of every pass."""
+        n_batches = math.ceil(len(inputs) / batch_size)
+        signature = self.signature()
+
+        def batches():
+            ordered = order()
+            for b in range(n_batches):
+                idx = ordered[b * batch_size:(b + 1) * batch_size]
+                arrays = self.pack([inputs[i] for i in idx])
+                yield (arrays, *labels.batch(idx)) if with_labels else (arrays,)
+
+        out_sig = (signature, *labels.signature()) if with_labels else (signature,)
+        ds = tf.data.Dataset.from_generator(batches, output_signature=out_sig)
+        ds = ds.apply(tf.data.experimental.assert_cardinality(n_batches))
+        return ds.prefetch(2)
+
+
+def as_inputs(x: Any, what: str = "x") -> list:
+    """`x` as a list of Python inputs; refuses None, one input, and prepared datasets."""
+    if x is None:
+        raise ValueError(f"no inputs: {what} is None")
+    if isinstance(x, (str, bytes, dict)) or not isinstance(x, Iterable):
+        raise TypeError(f"{what} must be a list (or iterable) of inputs, got "
+                        f"{type(x).__name__}")
+    if isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)):
+        raise TypeError(f"{what} must be a list of Python inputs; Model packs its own "
+                        "batches")
+    return x if isinstance(x, list) else list(x)
+
+
+def split_validation(data) -> tuple:
+    """`(x, y)` or `(x, y, sample_weight)` tuples; a list is Fold-style inputs only."""
+    if isinstance(data, tuple):
+        if len(data) not in (2, 3):
+            raise ValueError("validation_data must be (x, y), (x, y, sample_weight) or a list "
+                             f"of inputs, got a tuple of {len(data)}")
+        return data[0], data[1], data[2] if len(data) == 3 else None
+    return data, None, None
+
+
+def check_batch_size(batch_size) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+            or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")

@@ -292,6 +292,15 @@ class Block(IOBase):
         """
         return []
 
+    def weights(self) -> list:
+        """The Keras layers and variables this block's ops compute with; none by default.
+
+        `compiler.Model` trains, checkpoints and saves what the blocks of its
+        expression return here (a `keras.layers.Layer` or a `keras.Variable`), so a
+        block that owns weights returns them (see `blocks.op`).
+        """
+        return []
+
     def _evaluate(self, ctx, x):
         """Evaluates this block on one input `x` in context `ctx` (see `blocks.evaluation`)."""
         raise NotImplementedError(f"{type(self).__name__} does not define _evaluate")

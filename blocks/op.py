@@ -13,7 +13,8 @@ batching engine calls it once for every group of nodes it schedules together.
 Op('neg', (TensorType((), 'float32'),) -> (TensorType((), 'float32'),))
 
 Writing a new block: subclass `Block`, set its types (in `__init__`, or in `_infer`
-when they depend on its neighbours), return the ops it calls from `ops()`, and
+when they depend on its neighbours), return the ops it calls from `ops()` and the
+weights they use from `weights()` (what `compiler.Model` trains and saves), and
 compute in `_evaluate(ctx, x)` by asking the context for op calls on the handles
 it is given. A block never touches tensors itself, so the same code runs in
 `block.eval` (the reference evaluator: eager, op by op, one input) and batched in
@@ -22,17 +23,20 @@ before they see an input; an op called without being declared is refused there
 (`compiler.lowering.UnloweredOpError`). Instances whose ops share an `Op.key`
 run in one launch.
 
->>> import blocks as td
+>>> import blocks as td, keras
 >>> class Scale(td.Block):
 ...     # multiplies a vector by a learned vector, element by element
 ...     def __init__(self, size, name=None):
-...         self.weights = tf.Variable(tf.fill([size], 2.0))
+...         self.factor = keras.Variable(tf.fill([size], 2.0), name="factor")
 ...         vec = td.TensorType((size,))
 ...         super().__init__(input_type=vec, output_type=vec, name=name)
-...         self._op = Op("scale", lambda x: [x * self.weights], [vec], [vec])
+...         self._op = Op("scale", lambda x: [x * self.factor], [vec], [vec])
 ...
 ...     def ops(self):
 ...         return [self._op]
+...
+...     def weights(self):
+...         return [self.factor]
 ...
 ...     def _evaluate(self, ctx, x):
 ...         return ctx.op(self._op, [x])[0]

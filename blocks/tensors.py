@@ -130,6 +130,10 @@ class FromTensor(Block):
     def ops(self) -> list[Op]:
         return [self._op]
 
+    def weights(self) -> list:
+        """The tensor, if it is a variable (a constant has no weights)."""
+        return [self._tensor] if hasattr(self._tensor, "assign") else []
+
     def _evaluate(self, ctx, x):
         return ctx.op(self._op, [])[0]
 
@@ -231,6 +235,15 @@ class Function(Block):
 
     def ops(self) -> list[Op]:
         return [self.op()]
+
+    def weights(self) -> list:
+        """The function's Keras layers: a `blocks.Layer`'s, or the function itself
+        if it is a Keras layer; none for a plain function."""
+        from blocks.layers import Layer, is_keras_layer
+        fn = self._tf_fn
+        if isinstance(fn, Layer):
+            return fn._keras_layers()
+        return [fn] if is_keras_layer(fn) else []
 
     def _evaluate(self, ctx, x):
         flat_in = self.input_type.flatten(x)

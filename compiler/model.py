@@ -46,9 +46,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from blocks.layers import Layer as BlockLayer
 from blocks.layers import is_keras_layer
-from blocks.tensors import FromTensor, Function
 from blocks.types import TensorType
 from blocks.validation import validate
 from compiler.blame import blaming
@@ -444,24 +442,24 @@ class _Bookkeeping(keras.callbacks.Callback):
 
 
 def _weights_of(root) -> tuple[list, list]:
-    """The Keras layers and the variables (of `FromTensor`) a block expression uses."""
+    """The Keras layers and variables a block expression computes with: what each
+    block returns from `Block.weights`, each once."""
     layers, variables, seen = [], [], set()
     for b in validate(root):
-        if isinstance(b, Function):
-            fn = b._tf_fn
-            found = fn._keras_layers() if isinstance(fn, BlockLayer) else \
-                [fn] if is_keras_layer(fn) else []
-            for layer in found:
-                if id(layer) not in seen:
-                    seen.add(id(layer))
-                    layers.append(layer)
-        elif isinstance(b, FromTensor) and isinstance(b.tensor, tf.Variable):
-            raise TypeError(f"{b.path}: holds a tf.Variable, which a Keras model cannot "
-                            "track (train, checkpoint, save); create it as keras.Variable")
-        elif isinstance(b, FromTensor) and isinstance(b.tensor, keras.Variable):
-            if id(b.tensor) not in seen:
-                seen.add(id(b.tensor))
-                variables.append(b.tensor)
+        for w in b.weights():
+            if id(w) in seen:
+                continue
+            seen.add(id(w))
+            if is_keras_layer(w):
+                layers.append(w)
+            elif isinstance(w, keras.Variable):
+                variables.append(w)
+            elif isinstance(w, tf.Variable):
+                raise TypeError(f"{b.path}: holds a tf.Variable, which a Keras model cannot "
+                                "track (train, checkpoint, save); create it as keras.Variable")
+            else:
+                raise TypeError(f"{b.path}: weights() must return Keras layers and "
+                                f"keras.Variables, got {type(w).__name__}")
     return layers, variables
 
 

@@ -5,10 +5,9 @@ then cut `z` into one block of columns per gate. Every gated cell of the zoo cut
 with `cut_gates`, one `tf.split`: the gradient of a strided slice per gate
 builds a zero tensor the size of `z` for each gate (and, in the engine's loop,
 one more saved tensor per gate), where the split's gradient is one concat.
-`python -m benchmarks.ablations --only cells` compares the cuts on the sst-synth
-TreeLSTM at batch 64 (engine and hand-batched program, paired): training 10-20%
-faster than strided slices, inference within the noise; a slice-forward,
-concat-backward custom gradient measured the same as the split.
+`python -m benchmarks.ablations --only cells` compares the cuts (figures in
+BENCHMARKS.md): the split trains faster than strided slices and as fast as a
+slice-forward, concat-backward custom gradient.
 
 >>> import tensorflow as tf
 >>> z = tf.reshape(tf.range(12.0), [2, 6])

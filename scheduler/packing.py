@@ -5,10 +5,9 @@
 - `pack_segments`: the executor's index segments from those (the loop's launches,
   the rows to read after the loop, the outer and tail launches' arguments).
 
-Planning runs in Python on every batch, beside the device: the vectorised NumPy
-version of the first pass made ~40 array passes and took 0.6 ms for a batch of 64
-sst-synth trees (3.6k nodes), the NumPy segment code another ~0.2 ms (twice that
-between training steps, with cold caches); compiled, both together take ~0.2 ms.
+Planning runs on every batch, beside the device, so both passes are compiled:
+a vectorised NumPy version made ~40 array passes over the batch and measured
+several times slower (BENCHMARKS.md, "Why the executor looks as it does").
 
 >>> import numpy as np
 >>> # op 0: () -> one value of type 0; op 1: (type 0, type 0) -> type 0

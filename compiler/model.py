@@ -53,6 +53,7 @@ from compiler.blame import blaming
 from compiler.compiler import Compiler
 from compiler.pipeline import InputPipeline, Labels, as_inputs, check_batch_size, split_validation
 from compiler.saving import atomic_write, refuse_after_nan, write_saved_model
+from compiler.steps import StepFunction
 
 
 @keras.saving.register_keras_serializable(package="refold")
@@ -107,6 +108,8 @@ class Model(keras.Model):
         self._factory = _factory
         self._epoch = 0
         self._nan_seen = False
+        self._feeders: dict = {}   # role -> the BatchFeeder of the call under way
+        self._test_role = "test"
         layers, variables = _weights_of(self.block)
         self.block_layers = layers          # tracked by Keras: weights, checkpoints
         self.block_variables = variables
@@ -253,6 +256,47 @@ class Model(keras.Model):
         y_pred, _ = self._forward(x)
         return y_pred
 
+    # --- the functions Keras' loop calls (compiler.steps) -------------------------
+
+    @property
+    def jit_compile(self) -> bool:
+        """Always False: the step runs in TensorFlow's graph mode, never under XLA
+        (see `compiler.steps`); Keras' "auto" would turn XLA on with a GPU."""
+        return False
+
+    @jit_compile.setter
+    def jit_compile(self, value) -> None:
+        if value is True:
+            raise ValueError("jit_compile=True is not supported: the engine updates its "
+                             "value buffers in place with ops XLA has no kernels for "
+                             "(InplaceUpdate, InplaceAdd); leave jit_compile='auto' or False "
+                             "(Model always runs its step in TensorFlow's graph mode)")
+
+    def _resolve_auto_jit_compile(self) -> bool:
+        return False
+
+    def _step_function(self, step, role) -> StepFunction:
+        return StepFunction(step, lambda: self._feeders[role()],
+                            lambda: bool(self.run_eagerly))
+
+    def make_train_function(self, force=False):
+        if self.train_function is None or force:
+            run = self._step_function(self.train_step, lambda: "train")
+            self.train_function = lambda it: run.on_iterator(it, self.steps_per_execution)
+        return self.train_function
+
+    def make_test_function(self, force=False):
+        if self.test_function is None or force:
+            run = self._step_function(self.test_step, lambda: self._test_role)
+            self.test_function = lambda it: run.on_iterator(it, self.steps_per_execution)
+        return self.test_function
+
+    def make_predict_function(self, force=False):
+        if self.predict_function is None or force:
+            self.predict_function = self._step_function(
+                self.predict_step, lambda: "predict").on_data
+        return self.predict_function
+
     # --- the input pipeline ---------------------------------------------------------
 
     def packed_inputs(self, inputs: Sequence[Any]) -> dict:
@@ -278,8 +322,11 @@ class Model(keras.Model):
             self.skipped_examples = bad
         return inputs, labels
 
-    def _dataset(self, x, y, sample_weight, batch_size: int, shuffle: bool,
+    def _dataset(self, x, y, sample_weight, batch_size: int, shuffle: bool, role: str,
                  with_labels: bool = True, what: str = "x", raise_errors: bool = False):
+        """What Keras iterates for one call (batch indices); the batches themselves
+        come from the `BatchFeeder` kept for `role` ("train", "validation", "test"
+        or "predict"), which the step functions read."""
         check_batch_size(batch_size)
         inputs = as_inputs(x, what)
         labels = self.pipeline.labels(y, sample_weight, len(inputs))
@@ -293,7 +340,9 @@ class Model(keras.Model):
             return np.random.default_rng(self.seed + self._epoch).permutation(n) \
                 if shuffle else np.arange(n)
 
-        return self.pipeline.dataset(inputs, labels, batch_size, order, with_labels)
+        feeder = self.pipeline.feeder(inputs, labels, batch_size, order, with_labels)
+        self._feeders[role] = feeder
+        return feeder.dataset()
 
     def fit(self, x=None, y=None, batch_size: int | None = None, epochs: int = 1,
             verbose="auto", callbacks=None, validation_data=None, shuffle: bool = True,
@@ -315,12 +364,12 @@ class Model(keras.Model):
         if not self.trainable_weights:
             warnings.warn("the block has no trainable weights: fit only reports metrics",
                           stacklevel=2)
-        data = self._dataset(x, y, sample_weight, batch_size, shuffle)
+        data = self._dataset(x, y, sample_weight, batch_size, shuffle, "train")
         val = None
         if validation_data is not None:
             vx, vy, vw = split_validation(validation_data)
             val = self._dataset(vx, vy, vw, validation_batch_size or batch_size, False,
-                                   what="validation_data")
+                                "validation", what="validation_data")
         callbacks = list(callbacks or [])
         if not any(isinstance(c, keras.callbacks.TerminateOnNaN) for c in callbacks):
             callbacks.append(keras.callbacks.TerminateOnNaN())
@@ -342,14 +391,18 @@ class Model(keras.Model):
                  sample_weight=None, callbacks=None, return_dict: bool = False, **kwargs):
         """As `keras.Model.evaluate`, on a list of inputs (and optional labels)."""
         if kwargs.get("_use_cached_eval_dataset"):  # Keras' fit validating
-            return super().evaluate(x, y, batch_size=batch_size, verbose=verbose,
-                                    sample_weight=sample_weight, callbacks=callbacks,
-                                    return_dict=return_dict, **kwargs)
+            role, self._test_role = self._test_role, "validation"
+            try:
+                return super().evaluate(x, y, batch_size=batch_size, verbose=verbose,
+                                        sample_weight=sample_weight, callbacks=callbacks,
+                                        return_dict=return_dict, **kwargs)
+            finally:
+                self._test_role = role
         _refuse(kwargs, "evaluate")
         x = as_inputs(x)
         self._check_loss(y)
         data = self._dataset(x, y, sample_weight, 32 if batch_size is None else batch_size,
-                                False)
+                             False, "test")
         with blaming(self.block, [(x, "x", self.skipped_examples)]):
             return super().evaluate(data, verbose=verbose, callbacks=callbacks,
                                     return_dict=return_dict)
@@ -365,8 +418,8 @@ class Model(keras.Model):
         batch_size = 32 if batch_size is None else batch_size
         if self._out_type is not None:
             x = as_inputs(x)
-            data = self._dataset(x, None, None, batch_size, False, with_labels=False,
-                                    raise_errors=True)
+            data = self._dataset(x, None, None, batch_size, False, "predict",
+                                 with_labels=False, raise_errors=True)
             with blaming(self.block, [(x, "x", [])]):
                 return super().predict(data, verbose=verbose, callbacks=callbacks)
         check_batch_size(batch_size)
@@ -375,6 +428,39 @@ class Model(keras.Model):
         for b in range(0, len(inputs), batch_size):
             results.extend(self.compiler.run(inputs[b:b + batch_size]))
         return results
+
+    def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None,
+                       return_dict: bool = False):
+        """One training step on the inputs `x` (a list, one batch) and labels `y`;
+        the logs, as `keras.Model.train_on_batch` gives them."""
+        if class_weight is not None:
+            raise TypeError("Model.train_on_batch does not support class_weight; give "
+                            "sample_weight")
+        x = as_inputs(x)
+        self._check_loss(y)
+        self._dataset(x, y, sample_weight, max(len(x), 1), False, "train")
+        self.make_train_function()
+        self.reset_metrics()
+        with blaming(self.block, [(x, "x", self.skipped_examples)]):
+            return self._logs(self.train_function(iter([0])), return_dict)
+
+    def test_on_batch(self, x, y=None, sample_weight=None, return_dict: bool = False):
+        """The loss and metrics of one batch of inputs `x` (a list), as Keras'."""
+        x = as_inputs(x)
+        self._check_loss(y)
+        self._dataset(x, y, sample_weight, max(len(x), 1), False, "test")
+        self.make_test_function()
+        self.reset_metrics()
+        with blaming(self.block, [(x, "x", self.skipped_examples)]):
+            return self._logs(self.test_function(iter([0])), return_dict)
+
+    def predict_on_batch(self, x):
+        """The outputs of one batch of inputs `x` (a list): `predict` in one step."""
+        return self.predict(x, batch_size=max(len(as_inputs(x)), 1), verbose=0)
+
+    def _logs(self, logs: dict, return_dict: bool):
+        logs = {k: float(v) for k, v in logs.items()}
+        return logs if return_dict else self._flatten_metrics_in_order(logs)
 
     def _check_loss(self, y):
         if y is not None and self._compile_loss is None and self._loss_ids:

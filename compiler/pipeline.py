@@ -1,11 +1,15 @@
 """The input pipeline of a `Model`: Python inputs and labels into packed batches.
 
 Inputs are expanded once up front (bad ones raise or are skipped, as the model's
-`on_bad_example` says); then each batch is merged, scheduled and packed into index
-arrays in a `tf.data` producer, so that packing the next batch overlaps the
-traced step running this one. The packed arrays are those of the executor plus
-`metric_bounds` (where each `td.Metric`'s values are in the outputs) and
-`batch_size`, which is all a step, or a SavedModel's signature, needs.
+`on_bad_example` says). Then a `BatchFeeder` hands Keras' loop one packed batch
+per step: Keras iterates a `tf.data` range of batch indices, and the model's step
+functions (`compiler.steps`) ask the feeder for batch i, which merges, schedules
+and packs it there and then. That hand-off is a Python call: a `tf.data` producer
+(`from_generator`) cost more per call of `fit` or `predict` (building it traces
+functions, tearing it down waits on its thread) and per step (a `py_func` and
+a copy into the graph) than planning a batch does. The packed arrays are those
+of the executor plus `metric_bounds` (where each `td.Metric`'s values are in the
+outputs) and `batch_size`, which is all a step, or a SavedModel's signature, needs.
 """
 
 from __future__ import annotations
@@ -131,24 +135,43 @@ class InputPipeline:
         spec["batch_size"] = tf.TensorSpec([1], tf.int32)
         return spec
 
-    def dataset(self, inputs: list, labels: Labels, batch_size: int,
-                order: Callable[[], np.ndarray], with_labels: bool = True) -> tf.data.Dataset:
-        """A `tf.data.Dataset` of `(arrays, y?, sample_weight?)` batches of expanded
+    def feeder(self, inputs: list, labels: Labels, batch_size: int,
+               order: Callable[[], np.ndarray], with_labels: bool = True) -> BatchFeeder:
+        """A `BatchFeeder` of `(arrays, y?, sample_weight?)` batches of expanded
         `inputs`, taken in the order `order()` gives at the start of every pass."""
-        n_batches = math.ceil(len(inputs) / batch_size)
-        signature = self.signature()
+        return BatchFeeder(self, inputs, labels, batch_size, order, with_labels)
 
-        def batches():
-            ordered = order()
-            for b in range(n_batches):
-                idx = ordered[b * batch_size:(b + 1) * batch_size]
-                arrays = self.pack([inputs[i] for i in idx])
-                yield (arrays, *labels.batch(idx)) if with_labels else (arrays,)
 
-        out_sig = (signature, *labels.signature()) if with_labels else (signature,)
-        ds = tf.data.Dataset.from_generator(batches, output_signature=out_sig)
-        ds = ds.apply(tf.data.experimental.assert_cardinality(n_batches))
-        return ds.prefetch(2)
+class BatchFeeder:
+    """The batches of one `fit`, `evaluate` or `predict` call, packed on demand.
+
+    Keras' loop iterates `dataset()`, the batch indices `0 .. n_batches - 1` (a
+    `tf.data` range: cheap to build and to iterate); the step function asks for
+    `batch(i)`. Batch 0 starts a pass: `order()` is read again, so each epoch
+    has its own shuffle.
+    """
+
+    def __init__(self, pipeline: InputPipeline, inputs: list, labels: Labels,
+                 batch_size: int, order: Callable[[], np.ndarray], with_labels: bool):
+        self.pipeline, self.inputs, self.labels = pipeline, inputs, labels
+        self.batch_size, self.with_labels = batch_size, with_labels
+        self.n_batches = math.ceil(len(inputs) / batch_size)
+        self._order_of_pass = order
+        self._order: np.ndarray | None = None
+        spec = (pipeline.signature(), *labels.signature())
+        self.signature = spec if with_labels else spec[:1]
+
+    def dataset(self) -> tf.data.Dataset:
+        """What Keras iterates: one element, the batch index, per step."""
+        return tf.data.Dataset.range(self.n_batches)
+
+    def batch(self, i: int) -> tuple:
+        """Batch i of the current pass: `(arrays, y?, sample_weight?)`, numpy."""
+        if i == 0 or self._order is None:
+            self._order = self._order_of_pass()
+        idx = self._order[i * self.batch_size:(i + 1) * self.batch_size]
+        arrays = self.pipeline.pack([self.inputs[j] for j in idx])
+        return (arrays, *self.labels.batch(idx)) if self.with_labels else (arrays,)
 
 
 def as_inputs(x: Any, what: str = "x") -> list:

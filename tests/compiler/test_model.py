@@ -517,3 +517,62 @@ def test_expansion_in_worker_processes_trains_the_same():
             np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
     finally:
         parallel.compiler.close()
+
+
+def test_the_on_batch_methods_take_a_list_of_inputs_as_one_batch():
+    trees, labels = [(1.0, 2.0), -1.0, (0.5, (1.0, -3.0))], np.array([1, 0, 0])
+    model = _on_batch_model()
+    before = model.predict(trees, verbose=0)
+    np.testing.assert_allclose(model.predict_on_batch(trees), before, rtol=1e-6)
+    loss = model.test_on_batch(trees, labels)
+    assert np.isclose(loss, model.evaluate(trees, labels, batch_size=3, verbose=0))
+    logs = model.train_on_batch(trees, labels, return_dict=True)
+    assert np.isclose(logs["loss"], loss)  # the loss before the step
+    assert not np.allclose(model.predict(trees, verbose=0), before)
+    with pytest.raises(TypeError, match="class_weight"):
+        model.train_on_batch(trees, labels, class_weight={0: 1.0})
+
+
+def _on_batch_model(**compile_kwargs):
+    keras.utils.set_random_seed(3)
+    tree = td.ForwardDeclaration(td.PyObjectType(), td.TensorType((4,)))
+    leaf = td.Scalar() >> td.Function(lambda x: x[:, None]) >> td.FC(4)
+    pair = td.Record((tree(), tree())) >> td.Concat() >> td.FC(4)
+    tree.resolve_to(td.OneOf(lambda t: isinstance(t, tuple), {False: leaf, True: pair}))
+    model = Model(tree() >> td.FC(2, activation=None))
+    model.compile(optimizer=keras.optimizers.SGD(0.5),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  **compile_kwargs)
+    return model
+
+
+def test_jit_compile_true_is_refused_and_auto_never_turns_xla_on():
+    model = _on_batch_model()
+    assert model.jit_compile is False
+    with pytest.raises(ValueError, match="jit_compile=True is not supported.*InplaceUpdate"):
+        _on_batch_model(jit_compile=True)
+
+
+def test_several_steps_per_execution_train_as_one_step_at_a_time():
+    trees = [(1.0, 2.0), -1.0, (0.5, (1.0, -3.0)), 2.0, (-1.0, -1.0), 0.25, (3.0, 0.5)]
+    labels = np.array([1, 0, 0, 1, 0, 1, 1])
+    weights = []
+    for spe in (1, 3):
+        model = _on_batch_model(steps_per_execution=spe)
+        history = model.fit(trees, labels, batch_size=2, epochs=2, verbose=0)
+        weights.append((model.get_weights(), history.history["loss"]))
+    for a, b in zip(weights[0][0], weights[1][0]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(weights[0][1], weights[1][1], rtol=1e-5)
+
+
+def test_fit_and_predict_hand_keras_batch_indices_not_a_python_producer(monkeypatch):
+    # the batches come from the model's BatchFeeder when the step asks; no
+    # tf.data.Dataset.from_generator (a py_func thread per call) is built
+    def refuse(*args, **kwargs):
+        raise AssertionError("from_generator was used")
+    monkeypatch.setattr(tf.data.Dataset, "from_generator", refuse)
+    model = _on_batch_model()
+    trees, labels = [(1.0, 2.0), -1.0, 0.5], np.array([1, 0, 1])
+    model.fit(trees, labels, batch_size=2, epochs=1, verbose=0, validation_data=(trees, labels))
+    assert model.predict(trees, batch_size=2, verbose=0).shape == (3, 2)

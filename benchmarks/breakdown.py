@@ -1,0 +1,138 @@
+"""Where a step's time goes at small batches, through each layer of the public API.
+
+The sst-synth TreeLSTM (loss at the root, plain SGD), one batch size at a time. Each
+round times, interleaved on the same trees (graphs cached, everything traced):
+
+- `fit`: one whole `Model.fit(..., epochs=1)` call over the trees, per step;
+- `keras step`: `Model.train_step` in a `tf.function` on a packed batch (Keras' loss,
+  optimizer and metric bookkeeping around the engine, no input pipeline);
+- `bare step`: the engine's traced forward, backward and SGD update on a packed batch;
+- `plan`: `Compiler.plan` of a batch (merge, schedule, pack);
+- `predict`: one whole `Model.predict` call, per batch; `run`: `Compiler.run` per batch;
+- `bare infer`: the engine's traced forward pass on a packed batch.
+
+The differences between rows are the layers' costs: `fit - keras step - plan` is the
+input pipeline, the Keras loop and its callbacks. Medians over the rounds.
+
+    python -m benchmarks.breakdown                  # B = 1 and 16
+    python -m benchmarks.breakdown --batch-sizes 1 --trees 32 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+
+ROWS = ("fit", "keras step", "bare step", "plan", "predict", "run", "bare infer")
+
+
+def _ms(fn, repeat: int) -> float:
+    """Milliseconds per call of `fn`, over `repeat` calls."""
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - start) / repeat * 1e3
+
+
+class Subjects:
+    """The timed callables of one batch size, built and warmed once."""
+
+    def __init__(self, b: int, trees: list, labels: np.ndarray, lr: float = 0.01):
+        import keras
+        import tensorflow as tf
+
+        from benchmarks.treelstm import EngineVariant
+        from compiler import Model
+        workload = TreeLSTMModel(seed=0)
+        self.engine = EngineVariant(workload, "agenda", lr=lr)
+        self.model = Model(workload.block)
+        self.model.compile(optimizer=keras.optimizers.SGD(lr),
+                           loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        self.b, self.trees, self.labels = b, trees, labels
+        self.batch, self.y = trees[:b], labels[:b]
+        self.steps = len(trees) // b
+        self.arrays = self.engine.compiler.plan(self.batch).feed.arrays
+        self.packed = self.model.pipeline.pack(self.batch)
+        model = self.model
+        self.keras_step = tf.function(lambda x, y: model.train_step((x, y)), autograph=False)
+        for fn in self.calls().values():  # trace and expand everything
+            fn()
+
+    def calls(self) -> dict:
+        m, e, b = self.model, self.engine, self.b
+        trees, labels = self.trees[:self.steps * b], self.labels[:self.steps * b]
+        return {
+            "fit": lambda: m.fit(trees, labels, batch_size=b, epochs=1, verbose=0,
+                                 shuffle=False),
+            "keras step": lambda: _numpy(self.keras_step(self.packed, self.y)),
+            "bare step": lambda: e.train_fn(self.arrays, self.y).numpy(),
+            "plan": lambda: e.compiler.plan(self.batch),
+            "predict": lambda: m.predict(trees, batch_size=b, verbose=0),
+            "run": lambda: e.compiler.run(self.batch),
+            "bare infer": lambda: e.infer_fn(self.arrays).numpy(),
+        }
+
+    def per_step(self, name: str) -> int:
+        """How many steps (or batches) one call of `name` makes."""
+        return self.steps if name in ("fit", "predict") else 1
+
+
+def _numpy(logs: dict):
+    return {k: v.numpy() for k, v in logs.items()}
+
+
+def measure(b: int, n_trees: int, rounds: int, repeat: int) -> dict:
+    """Median ms per step (or batch) of each row at batch size `b`."""
+    rng = np.random.default_rng(0)
+    trees = [sst_synth_tree(rng) for _ in range(n_trees)]
+    labels = rng.integers(0, CLASSES, n_trees).astype(np.int32)
+    s = Subjects(b, trees, labels)
+    times: dict = {name: [] for name in ROWS}
+    for _ in range(rounds):
+        for name, fn in s.calls().items():
+            n = 1 if s.per_step(name) > 1 else repeat
+            times[name].append(_ms(fn, n) / s.per_step(name))
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def table(results: dict) -> str:
+    sizes = sorted(results)
+    lines = ["| ms per step or batch | " + " | ".join(f"B={b}" for b in sizes) + " |",
+             "|---" * (len(sizes) + 1) + "|"]
+    for name in ROWS:
+        lines.append(f"| {name} | " + " | ".join(f"{results[b][name]:.2f}" for b in sizes)
+                     + " |")
+    for label, a, parts in (("fit - keras step - plan", "fit", ("keras step", "plan")),
+                            ("keras step - bare step", "keras step", ("bare step",)),
+                            ("predict - bare infer - plan", "predict", ("bare infer", "plan")),
+                            ("run - bare infer - plan", "run", ("bare infer", "plan"))):
+        lines.append(f"| {label} | " + " | ".join(
+            f"{results[b][a] - sum(results[b][p] for p in parts):.2f}" for b in sizes) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-sizes", default="1,16")
+    parser.add_argument("--trees", type=int, default=64, help="trees per fit/predict call")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=20, help="calls per round (steps)")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    results = {}
+    for b in (int(x) for x in args.batch_sizes.split(",")):
+        results[b] = measure(b, max(args.trees, b), args.rounds, args.repeat)
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({str(b): r for b, r in results.items()}, f, indent=1)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -95,13 +95,13 @@ class DynetSide:
 
     def __init__(self, dy, data: dict, lr: float, gates: str):
         self.dy, self.data = dy, data
-        self.models = {}
-        if "treelstm" in data:
-            pc = dy.ParameterCollection()
-            self.models["treelstm"] = (build_tree_lstm(dy, pc, gates), self._trainer(pc, lr))
-        if "bilstm" in data:
-            pc = dy.ParameterCollection()
-            self.models["bilstm"] = (build_tagger(dy, pc), self._trainer(pc, lr))
+        self.models, self.parameters = {}, {}
+        builders = {"treelstm": lambda pc: build_tree_lstm(dy, pc, gates),
+                    "bilstm": lambda pc: build_tagger(dy, pc)}
+        for workload in data:
+            # held here: a trainer does not keep its collection alive
+            pc = self.parameters[workload] = dy.ParameterCollection()
+            self.models[workload] = (builders[workload](pc), self._trainer(pc, lr))
 
     def _trainer(self, pc, lr):
         trainer = self.dy.SimpleSGDTrainer(pc, learning_rate=lr)

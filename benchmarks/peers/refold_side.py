@@ -69,6 +69,9 @@ class RefoldSide:
             raise FloatingPointError(f"{workload} training loss is {loss}")
         return {"seconds": seconds, "loss": loss}
 
+    def close(self) -> None:
+        """Nothing to stop (the runner calls it as it does on its worker processes)."""
+
 
 def tagger_models():
     """The bilstm tagger as two `Model`s on one set of layers: one trains with a loss

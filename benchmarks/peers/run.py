@@ -48,20 +48,6 @@ def make_data(workloads, n: int, seed: int = 0) -> dict:
     return data
 
 
-class _InProcess:
-    """Refold with TensorFlow's default threads, in the runner's own process."""
-
-    def __init__(self, data_path: str, workloads, lr: float):
-        from benchmarks.peers.refold_side import RefoldSide
-        self.side = RefoldSide(protocol.load_data(data_path, tuples=True), workloads, lr)
-
-    def run(self, request: dict) -> dict:
-        return self.side.run(request)
-
-    def close(self) -> None:
-        pass
-
-
 def _summary(values: list) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -171,7 +157,9 @@ def main(argv=None) -> dict:
                     sys.executable, "-m", "benchmarks.peers.refold_side", *common,
                     "--threads", "1", "--workloads", ",".join(workloads)])
             if "default" in threads:
-                workers["refold"] = _InProcess(data_path, workloads, args.lr)
+                from benchmarks.peers.refold_side import RefoldSide
+                workers["refold"] = RefoldSide(protocol.load_data(data_path, tuples=True),
+                                               workloads, args.lr)
             order = [n for n in ("dynet", "refold", "refold-1t") if n in workers]
             sides = {n: workers[n] for n in order}
             results: dict = {}

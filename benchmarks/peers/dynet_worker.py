@@ -1,0 +1,171 @@
+"""DyNet's side of the peer benchmark: our own DyNet programs of the two workloads.
+
+Runs under the DyNet venv (`bash /work/shared/peers/dynet_setup.sh`), one CPU thread,
+autobatching on. A timed pass is everything a DyNet training loop does for each
+minibatch of the data (build the graph in Python, forward, backward, SGD update), or
+for inference builds the minibatch's outputs and reads their values in one forward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import protocol  # noqa: E402  (standard library only)
+
+# WORKLOADS.md; the same sizes as benchmarks/workloads.py and benchmarks/bilstm.py
+TREE = dict(vocab=16_000, embed=300, hidden=150, classes=5)
+TAGGER = dict(vocab=16_000, embed=128, hidden=128, tags=50)
+
+
+def build_tree_lstm(dy, pc, gates: str):
+    """`logits(tree)`: the binary TreeLSTM (Tai et al. 2015), a tree being a word id
+    or a list `[left, right]`; leaf gates i, o, u see the embedding, node gates i, o,
+    u, f_left, f_right see both children's `h`."""
+    v, e, h, k = TREE["vocab"], TREE["embed"], TREE["hidden"], TREE["classes"]
+    import numpy as np
+    embed = pc.add_lookup_parameters((v, e))
+    out_w, out_b = pc.add_parameters((k, h)), pc.add_parameters(k, init=0.0)
+    node_bias = np.zeros(5 * h, np.float32)
+    node_bias[3 * h:] = 1.0  # forget gates start open, as Refold's cell
+    if gates == "fused":  # one affine map per node, cut into gates
+        leaf_w, leaf_b = pc.add_parameters((3 * h, e)), pc.add_parameters(3 * h, init=0.0)
+        node_w, node_b = pc.add_parameters((5 * h, 2 * h)), pc.parameters_from_numpy(node_bias)
+
+        def leaf_gates(x):
+            z = dy.affine_transform([leaf_b, leaf_w, x])
+            return [dy.pickrange(z, j * h, (j + 1) * h) for j in range(3)]
+
+        def node_gates(x):
+            z = dy.affine_transform([node_b, node_w, x])
+            return [dy.pickrange(z, j * h, (j + 1) * h) for j in range(5)]
+    else:  # one affine map per gate, as DyNet's own TreeLSTM example
+        leaf_wb = [(pc.add_parameters((h, e)), pc.add_parameters(h, init=0.0))
+                   for _ in range(3)]
+        node_wb = [(pc.add_parameters((h, 2 * h)),
+                    pc.parameters_from_numpy(node_bias[j * h:(j + 1) * h]))
+                   for j in range(5)]
+
+        def leaf_gates(x):
+            return [dy.affine_transform([b, w, x]) for w, b in leaf_wb]
+
+        def node_gates(x):
+            return [dy.affine_transform([b, w, x]) for w, b in node_wb]
+
+    def state(tree):
+        if not isinstance(tree, list):
+            i, o, u = leaf_gates(embed[tree])
+            c = dy.cmult(dy.logistic(i), dy.tanh(u))
+            return dy.cmult(dy.logistic(o), dy.tanh(c)), c
+        (h_l, c_l), (h_r, c_r) = state(tree[0]), state(tree[1])
+        i, o, u, f_l, f_r = node_gates(dy.concatenate([h_l, h_r]))
+        c = (dy.cmult(dy.logistic(i), dy.tanh(u)) + dy.cmult(dy.logistic(f_l), c_l)
+             + dy.cmult(dy.logistic(f_r), c_r))
+        return dy.cmult(dy.logistic(o), dy.tanh(c)), c
+
+    def logits(tree):
+        return dy.affine_transform([out_b, out_w, state(tree)[0]])
+
+    return logits
+
+
+def build_tagger(dy, pc):
+    """`logits(words)`: one logits expression per word, from an LSTM each way."""
+    v, e, h, k = TAGGER["vocab"], TAGGER["embed"], TAGGER["hidden"], TAGGER["tags"]
+    embed = pc.add_lookup_parameters((v, e))
+    forward, backward = dy.VanillaLSTMBuilder(1, e, h, pc), dy.VanillaLSTMBuilder(1, e, h, pc)
+    out_w, out_b = pc.add_parameters((k, 2 * h)), pc.add_parameters(k, init=0.0)
+
+    def logits(words):
+        xs = [embed[w] for w in words]
+        fs = forward.initial_state().transduce(xs)
+        bs = backward.initial_state().transduce(xs[::-1])[::-1]
+        return [dy.affine_transform([out_b, out_w, dy.concatenate([f, b])])
+                for f, b in zip(fs, bs)]
+
+    return logits
+
+
+class DynetSide:
+    """Both workloads' DyNet models, each with its own plain SGD trainer."""
+
+    def __init__(self, dy, data: dict, lr: float, gates: str):
+        self.dy, self.data = dy, data
+        self.models, self.parameters = {}, {}
+        builders = {"treelstm": lambda pc: build_tree_lstm(dy, pc, gates),
+                    "bilstm": lambda pc: build_tagger(dy, pc)}
+        for workload in data:
+            # held here: a trainer does not keep its collection alive
+            pc = self.parameters[workload] = dy.ParameterCollection()
+            self.models[workload] = (builders[workload](pc), self._trainer(pc, lr))
+
+    def _trainer(self, pc, lr):
+        trainer = self.dy.SimpleSGDTrainer(pc, learning_rate=lr)
+        trainer.set_clip_threshold(-1)  # plain SGD: no gradient clipping
+        return trainer
+
+    def _losses(self, workload, logits, batch):
+        """The minibatch's loss terms and their count (trees, or words)."""
+        pick = self.dy.pickneglogsoftmax
+        if workload == "treelstm":
+            return [pick(logits(t), y) for t, y in batch], len(batch)
+        terms = [pick(z, t) for s in batch for z, t in zip(logits(s["words"]), s["tags"])]
+        return terms, len(terms)
+
+    def run(self, request: dict) -> dict:
+        dy = self.dy
+        workload, b, n = request["workload"], request["batch"], request["items"]
+        logits, trainer = self.models[workload]
+        d = self.data[workload]
+        items = (list(zip(d["trees"][:n], d["labels"][:n])) if workload == "treelstm"
+                 else d["sentences"][:n])
+        batches = [items[i:i + b] for i in range(0, len(items), b)]
+        loss = None
+        start = time.perf_counter()
+        if request["op"] == "train":
+            for batch in batches:
+                dy.renew_cg()
+                terms, count = self._losses(workload, logits, batch)
+                total = dy.esum(terms) * (1.0 / count)  # the mean, as Keras' loss
+                loss = total.value()
+                total.backward()
+                trainer.update()
+        elif request["op"] == "infer":
+            for batch in batches:
+                dy.renew_cg()
+                if workload == "treelstm":
+                    outs = [logits(t) for t, _ in batch]
+                else:
+                    outs = [z for s in batch for z in logits(s["words"])]
+                dy.concatenate_cols(outs).npvalue()  # one forward for the whole minibatch
+        else:
+            raise ValueError(f"unknown op {request['op']!r}")
+        seconds = time.perf_counter() - start
+        if loss is not None and not math.isfinite(loss):
+            raise FloatingPointError(f"{workload} training loss is {loss}")
+        return {"seconds": seconds, "loss": loss}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, help="the runner's JSON data file")
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--gates", choices=["fused", "split"], default="fused",
+                        help="TreeLSTM gates: one affine map per node, or one per gate")
+    parser.add_argument("--mem", default="2048", help="DyNet's memory pool (MB)")
+    args = parser.parse_args()
+    reply = protocol.claim_stdout()
+    import dynet_config
+    dynet_config.set(mem=args.mem, random_seed=1, autobatch=1)
+    import dynet as dy
+    side = DynetSide(dy, protocol.load_data(args.data), args.lr, args.gates)
+    protocol.serve(side.run, reply, {"system": "dynet", "autobatch": 1, "gates": args.gates,
+                                     "dynet": getattr(dy, "__version__", "2.1.2")})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Refold's side of the peer benchmark: the two workloads through the public `Model` API.
+
+A timed training pass is one whole `Model.fit(x, y, batch_size=B, epochs=1,
+shuffle=False)` call, and a timed inference pass one whole `Model.predict(x,
+batch_size=B)` call, since that is what a user pays for. Run as a module it
+answers the runner's JSON-line requests (see `benchmarks.peers.protocol`), with
+TensorFlow's thread pools set by `--threads` before any op runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+from benchmarks.peers import protocol
+
+
+class RefoldSide:
+    """Builds both workloads' models once and times passes over the shared data.
+
+    Args:
+        data: the runner's data (`protocol.make_data`), trees as nested tuples.
+        workloads: which models to build ("treelstm", "bilstm").
+        lr: the plain SGD learning rate.
+    """
+
+    def __init__(self, data: dict, workloads, lr: float):
+        import keras
+
+        from compiler import Model
+        self.data = data
+        self.train_models: dict = {}
+        self.infer_models: dict = {}
+        if "treelstm" in workloads:
+            from benchmarks.workloads import TreeLSTMModel
+            tree = TreeLSTMModel(seed=0)
+            model = Model(tree.block)
+            model.compile(optimizer=keras.optimizers.SGD(lr),
+                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            self.train_models["treelstm"] = self.infer_models["treelstm"] = model
+        if "bilstm" in workloads:
+            train, infer = tagger_models()
+            train.compile(optimizer=keras.optimizers.SGD(lr))
+            self.train_models["bilstm"], self.infer_models["bilstm"] = train, infer
+
+    def _inputs(self, workload: str, n: int):
+        d = self.data[workload]
+        if workload == "treelstm":
+            return d["trees"][:n], d["labels"][:n]
+        return d["sentences"][:n], None
+
+    def run(self, request: dict) -> dict:
+        """Times one pass; `{"seconds": s, "loss": training loss or None}`."""
+        workload, op, b = request["workload"], request["op"], request["batch"]
+        x, y = self._inputs(workload, request["items"])
+        start = time.perf_counter()
+        loss = None
+        if op == "train":
+            history = self.train_models[workload].fit(x, y, batch_size=b, epochs=1, verbose=0,
+                                                      shuffle=False)
+            loss = history.history["loss"][-1]
+        elif op == "infer":
+            self.infer_models[workload].predict(x, batch_size=b, verbose=0)
+        else:
+            raise ValueError(f"unknown op {op!r}")
+        seconds = time.perf_counter() - start
+        if loss is not None and not math.isfinite(loss):
+            raise FloatingPointError(f"{workload} training loss is {loss}")
+        return {"seconds": seconds, "loss": loss}
+
+    def close(self) -> None:
+        """Nothing to stop (the runner calls it as it does on its worker processes)."""
+
+
+def tagger_models():
+    """The bilstm tagger as two `Model`s on one set of layers: one trains with a loss
+    at every word (`td.Metric`, Fold style), the other predicts logits without tags."""
+    import blocks as td
+    from benchmarks.bilstm import TAGS, TaggerModel
+    from compiler import Model
+    from models import encoders, heads
+    tagger = TaggerModel(seed=0)
+    words = td.GetItem("words") >> td.Map(td.Scalar("int32") >> tagger.embedding)
+    logits = heads.tagger(words >> encoders.bidirectional(tagger.forward, tagger.backward),
+                          TAGS, logits_layer=tagger.output)
+    return Model(tagger.block), Model(logits)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, help="the runner's JSON data file")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)")
+    parser.add_argument("--workloads", default="treelstm,bilstm")
+    parser.add_argument("--lr", type=float, default=0.1)
+    args = parser.parse_args(argv)
+    reply = protocol.claim_stdout()
+    import tensorflow as tf
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    data = protocol.load_data(args.data, tuples=True)
+    side = RefoldSide(data, args.workloads.split(","), args.lr)
+    protocol.serve(side.run, reply, {"system": "refold", "threads": args.threads,
+                                     "tensorflow": tf.__version__})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""Refold ÷ DyNet on the two standard workloads, interleaved in one run.
+
+For each (workload, mode, batch size B), every side runs one untimed pass, then
+`--rounds` timed passes in turn (DyNet, Refold, Refold on one TensorFlow thread,
+DyNet, ...) over the same items; a ratio is Refold's items/s over DyNet's in the
+same round, and the table gives their median [min-max].
+
+    python -m benchmarks.peers --quick
+    python -m benchmarks.peers --peer none --workloads treelstm --batch-sizes 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from benchmarks.peers import protocol
+
+DYNET_SETUP = "bash /work/shared/peers/dynet_setup.sh"
+DYNET_PYTHON = os.path.join(os.environ.get("PEERS_HOME", os.path.expanduser(
+    "~/.cache/refold-peers")), "dynetvenv", "bin", "python")
+WORKLOADS = {"treelstm": ("sst-synth TreeLSTM, loss at the root (variant R)", "trees/s"),
+             "bilstm": ("bilstm tagger, loss at every word", "sentences/s")}
+LABELS = {"dynet": "DyNet", "refold": "Refold", "refold-1t": "Refold 1t"}
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def make_data(workloads, n: int, seed: int = 0) -> dict:
+    """`n` items of each workload (seeded), as the data file holds them."""
+    from benchmarks.bilstm import sentence
+    from benchmarks.workloads import CLASSES, sst_synth_tree
+    rng = np.random.default_rng(seed)
+    data = {}
+    if "treelstm" in workloads:
+        data["treelstm"] = {"trees": [sst_synth_tree(rng) for _ in range(n)],
+                            "labels": rng.integers(0, CLASSES, n).tolist()}
+    if "bilstm" in workloads:
+        data["bilstm"] = {"sentences": [sentence(rng) for _ in range(n)]}
+    return data
+
+
+def _summary(values: list) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def measure(sides: dict, workload: str, mode: str, b: int, n: int, rounds: int) -> dict:
+    """One untimed pass per side, then `rounds` interleaved timed passes."""
+    request = {"op": mode, "workload": workload, "batch": b, "items": n}
+    for side in sides.values():
+        side.run(request)
+    rates: dict = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, side in sides.items():
+            rates[name].append(n / side.run(request)["seconds"])
+    row = {"items": n, "rates": rates,
+           "median": {name: statistics.median(r) for name, r in rates.items()}}
+    if "dynet" in rates:
+        row["ratio"] = {name: _summary([a / d for a, d in zip(r, rates["dynet"])])
+                        for name, r in rates.items() if name != "dynet"}
+    return row
+
+
+def format_table(workload: str, rows: dict, names: list) -> str:
+    """The markdown table of one workload: ratios, then every side's median items/s."""
+    title, unit = WORKLOADS[workload]
+    refolds = [n for n in names if n != "dynet"]
+    header = ["B", "items"]
+    if "dynet" in names:
+        header += [f"{mode} {LABELS[n]} ÷ DyNet" for n in refolds for mode in ("train", "infer")]
+    sides = " / ".join(LABELS[n] for n in names)
+    header += [f"train {sides}", f"infer {sides}"]
+    lines = [f"### {workload}: {title}; {unit}, median of rounds", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for b, modes in rows.items():
+        cells = [str(b), str(modes["train"]["items"])]
+        if "dynet" in names:
+            for n in refolds:
+                for mode in ("train", "infer"):
+                    r = modes[mode]["ratio"][n]
+                    cells.append(f"{r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}]")
+        for mode in ("train", "infer"):
+            cells.append(" / ".join(f"{modes[mode]['median'][n]:.0f}" for n in names))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="128 items (32 at B=1) instead of 256 (64 at B=1)")
+    parser.add_argument("--batch-sizes", default="1,16,64,256")
+    parser.add_argument("--workloads", default="treelstm,bilstm")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--items", type=int, help="items per pass (at least B)")
+    parser.add_argument("--items-b1", type=int, help="items per pass at B=1")
+    parser.add_argument("--peer", choices=["dynet", "none"], default="dynet")
+    parser.add_argument("--tf-threads", default="default,1",
+                        help="Refold variants: 'default' (TensorFlow's threads) and/or 1")
+    parser.add_argument("--lr", type=float, default=0.1, help="plain SGD, both sides")
+    parser.add_argument("--dynet-gates", choices=["fused", "split"], default="fused")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    workloads = args.workloads.split(",")
+    unknown = sorted(set(workloads) - set(WORKLOADS))
+    if unknown:
+        parser.error(f"unknown workloads {unknown}; choose from {sorted(WORKLOADS)}")
+    threads = args.tf_threads.split(",")
+    if not set(threads) <= {"default", "1"}:
+        parser.error(f"--tf-threads takes 'default' and/or '1', got {args.tf_threads!r}")
+    if args.peer == "dynet" and not os.path.exists(DYNET_PYTHON):
+        print(f"DyNet's interpreter {DYNET_PYTHON} is missing: build it once with\n"
+              f"    {DYNET_SETUP}\n(about 10 minutes), or run Refold alone with --peer none.",
+              file=sys.stderr)
+        raise SystemExit(2)
+    items = args.items or (128 if args.quick else 256)
+    items_b1 = args.items_b1 or (32 if args.quick else 64)
+
+    def items_for(b: int) -> int:
+        return items_b1 if b == 1 else max(items, b)
+
+    load_before = os.getloadavg()
+    started = datetime.datetime.now(datetime.timezone.utc)
+    workers: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        data_path = os.path.join(tmp, "data.json")
+        protocol.save_data(data_path, make_data(workloads, max(map(items_for, sizes)),
+                                                args.seed))
+        common = ["--data", data_path, "--lr", str(args.lr)]
+        try:
+            # subprocesses first: they start up while this process builds its models
+            if args.peer == "dynet":
+                workers["dynet"] = protocol.Worker("dynet", [
+                    DYNET_PYTHON, os.path.join(HERE, "dynet_worker.py"), *common,
+                    "--gates", args.dynet_gates])
+            if "1" in threads:
+                workers["refold-1t"] = protocol.Worker("refold-1t", [
+                    sys.executable, "-m", "benchmarks.peers.refold_side", *common,
+                    "--threads", "1", "--workloads", ",".join(workloads)])
+            if "default" in threads:
+                from benchmarks.peers.refold_side import RefoldSide
+                workers["refold"] = RefoldSide(protocol.load_data(data_path, tuples=True),
+                                               workloads, args.lr)
+            order = [n for n in ("dynet", "refold", "refold-1t") if n in workers]
+            sides = {n: workers[n] for n in order}
+            results: dict = {}
+            for w in workloads:
+                results[w] = {}
+                for b in sizes:
+                    results[w][b] = {mode: measure(sides, w, mode, b, items_for(b),
+                                                   args.rounds)
+                                     for mode in ("train", "infer")}
+        finally:
+            for worker in workers.values():
+                worker.close()
+    meta = {"date": started.strftime("%Y-%m-%d %H:%M UTC"),
+            "load_before": load_before, "load_after": os.getloadavg(),
+            "command": "python -m benchmarks.peers " + " ".join(argv), "commit": _commit(),
+            "sides": order, "rounds": args.rounds, "lr": args.lr,
+            "workers": {n: getattr(w, "hello", {"system": "refold", "threads": "default"})
+                        for n, w in workers.items()}}
+    print(f"{meta['command']}\n{meta['date']}, commit {meta['commit']}; load average "
+          f"{' '.join(f'{x:.2f}' for x in load_before)} before, "
+          f"{' '.join(f'{x:.2f}' for x in meta['load_after'])} after")
+    print("sides: " + "; ".join(
+        {"dynet": "DyNet 2.1.2, autobatch on, 1 thread",
+         "refold": "Refold, TensorFlow's default threads",
+         "refold-1t": "Refold, TensorFlow on 1 thread"}[n] for n in order))
+    print("train = one Model.fit(epochs=1) call over the items / DyNet's minibatch loop; "
+          "infer = one Model.predict call / a forward per minibatch; ratio > 1: Refold faster")
+    for w in workloads:
+        print()
+        print(format_table(w, results[w], order))
+    out = {"meta": meta, "results": results}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return out

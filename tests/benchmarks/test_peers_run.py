@@ -1,0 +1,56 @@
+"""The peer benchmark's runner, Refold's side alone (DyNet is not installed in CI):
+its tables and results have the stated structure and every rate is a positive number."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from benchmarks.peers import run
+
+
+def _rate(x) -> bool:
+    return isinstance(x, float) and math.isfinite(x) and x > 0
+
+
+def test_refold_side_alone_reports_every_workload_mode_and_batch(tmp_path, capsys):
+    path = tmp_path / "peers.json"
+    out = run.main(["--peer", "none", "--tf-threads", "default", "--batch-sizes", "1,2",
+                    "--items", "3", "--items-b1", "2", "--rounds", "2", "--json", str(path)])
+    assert out["meta"]["sides"] == ["refold"]
+    for workload in ("treelstm", "bilstm"):
+        for b, items in ((1, 2), (2, 3)):
+            for mode in ("train", "infer"):
+                row = out["results"][workload][b][mode]
+                assert row["items"] == items and "ratio" not in row
+                assert len(row["rates"]["refold"]) == 2
+                assert all(map(_rate, row["rates"]["refold"])) and _rate(row["median"]["refold"])
+    saved = json.loads(path.read_text())
+    assert saved["results"]["bilstm"]["2"]["infer"]["items"] == 3
+    printed = capsys.readouterr().out
+    assert "python -m benchmarks.peers --peer none" in printed and "load average" in printed
+    for workload in ("treelstm", "bilstm"):
+        lines = printed.split(f"### {workload}:")[1].strip().splitlines()
+        assert lines[2] == "| B | items | train Refold | infer Refold |"
+        assert [line.split(" | ")[:2] for line in lines[4:6]] == [["| 1", "2"], ["| 2", "3"]]
+
+
+def test_missing_dynet_says_how_to_build_it(monkeypatch, capsys):
+    monkeypatch.setattr(run, "DYNET_PYTHON", "/nonexistent/python")
+    try:
+        run.main(["--peer", "dynet"])
+    except SystemExit as e:
+        assert e.code == 2
+    else:
+        raise AssertionError("expected SystemExit")
+    assert run.DYNET_SETUP in capsys.readouterr().err
+
+
+def test_ratio_table_has_a_column_per_refold_variant_and_mode():
+    rows = {16: {mode: {"items": 32, "median": {"dynet": 100.0, "refold": 150.0},
+                        "ratio": {"refold": {"median": 1.5, "min": 1.25, "max": 1.75}}}
+                 for mode in ("train", "infer")}}
+    lines = run.format_table("treelstm", rows, ["dynet", "refold"]).splitlines()
+    assert lines[2] == ("| B | items | train Refold ÷ DyNet | infer Refold ÷ DyNet | "
+                        "train DyNet / Refold | infer DyNet / Refold |")
+    assert lines[4] == "| 16 | 32 | 1.50 [1.25-1.75] | 1.50 [1.25-1.75] | 100 / 150 | 100 / 150 |"

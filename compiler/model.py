@@ -1,10 +1,10 @@
 """`Model`: a compiled block expression that is a `keras.Model`.
 
 `fit`, `evaluate` and `predict` take lists of Python inputs (trees, sequences,
-dicts). Each batch is expanded (once: example graphs are cached across epochs),
-merged, scheduled and packed into index tensors in a `tf.data` producer that runs
-ahead of the training step (`compiler.pipeline`); one traced function runs every
-batch. Saving is atomic and refused after a NaN loss (`compiler.saving`); a
+dicts). Each input is expanded once (example graphs are cached across epochs);
+each batch is merged, scheduled and packed into index tensors when Keras' loop
+steps to it (`compiler.pipeline`, `compiler.steps`); one traced function runs
+every batch. Saving is atomic and refused after a NaN loss (`compiler.saving`); a
 TensorFlow error in a step names the input that caused it (`compiler.blame`).
 
 Two ways to give the loss:

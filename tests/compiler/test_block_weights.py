@@ -52,7 +52,8 @@ def test_a_declared_weight_is_trained_and_saved(tmp_path):
 
 def test_an_undeclared_weight_is_not_trained():
     shift = Shift(declare=False)
-    model = fitted(shift)
+    with pytest.warns(UserWarning, match="no trainable weights"):
+        model = fitted(shift)
     assert float(shift.b.numpy()) == 0.0
     assert not model.trainable_weights
 

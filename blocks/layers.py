@@ -233,7 +233,12 @@ class Embedding(Layer):
             ids = tf.cast(ids, tf.int32)
         if self._mod_inputs:
             ids = tf.math.floormod(tf.abs(ids), self._num_buckets)
-        return tf.gather(self._table.embeddings, ids)
+        # Gathering from the tf.Variable itself reads only the rows asked for
+        # (ResourceGather). Gathering from the Keras variable converts it to a tensor
+        # first: a read of the whole table, which TensorFlow copies once a sparse
+        # update has touched the variable (BENCHMARKS.md, "Where a step's time goes").
+        table = self._table.embeddings
+        return tf.gather(getattr(table, "value", table), ids)
 
 
 class ScopedLayer(Layer):

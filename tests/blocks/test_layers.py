@@ -403,3 +403,19 @@ def test_convert_layer_to_block():
     block = td.convert_to_block(fc)
     assert isinstance(block, td.Function) and block.tf_fn is fc
     assert block.output_type == TensorType((2,))
+
+
+def test_an_embedding_lookup_reads_only_the_rows_it_gathers():
+    # a dense read of the table would copy all of it on every step once a sparse
+    # update has touched the variable; a ResourceGather reads the rows asked for
+    emb = td.Embedding(1000, 8)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int32)], autograph=False)
+    def lookup(ids):
+        return emb._call(ids)
+
+    types = {op.type for op in lookup.get_concrete_function().graph.get_operations()}
+    assert "ResourceGather" in types
+    assert "ReadVariableOp" not in types
+    np.testing.assert_array_equal(lookup(tf.constant([3, 3, 999])).numpy(),
+                                  emb.embeddings.numpy()[[3, 3, 999]])

@@ -14,8 +14,14 @@ round times, interleaved on the same trees (graphs cached, everything traced):
 The differences between rows are the layers' costs: `fit - keras step - plan` is the
 input pipeline, the Keras loop and its callbacks. Medians over the rounds.
 
+`--chains` times the bare steps on one left-deep chain of d cells (d loop iterations):
+the loop's fixed cost and its cost per iteration. `--profile` runs the bare steps under
+TensorFlow's profiler and sums the time of each op type (from the profile's XSpace).
+
     python -m benchmarks.breakdown                  # B = 1 and 16
     python -m benchmarks.breakdown --batch-sizes 1 --trees 32 --rounds 3
+    python -m benchmarks.breakdown --chains 1,8,16,32
+    python -m benchmarks.breakdown --profile --batch-sizes 1
 """
 
 from __future__ import annotations
@@ -116,6 +122,70 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def chains(depths, rounds: int, repeat: int) -> str:
+    """Bare train and inference steps on one chain of d cells, per depth."""
+    from benchmarks.treelstm import EngineVariant
+    engine = EngineVariant(TreeLSTMModel(seed=0), "agenda")
+    y = np.zeros(1, np.int32)
+    lines = ["| cells in the chain | launches | train ms | infer ms |", "|---|---|---|---|"]
+    for d in depths:
+        tree = 1
+        for _ in range(d):
+            tree = (tree, 2)
+        plan = engine.compiler.plan([tree])
+        arrays = plan.feed.arrays
+        train = lambda a=arrays: engine.train_fn(a, y).numpy()  # noqa: E731
+        infer = lambda a=arrays: engine.infer_fn(a).numpy()  # noqa: E731
+        for fn in (train, infer):
+            fn()
+        t = [np.median([_ms(fn, repeat) for _ in range(rounds)]) for fn in (train, infer)]
+        lines.append(f"| {d} | {plan.stats.launches} | {t[0]:.2f} | {t[1]:.2f} |")
+    return "\n".join(lines)
+
+
+def op_profile(b: int, steps: int = 30, top: int = 12) -> str:
+    """The bare train and inference steps at batch `b` under `tf.profiler`: time per
+    step of each op type, summed over the profile's events (nested events overlap)."""
+    import glob
+    import tempfile
+    from collections import defaultdict
+
+    import tensorflow as tf
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    from benchmarks.treelstm import EngineVariant
+    engine = EngineVariant(TreeLSTMModel(seed=0), "agenda")
+    rng = np.random.default_rng(0)
+    arrays = engine.compiler.plan([sst_synth_tree(rng) for _ in range(b)]).feed.arrays
+    y = np.zeros(b, np.int32)
+    out = []
+    for mode, fn in (("train", lambda: engine.train_fn(arrays, y).numpy()),
+                     ("infer", lambda: engine.infer_fn(arrays).numpy())):
+        for _ in range(5):
+            fn()
+        with tempfile.TemporaryDirectory() as d:
+            tf.profiler.experimental.start(d)
+            for _ in range(steps):
+                fn()
+            tf.profiler.experimental.stop()
+            space = xplane_pb2.XSpace()
+            with open(glob.glob(f"{d}/**/*.xplane.pb", recursive=True)[0], "rb") as f:
+                space.ParseFromString(f.read())
+        total, calls = defaultdict(float), defaultdict(int)
+        for plane in space.planes:
+            for line in plane.lines:
+                for ev in line.events:
+                    name = plane.event_metadata[ev.metadata_id].name
+                    if ":" in name:  # TensorFlow op events are named "name:Type"
+                        kind = name.rsplit(":", 1)[1]
+                        total[kind] += ev.duration_ps / 1e9
+                        calls[kind] += 1
+        out += [f"B={b} {mode}: | op type | ms per step | calls per step |", "|---|---|---|"]
+        out += [f"| {k} | {v / steps:.3f} | {calls[k] / steps:.1f} |"
+                for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:top]]
+    return "\n".join(out)
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-sizes", default="1,16")
@@ -123,7 +193,16 @@ def main(argv=None) -> dict:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=20, help="calls per round (steps)")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--chains", help="cells per chain, e.g. 1,8,16,32 (only that)")
+    parser.add_argument("--profile", action="store_true", help="op profile (only that)")
     args = parser.parse_args(argv)
+    if args.chains:
+        print(chains([int(d) for d in args.chains.split(",")], args.rounds, args.repeat))
+        return {}
+    if args.profile:
+        for b in (int(x) for x in args.batch_sizes.split(",")):
+            print(op_profile(b))
+        return {}
     results = {}
     for b in (int(x) for x in args.batch_sizes.split(",")):
         results[b] = measure(b, max(args.trees, b), args.rounds, args.repeat)

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks import ablations, bilstm, engine, fit, treelstm
+from benchmarks import ablations, bilstm, breakdown, engine, fit, treelstm
 
 
 def _rate(x) -> bool:
@@ -169,3 +169,24 @@ def test_ablations_gate_cuts_agree():
         np.testing.assert_array_equal(gates, want_gates, err_msg=name)
         np.testing.assert_allclose(grad, want_grad, err_msg=name)
     np.testing.assert_array_equal(want_gates, z.numpy())
+
+
+def test_breakdown_reports_every_layer_and_its_differences(capsys):
+    out = breakdown.main(["--batch-sizes", "2", "--trees", "4", "--rounds", "1",
+                          "--repeat", "1"])
+    assert sorted(out[2]) == sorted(breakdown.ROWS)
+    assert all(_rate(v) for v in out[2].values())
+    rows = _table(capsys.readouterr().out, "| ms per step or batch | B=2 |")
+    assert [r.split(" | ")[0][2:] for r in rows[:len(breakdown.ROWS)]] == list(breakdown.ROWS)
+    assert rows[-1].startswith("| run - bare infer - plan |")
+
+
+def test_breakdown_chains_and_profile_print_their_tables(capsys):
+    breakdown.main(["--chains", "1,2", "--rounds", "1", "--repeat", "1"])
+    rows = _table(capsys.readouterr().out, "| cells in the chain |")
+    assert [r.split(" | ")[0] for r in rows] == ["| 1", "| 2"]
+    breakdown.main(["--profile", "--batch-sizes", "1"])
+    printed = capsys.readouterr().out
+    for mode in ("train", "infer"):
+        ops = _table(printed, f"B=1 {mode}: | op type |")
+        assert any("MatMul" in r for r in ops)

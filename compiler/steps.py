@@ -44,8 +44,11 @@ class StepFunction:
         key = tuple(tf.nest.flatten(feeder.signature))
         fn = self._traced.get(key)
         if fn is None:
+            # the concrete function: calling it skips the tf.function's argument
+            # matching, ~0.25 ms a step (BENCHMARKS.md)
             fn = self._traced[key] = tf.function(
-                self._step, input_signature=[feeder.signature], autograph=False)
+                self._step, input_signature=[feeder.signature],
+                autograph=False).get_concrete_function()
         return fn(data)
 
     def on_iterator(self, iterator, steps: int):

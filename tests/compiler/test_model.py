@@ -576,3 +576,14 @@ def test_fit_and_predict_hand_keras_batch_indices_not_a_python_producer(monkeypa
     trees, labels = [(1.0, 2.0), -1.0, 0.5], np.array([1, 0, 1])
     model.fit(trees, labels, batch_size=2, epochs=1, verbose=0, validation_data=(trees, labels))
     assert model.predict(trees, batch_size=2, verbose=0).shape == (3, 2)
+
+
+def test_the_feeders_range_skips_tf_datas_optimizations():
+    # creating an optimized iterator cost ~10 ms per fit/predict call and per epoch
+    model = _on_batch_model()
+    ds = model._dataset([1.0, (2.0, 3.0)], None, None, 1, False, "predict",
+                        with_labels=False)
+    assert list(ds.as_numpy_iterator()) == [0, 1]
+    options = ds.options()
+    assert options.experimental_optimization.apply_default_optimizations is False
+    assert options.autotune.enabled is False

@@ -1,9 +1,9 @@
 """Ablations: a model-zoo choice against its alternatives, paired in one process.
 
-Run: `python -m benchmarks.ablations [--only rowlists,cells,bidirectional] [--rounds N]`.
+Run: `python -m benchmarks.ablations [--only rowlists,conds,cells,bidirectional] [--rounds N]`.
 Every variant is built on the same weights and batch; the calls of all variants
-are interleaved round after round, and the median time per call counts, so the
-machine's load drifts over all of them alike.
+are interleaved round after round (each round in another order), and the median
+time per call counts, so the machine's load drifts over all of them alike.
 
 - `rowlists`: how the engine's loop moves a launch's values when it has one op
   (`Executor(row_lists=...)`): one row list per argument and per output (the
@@ -11,6 +11,14 @@ machine's load drifts over all of them alike.
   concat of the outputs then one write). Engine (both) and hand-batched program
   on the same weights, sst-synth, same-shape trees, train and inference steps
   (planning not included).
+- `conds`: a `tf.cond(n > 0, ...)` around every launch outside the loop (the
+  engine before ops said `handles_empty`) against none (the engine now: the
+  TreeLSTM's ops all handle zero rows, so every head, step-0 and tail launch runs
+  unconditionally, the binary cell's empty step-0 launch included) and against
+  one on the middle ops' step-0 launches only (the ones that are empty here).
+  Engine only, sst-synth, same-shape trees, train and inference steps (planning
+  not included), each variant on several engines (`--instances`); the last
+  columns are medians of per-round ratios.
 - `cells`: how the TreeLSTM cells cut their gate pre-activations into gates
   (`models.gates.cut_gates`): strided slices, `tf.split` (the zoo's choice), or
   strided slices with a one-concat custom gradient. Engine and hand-batched
@@ -40,17 +48,25 @@ def _patched(module, name: str, value):
         setattr(module, name, old)
 
 
-def _interleaved(fns: dict, rounds: int) -> dict:
-    """Median ms per call of each function, calls interleaved round after round."""
+def _rounds(fns: dict, rounds: int) -> dict:
+    """ms of each call of each function, calls interleaved round after round; round
+    r starts at the r-th function (mod their number), odd rounds run backwards."""
     for f in fns.values():
         f()
+    keys = list(fns)
     times: dict = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
+    for r in range(rounds):
+        order = keys[r % len(keys):] + keys[:r % len(keys)]
+        for k in order if r % 2 == 0 else order[::-1]:
             t = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t)
-    return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+            fns[k]()
+            times[k].append((time.perf_counter() - t) * 1e3)
+    return times
+
+
+def _interleaved(fns: dict, rounds: int) -> dict:
+    """Median ms per call of each function, calls interleaved round after round."""
+    return {k: float(np.median(v)) for k, v in _rounds(fns, rounds).items()}
 
 
 def _treelstm_batch(batch: int):
@@ -94,6 +110,59 @@ def rowlists(batch: int, rounds: int) -> dict:
     print(f"| (hand-batched) | {ms[('hand', 'train')]:.2f} | {ms[('hand', 'infer')]:.2f} | |",
           flush=True)
     return {f"{n} / {m}": v for (n, m), v in ms.items()}
+
+
+def conds(batch: int, rounds: int, instances: int = 3) -> dict:
+    """ms per step of the engine with and without the conds around its launches
+    outside the loop.
+
+    Two engines of the same code in one process can differ by ~5% for as long as they
+    live (measured: an A/A pair, B=1), which is more than the effect measured here;
+    so each variant is built `instances` times, in a rotated order, and a round's
+    time of a variant is the mean over its instances.
+    """
+    from types import SimpleNamespace
+
+    from benchmarks.treelstm import EngineVariant
+    from benchmarks.workloads import TreeLSTMModel
+    _, trees, labels = _treelstm_batch(batch)
+    model = TreeLSTMModel(seed=0)
+
+    def guard(ex, which):
+        """The executor's ops `which` as if they failed on zero rows (read when traced)."""
+        assert isinstance(ex.ops[0].handles_empty, bool), "ops have no handles_empty"
+        ex.ops = [SimpleNamespace(**{**vars(op), "handles_empty": False}) if o in which
+                  else op for o, op in enumerate(ex.ops)]
+
+    base = "tf.cond on every launch (before)"
+    variants = {base: lambda lay: range(lay.n_ops),
+                "no tf.cond (engine: every op handles zero rows)": lambda lay: (),
+                "tf.cond on the middle ops only": lambda lay: lay.middle_ops}
+    names = list(variants)
+    fns = {}
+    for i in range(instances):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            engine = EngineVariant(model, "agenda")
+            ex = engine.compiler.executor
+            guard(ex, set(variants[name](ex.layout)))
+            arrays = engine.compiler.plan(trees).feed.arrays
+            fns[(name, i, "train")] = lambda e=engine, a=arrays: e.train_fn(a, labels).numpy()
+            fns[(name, i, "infer")] = lambda e=engine, a=arrays: e.infer_fn(a).numpy()
+    raw = _rounds(fns, rounds)
+    times = {(n, m): np.mean([raw[(n, i, m)] for i in range(instances)], axis=0)
+             for n in names for m in ("train", "infer")}
+    print(f"\n## launches outside the loop, with or without tf.cond: ms per step, sst-synth "
+          f"TreeLSTM, B={batch} (median of {rounds}, {instances} engines each)")
+    print("| launches outside the loop | train | infer | ÷ tf.cond on every launch, "
+          "train / infer |")
+    print("|---|---|---|---|")
+    for name in names:
+        ratios = [float(np.median(times[(name, m)] / times[(base, m)]))
+                  for m in ("train", "infer")]
+        print(f"| {name} | {np.median(times[(name, 'train')]):.2f} | "
+              f"{np.median(times[(name, 'infer')]):.2f} | "
+              f"{ratios[0]:.3f} / {ratios[1]:.3f} |", flush=True)
+    return {f"{n} / {m}": float(np.median(v)) for (n, m), v in times.items()}
 
 
 def gate_cuts() -> dict:
@@ -198,15 +267,18 @@ def _fetch(outputs):
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="rowlists,cells,bidirectional")
+    parser.add_argument("--only", default="rowlists,conds,cells,bidirectional")
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--batch", type=int, default=64, help="for rowlists and cells")
+    parser.add_argument("--batch", type=int, default=64, help="for rowlists, conds and cells")
     parser.add_argument("--batch-sizes", default="16,64", help="for bidirectional")
+    parser.add_argument("--instances", type=int, default=3, help="engines per variant, conds")
     args = parser.parse_args(argv)
     only = args.only.split(",")
     out = {}
     if "rowlists" in only:
         out["rowlists"] = rowlists(args.batch, args.rounds)
+    if "conds" in only:
+        out["conds"] = conds(args.batch, args.rounds, args.instances)
     if "cells" in only:
         out["cells"] = cells(args.batch, args.rounds)
     if "bidirectional" in only:

@@ -48,6 +48,10 @@ class Layer(IOBase):
     reads_sparsely = False
     """Whether calls read rows of a variable (lookups), which must run on input data only."""
 
+    handles_empty = False
+    """Whether calls work on a batch of zero rows (see `Op`): True for the library's
+    own layers, which are tested on zero rows; a subclass sets it when its `_call` does."""
+
     def __init__(self, input_type: Any = None, output_type: Any = None,
                  name: str | None = None):
         self._functions: list = []
@@ -115,6 +119,8 @@ class FC(Layer):
         name: a name for the layer and its variables.
     """
 
+    handles_empty = True
+
     def __init__(self, num_units_out: int, activation: Any = "relu",
                  initializer: Any = None, name: str | None = None):
         if isinstance(num_units_out, bool) or not isinstance(num_units_out, int) \
@@ -165,6 +171,7 @@ class Embedding(Layer):
     """
 
     reads_sparsely = True
+    handles_empty = True
 
     def __init__(self, num_buckets: int, num_units_out: int, initializer: Any = None,
                  name: str | None = None, trainable: bool = True, mod_inputs: bool = True):

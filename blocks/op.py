@@ -76,11 +76,16 @@ class Op:
         prelude_only: the op reads a variable sparsely (an embedding lookup), so it
             must run before the batching loop, on inputs that are all constants;
             inside the loop TensorFlow would keep a dense gradient per iteration.
+        handles_empty: `fn` works on a batch of zero rows (and returns zero rows).
+            The engine then runs its launches outside the loop unconditionally;
+            otherwise each runs under a `tf.cond` that skips it when it has no
+            nodes (BENCHMARKS.md, "The conds around the launches outside the loop").
     """
 
     def __init__(self, name: str, fn: Callable, input_types: Sequence[TensorType],
                  output_types: Sequence[TensorType], key: Hashable | None = None,
-                 cost: float = 1.0, prelude_only: bool = False, check: Callable | None = None):
+                 cost: float = 1.0, prelude_only: bool = False, check: Callable | None = None,
+                 handles_empty: bool = False):
         self.name = name
         self.fn = fn
         self.input_types = tuple(input_types)
@@ -92,6 +97,7 @@ class Op:
         self.cost = cost
         self.prelude_only = prelude_only
         self.check = check
+        self.handles_empty = handles_empty
 
     def prelude_error(self) -> ValueError:
         """The error for a prelude-only op called on the output of another op (every

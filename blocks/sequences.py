@@ -298,7 +298,7 @@ def _reducer(fn_name: str, doc: str):
         import tensorflow as tf
 
         from blocks.tensors import Function
-        block = Reduce(Function(getattr(tf, fn_name)), name=name)
+        block = Reduce(Function(getattr(tf, fn_name), handles_empty=True), name=name)
         block._constructor_name = make.__name__
         return block
     make.__doc__ = doc
@@ -329,7 +329,7 @@ def Mean(name: str | None = None) -> Block:  # noqa: N802
         count = tf.reshape(count, [-1] + [1] * (total.shape.rank - 1))
         return tf.math.divide_no_nan(total, tf.cast(count, total.dtype))
 
-    block = Pipe(AllOf(Sum(), Length()), Function(mean), name=name)
+    block = Pipe(AllOf(Sum(), Length()), Function(mean, handles_empty=True), name=name)
     block._constructor_name = "Mean"
     return block
 

@@ -121,7 +121,8 @@ class FromTensor(Block):
             t = tf.convert_to_tensor(self._tensor)
             return [tf.broadcast_to(t[None], tf.concat([[batch_size], tf.shape(t)], 0))]
 
-        self._op = Op(self.name or "FromTensor", read, [], [ttype], key=("tensor", id(tensor)))
+        self._op = Op(self.name or "FromTensor", read, [], [ttype], key=("tensor", id(tensor)),
+                      handles_empty=True)
 
     @property
     def tensor(self):
@@ -152,15 +153,22 @@ class Function(Block):
     Args:
         tf_fn: a callable on batch tensors, or a `Layer`.
         infer_output_type: whether to call `tf_fn` to find the output type.
+        handles_empty: whether `tf_fn` works on a batch of zero rows (see
+            `Op`); None (the default) takes `tf_fn.handles_empty` if it has one
+            (the library's layers say), else False.
     """
 
     _expected_input_types = (TensorType, TupleType)
     _expected_output_types = (TensorType, TupleType)
 
-    def __init__(self, tf_fn: Callable, name: str | None = None, infer_output_type: bool = True):
+    def __init__(self, tf_fn: Callable, name: str | None = None, infer_output_type: bool = True,
+                 handles_empty: bool | None = None):
         if not callable(tf_fn):
             raise TypeError(f"tf_fn is not callable: {tf_fn!r}")
+        if handles_empty is not None and not isinstance(handles_empty, bool):
+            raise TypeError(f"handles_empty must be True, False or None, got {handles_empty!r}")
         self._tf_fn = tf_fn
+        self._handles_empty = handles_empty
         self._infer_output = infer_output_type
         self._output_checked = False
         self._op: Op | None = None
@@ -227,10 +235,13 @@ class Function(Block):
                 return flatten_outputs(fn(*batch_call_structure(in_type, list(flat))))
 
             name = self.name or self._fn_name()
-            key = (fn, self.input_type, self.output_type)
+            empty = self._handles_empty
+            if empty is None:
+                empty = getattr(fn, "handles_empty", False) is True
+            key = (fn, self.input_type, self.output_type, empty)
             self._op = Op(name, call, in_types, out_types, key=key,
                           prelude_only=getattr(fn, "reads_sparsely", False),
-                          check=getattr(fn, "check_inputs", None))
+                          check=getattr(fn, "check_inputs", None), handles_empty=empty)
         return self._op
 
     def ops(self) -> list[Op]:
@@ -295,7 +306,7 @@ class Concat(Function):
             return tf.concat(flat, axis=concat_dim + 1)
 
         concat.__name__ = "concat"
-        super().__init__(concat, name=name, infer_output_type=False)
+        super().__init__(concat, name=name, infer_output_type=False, handles_empty=True)
 
     def _repr_args(self):
         return {"concat_dim": self._concat_dim, "flatten": self._flatten}

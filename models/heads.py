@@ -57,9 +57,9 @@ def classification_metrics(loss: str = "loss", accuracy: str | None = "accuracy"
     >>> round(float(m["loss"][0]), 4), float(m["accuracy"][0])   # log(2); ties go to 0
     (0.6931, 0.0)
     """
-    metrics = [td.Function(_cross_entropy) >> td.Metric(loss)]
+    metrics = [td.Function(_cross_entropy, handles_empty=True) >> td.Metric(loss)]
     if accuracy is not None:
-        metrics.append(td.Function(_hit) >> td.Metric(accuracy))
+        metrics.append(td.Function(_hit, handles_empty=True) >> td.Metric(accuracy))
     return td.AllOf(*metrics) >> td.Void()
 
 

@@ -67,6 +67,7 @@ class _RecurrentCell(Layer):
 
     _gates = 1
     _stateful_c = False
+    handles_empty = True
 
     def __init__(self, units: int, input_size: int | None = None,
                  activation: Any = "tanh", name: str | None = None):
@@ -240,6 +241,10 @@ class CellPair(Layer):
         super().__init__(input_type=in_type,
                          output_type=self._pair(first.output_type, second.output_type),
                          name=name)
+
+    @property
+    def handles_empty(self) -> bool:
+        return self.first.handles_empty is True and self.second.handles_empty is True
 
     @staticmethod
     def _pair(a: TupleType, b: TupleType) -> TupleType:

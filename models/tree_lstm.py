@@ -72,6 +72,8 @@ class NaryTreeLSTMCell(Layer):
         name: the layer's name.
     """
 
+    handles_empty = True
+
     def __init__(self, hidden: int, num_children: int = 2, input_size: int | None = None,
                  forget_bias: float = 1.0, name: str | None = None):
         import keras
@@ -136,6 +138,8 @@ def nary_cell(hidden: int, num_children: int, input_size: int | None = None,
 class _ChildSumGates(Layer):
     """`(x, h~, sum_k f_k * c_k) -> (h, c)`: the input, output and update gates."""
 
+    handles_empty = True
+
     def __init__(self, hidden: int, input_size: int, name: str | None):
         import keras
         self.hidden = hidden
@@ -165,6 +169,8 @@ class _ChildSumForget(Layer):
     per node by `input_part` (a second layer on the same weights), not per child.
     """
 
+    handles_empty = True
+
     def __init__(self, hidden: int, input_size: int, forget_bias: float, name: str | None):
         import keras
         self.input_size = input_size
@@ -189,6 +195,8 @@ class _ChildSumForget(Layer):
 
 class _ChildSumForgetInput(Layer):
     """`x -> W_f x + b_f`: the forget gate's input part, shared by all children."""
+
+    handles_empty = True
 
     def __init__(self, forget: _ChildSumForget):
         self.forget = forget

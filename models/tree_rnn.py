@@ -39,6 +39,8 @@ class TreeRNNCell(Layer):
         name: the layer's name.
     """
 
+    handles_empty = True
+
     def __init__(self, hidden: int, num_children: int = 2, input_size: int | None = None,
                  activation: Any = "tanh", name: str | None = None):
         import keras

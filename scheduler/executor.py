@@ -13,8 +13,9 @@ How a batch runs (`compute`, one method per stage):
    rows per value type.
 2. **Before the loop** (`_before_loop`): the *outer* launches (each middle op on
    its step-0 nodes, whose arguments are all constants; then each head op on all
-   its nodes) gather their arguments from the rows made so far and run. Every
-   value of type k owns one row of buffer k: first the constants, then every
+   its nodes) gather their arguments from the rows made so far and run (under a
+   `tf.cond` that skips a launch of no nodes, unless its op `handles_empty`).
+   Every value of type k owns one row of buffer k: first the constants, then every
    launch's outputs in launch order (within a launch: output slot, then node);
    a loop type's buffer starts as `[constants; outer outputs; zeros]`.
 3. **The loop** (`_loop`): iteration g writes launch g-1's outputs and gathers
@@ -92,7 +93,9 @@ class Executor:
     Args:
         ops: op-like objects with `fn` (a batch function: tensors `[n, *shape]` in,
             a list of such out; a zero-argument op gets the batch size `n`),
-            `input_types` and `output_types` (each with `shape` and `dtype`).
+            `input_types` and `output_types` (each with `shape` and `dtype`), and
+            optionally `handles_empty` (True: `fn` works on zero rows, so its
+            launches outside the loop need no `tf.cond`; False by default).
         value_types: every value type, each with `shape` and `dtype`; all the ops'
             input and output types must be among them.
         row_lists: with one loop op, gather each argument and write each output
@@ -303,9 +306,14 @@ class Executor:
                 made[k].append(outs[s])
 
     def _call_unless_empty(self, o: int, args: list, n) -> list:
-        """Runs op o on `n` rows outside the loop; skipped when `n` is 0, because some
-        layers (Keras RNN cells, for one) fail on zero rows."""
+        """Runs op o on `n` rows outside the loop. Unless the op `handles_empty`, the
+        launch is skipped when `n` is 0 (a user's function may fail on zero rows);
+        an op that does runs unconditionally: a `tf.cond` costs a few percent of a
+        training step at batch 1 (BENCHMARKS.md, "The conds around the launches
+        outside the loop")."""
         import tensorflow as tf
+        if getattr(self.ops[o], "handles_empty", False) is True:
+            return self._call(o, args, n)
         types = [self.layout.value_types[k] for k in self.layout.op_out[o]]
         return tf.cond(n > 0, lambda: self._call(o, args, n),
                        lambda: [tf.zeros((0, *t.shape), dtype_name(t)) for t in types])

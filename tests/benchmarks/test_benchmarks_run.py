@@ -102,6 +102,7 @@ def test_bilstm_throughput_runs_every_variant(tmp_path, capsys):
 
 @pytest.mark.parametrize("section, header, n_rows, n_times", [
     ("rowlists", "| engine | train | infer |", 3, 6),  # 2 layouts and hand-batched, 2 modes
+    ("conds", "| launches outside the loop | train |", 3, 6),  # 3 variants x 2 modes
     ("cells", "| cut | engine train |", 3, 12),  # 3 cuts x engine/hand x 2 modes
     ("bidirectional", "| B | CellPair train / infer |", 1, 6),  # 1 size; 3 encoders x 2
 ])

@@ -419,3 +419,74 @@ def test_an_embedding_lookup_reads_only_the_rows_it_gathers():
     assert "ReadVariableOp" not in types
     np.testing.assert_array_equal(lookup(tf.constant([3, 3, 999])).numpy(),
                                   emb.embeddings.numpy()[[3, 3, 999]])
+
+
+# --- zero rows (`Op.handles_empty`) ------------------------------------------------------
+
+def _library_blocks():
+    """A block using each layer and library function said to work on zero rows."""
+    from models import heads, rnn_cells, tree_lstm, tree_rnn
+    keras.utils.set_random_seed(0)
+
+    def vec(n=3):
+        return td.Vector(n)
+
+    def state():
+        return td.Record((vec(4), vec(4)))
+
+    cells = rnn_cells.CellPair(rnn_cells.LSTMCell(4, input_size=3),
+                               rnn_cells.SimpleRNNCell(4, input_size=3))
+    return {
+        "FC": vec() >> td.FC(4),
+        "Embedding": td.Scalar("int32") >> td.Embedding(10, 4),
+        "leaf cell": vec() >> tree_lstm.leaf_cell(4, 3),
+        "binary cell": td.Record((state(), state())) >> tree_lstm.binary_cell(4),
+        "child-sum cell": td.Record((vec(), td.Map(state())))
+        >> tree_lstm.ChildSumTreeLSTMCell(4, 3),
+        "tree-rnn cell": td.Record((vec(4), vec(4))) >> tree_rnn.TreeRNNCell(4),
+        "LSTM cell": td.Record((vec(), state())) >> rnn_cells.LSTMCell(4, input_size=3),
+        "GRU cell": td.Record((vec(), vec(4))) >> rnn_cells.GRUCell(4, input_size=3),
+        "cell pair": td.Record((td.Record((vec(), vec())), td.Record((state(), vec(4)))))
+        >> cells,
+        "Concat": td.Record((vec(), td.Scalar())) >> td.Concat(),
+        "Sum, Max, Mean": td.Map(vec()) >> td.AllOf(td.Sum(), td.Max(), td.Mean()),
+        "FromTensor": td.FromTensor(np.ones(2, np.float32)),
+        "classification metrics": td.Record((vec(), td.Scalar("int32")))
+        >> heads.classification_metrics(),
+    }
+
+
+def _ops(block) -> list:
+    from compiler import Compiler
+    return Compiler.create(block).program.ops
+
+
+@pytest.mark.parametrize("name", sorted(_library_blocks()))
+def test_library_ops_said_to_handle_zero_rows_do(name):
+    ops = _ops(_library_blocks()[name])
+    assert ops and all(op.handles_empty for op in ops)
+    for op in ops:
+        sig = [tf.TensorSpec((None, *t.shape), t.dtype) for t in op.input_types]
+
+        @tf.function(input_signature=sig, autograph=False)
+        def run(*xs, op=op):
+            floats = [x for x in xs if x.dtype == tf.float32]
+            with tf.GradientTape() as tape:
+                tape.watch(floats)
+                outs = op.fn(*xs) if xs else op.fn(tf.constant(0))
+                loss = tf.add_n([tf.reduce_sum(tf.cast(y, tf.float32)) for y in outs])
+            return outs, tape.gradient(loss, floats)
+
+        outs, grads = run(*[tf.zeros((0, *t.shape), t.dtype) for t in op.input_types])
+        assert [tuple(y.shape) for y in outs] == [(0, *t.shape) for t in op.output_types]
+        assert all(g is None or g.shape[0] == 0 for g in grads)
+
+
+def test_user_functions_and_wrapped_keras_layers_are_not_said_to_handle_zero_rows():
+    def flags(block):
+        return [op.handles_empty for op in _ops(block)]
+    assert flags(td.Vector(3) >> td.Function(lambda x: -x)) == [False]
+    assert flags(td.Vector(3) >> td.ScopedLayer(keras.layers.Dense(2))) == [False]
+    assert flags(td.Vector(3) >> td.Function(lambda x: -x, handles_empty=True)) == [True]
+    with pytest.raises(TypeError, match="handles_empty must be True, False or None, got 1"):
+        td.Function(tf.negative, handles_empty=1)

@@ -147,3 +147,30 @@ def test_batches_of_64_equal_the_reference(name, scheduler, data):
 @given(data=st.data())
 def test_batch_of_one_equals_the_reference(name, data):
     check_batch(name, "agenda", [data.draw(case(name).inputs)])
+
+
+# --- launches of no nodes (`Op.handles_empty`) --------------------------------------------
+
+def _conds(run) -> int:
+    """The `tf.cond`s in a traced function's graph (forward and backward)."""
+    graph = run.get_concrete_function().graph
+    return sum(op.type in ("If", "StatelessIf") for op in graph.get_operations())
+
+
+@pytest.mark.parametrize("scheduler", ["agenda", "depth"])
+def test_library_layers_with_no_nodes_run_without_a_cond_and_equal_the_reference(scheduler):
+    # every op of the TreeLSTM is the library's (Embedding, cells, FC): no tf.cond at all;
+    # a batch of leaves gives the binary cell no node, an empty step-0 launch included
+    assert _conds(engine("tree_lstm", scheduler)[1]) == 0
+    check_batch("tree_lstm", scheduler, [3, 5, 0])
+    check_batch("tree_lstm", scheduler, [(1, 2)])
+
+
+@pytest.mark.parametrize("scheduler", ["agenda", "depth"])
+def test_a_oneof_branch_no_input_takes_equals_the_reference(scheduler):
+    # reduce_oneof's branches: FC, Concat and Sum handle zero rows; its user lambda
+    # (`tf.stack`) is not known to, so it keeps its cond (one: it reads input data only,
+    # so no gradient flows back through it)
+    assert _conds(engine("reduce_and_oneof", scheduler)[1]) == 1
+    check_batch("reduce_and_oneof", scheduler, [{"xs": [[0.5, -1.0]]}, {"xs": []}])
+    check_batch("reduce_and_oneof", scheduler, [{"ys": [0.25, -0.5, 1.0]}, {"ys": []}])

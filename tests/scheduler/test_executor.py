@@ -18,6 +18,7 @@ unbatched `ref` formula, from the plain-Python record of the graph (`RawGraph`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,6 +72,7 @@ class Op:
     fn: Callable  # batched: [n, *shape] tensors in, a list out
     ref: Callable  # one node: [*shape] tensors in, a list out
     prelude_only: bool = False
+    handles_empty: bool = False
 
 
 def _cos(i):
@@ -183,6 +185,8 @@ CELL = Op("cell", (F, E, F), (F, G, F),
 ONE_LOOP_OP = OpSet([OPS[OP_ID[name]] for name in ("bias", "embed2", "leaf", "sq", "outer")]
                     + [CELL])
 ONE_LOOP_OP_STACKED = OpSet(ONE_LOOP_OP.ops, row_lists=False)  # rows stacked per value type
+# Every op said to work on zero rows (they all do): launches outside the loop run unconditionally
+NO_CONDS = OpSet([dataclasses.replace(op, handles_empty=True) for op in OPS])
 
 
 def make_const(k, rng):
@@ -369,6 +373,49 @@ def test_values_and_gradients_with_one_loop_op_equal_the_oracle(name, opset, dat
     assert opset.with_gradients.experimental_get_tracing_count() == 1
 
 
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=25)
+@given(data=st.data())
+def test_values_and_gradients_without_conds_equal_the_oracle(name, data):
+    # random batches leave most of the 14 ops without nodes, outside the loop too
+    graph, raw = random_batch(data.draw, opset=NO_CONDS)
+    reads = draw_reads(data.draw, graph.num_values)
+    check_values(graph, raw, name, reads, opset=NO_CONDS)
+    check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
+                    opset=NO_CONDS)
+
+
+def _conds(fn) -> int:
+    graph = fn.get_concrete_function().graph
+    return sum(op.type in ("If", "StatelessIf") for op in graph.get_operations())
+
+
+def test_only_launches_of_ops_that_may_fail_on_zero_rows_run_under_a_cond():
+    assert _conds(NO_CONDS.forward) == 0
+    # head: bias, embed, embed2, leaf; step 0 of the 9 middle ops; tail: outer
+    assert _conds(ALL.forward) == 14
+    ops = [OPS[OP_ID["embed2"]], dataclasses.replace(OPS[OP_ID["leaf"]], handles_empty=True),
+           dataclasses.replace(OPS[OP_ID["outer"]], handles_empty=True)]
+    assert _conds(OpSet(ops).forward) == 1
+
+
+# `first` fails on zero rows (it reads row 0), as a user's function may
+FIRST = Op("first", (F,), (F,), lambda a: [a + 0.0 * a[0]], lambda a: [a])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_op_that_fails_on_zero_rows_is_skipped_when_it_has_no_nodes(name):
+    strict = OpSet([OPS[OP_ID["bias"]], OPS[OP_ID["sq"]], FIRST])
+    b = Builder(strict)
+    b.node("sq", b.node("bias")[0])  # `first` has no node: its head launch is empty
+    graph, raw = b.graph()
+    check_values(graph, raw, name, np.arange(graph.num_values), opset=strict)
+    unguarded = OpSet([*strict.ops[:2], dataclasses.replace(FIRST, handles_empty=True)])
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        unguarded.forward(schedule_and_feed(graph, name, np.arange(graph.num_values),
+                                            unguarded).arrays)
+
+
 def test_the_one_loop_op_set_runs_cell_alone_in_the_loop():
     ex = ONE_LOOP_OP.executor
     assert [ex.ops[o].name for o in ex.layout.loop_ops] == ["cell"]
@@ -376,10 +423,12 @@ def test_the_one_loop_op_set_runs_cell_alone_in_the_loop():
 
 
 class Builder:
-    """Builds a graph over OPS by hand: `const` and `node` return value ids."""
+    """Builds a graph over the ops of `opset` by hand: `const` and `node` return value ids."""
 
-    def __init__(self):
-        self.raw = RawGraph(SPECS, tables=[[] for _ in TYPES])
+    def __init__(self, opset: OpSet = ALL):
+        self.specs = opset.specs
+        self.op_id = {op.name: o for o, op in enumerate(opset.ops)}
+        self.raw = RawGraph(opset.specs, tables=[[] for _ in TYPES])
 
     def const(self, vtype: VT, value) -> int:
         raw, k = self.raw, TYPES.index(vtype)
@@ -391,11 +440,11 @@ class Builder:
         return v
 
     def node(self, op: str, *args: int) -> list[int]:
-        raw, o = self.raw, OP_ID[op]
+        raw, o = self.raw, self.op_id[op]
         raw.node_op.append(o)
         raw.node_args.append(args)
         outs = []
-        for k in SPECS[o].outputs:
+        for k in self.specs[o].outputs:
             outs.append(len(raw.value_type))
             raw.value_type.append(k)
             raw.value_node.append(raw.num_nodes - 1)

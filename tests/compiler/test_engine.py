@@ -147,7 +147,8 @@ def test_an_empty_batch_gives_no_results():
 
 
 def test_a_keras_rnn_cell_with_a_fed_initial_state_runs():
-    # Keras' LSTMCell fails on zero rows; the prelude must not call it on an empty batch
+    # a ScopedLayer wraps any callable, so its launches outside the loop keep their guard
+    # against zero rows (Op.handles_empty is False): an empty launch must not call it
     cell = td.ScopedLayer(keras.layers.LSTMCell(3), "lstm")
     init = td.AllOf(td.FromTensor(np.zeros(3, np.float32)),
                     td.FromTensor(np.zeros(3, np.float32)))

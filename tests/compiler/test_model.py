@@ -260,8 +260,10 @@ def test_bad_examples_can_be_skipped_and_counted():
 
 def test_a_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
     keras.utils.set_random_seed(0)
-    block = td.Scalar() >> td.Function(lambda x: x[:, None]) >> td.FC(1, activation=None) \
-        >> td.Function(lambda z: tf.square(z[:, 0] - 1.0)) >> td.Metric("loss")
+    # a NaN feature on purpose: allowed in, to reach the loss
+    block = td.Scalar(allow_nonfinite=True) >> td.Function(lambda x: x[:, None]) \
+        >> td.FC(1, activation=None) >> td.Function(lambda z: tf.square(z[:, 0] - 1.0)) \
+        >> td.Metric("loss")
     data = list(np.random.default_rng(0).normal(size=64))
     model = Model(block)
     model.compile(optimizer=keras.optimizers.SGD(0.01))

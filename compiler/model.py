@@ -329,7 +329,9 @@ class Model(keras.Model):
         or "predict"), which the step functions read."""
         check_batch_size(batch_size)
         inputs = as_inputs(x, what)
-        labels = self.pipeline.labels(y, sample_weight, len(inputs))
+        loss = self.loss if with_labels and self._compile_loss is not None else None
+        labels = self.pipeline.labels(y, sample_weight, len(inputs), loss,
+                                      "y" if what == "x" else f"{what} y")
         inputs, labels = self._expand(inputs, labels, raise_errors=raise_errors, what=what)
         if not inputs:
             raise ValueError(f"no inputs in {what}" + (" (all were skipped)" if

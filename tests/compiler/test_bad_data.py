@@ -105,3 +105,103 @@ def test_predict_refuses_an_overflowing_feature_naming_the_example():
         sign_model().predict(trees, verbose=0)
     assert err.value.example_index == 4
     assert "overflows float32" in str(err.value)
+
+
+# --- B. labels checked against the loss before the first step -----------------------------
+
+
+@pytest.mark.parametrize("bad, index, reason", [
+    (5, 13, "y[13] is 5: sparse_categorical_crossentropy needs class ids in [0, 2)"),
+    (-1, 40, "y[40] is -1: sparse_categorical_crossentropy needs class ids in [0, 2)"),
+    (0.5, 7, "y[7] is 0.5: sparse_categorical_crossentropy needs integer class ids"),
+    (np.nan, 21, "y[21] is nan (as float32): labels must be finite"),
+])
+def test_fit_refuses_a_bad_class_id_naming_it_before_any_step(bad, index, reason):
+    trees, y = trees_and_signs(48)
+    y = y.astype(np.float64 if isinstance(bad, float) else np.int64)
+    y[index] = bad
+    model = sign_model()
+    before = weights_of(model)
+    with pytest.raises(ValueError) as err:
+        model.fit(trees, y, batch_size=8, epochs=1, verbose=0)
+    assert reason in str(err.value)
+    assert_weights_unchanged(model, before)
+    assert int(model.optimizer.iterations) == 0
+
+
+@pytest.mark.parametrize("loss", ["sparse_categorical_crossentropy",
+                                  keras.losses.SparseCategoricalCrossentropy(from_logits=True)])
+def test_sparse_labels_must_be_one_id_per_input(loss):
+    trees, y = trees_and_signs(16)
+    model = sign_model(loss=loss)
+    with pytest.raises(ValueError, match=r"y has shape \(16, 3\), but sparse_categorical_"
+                                         r"crossentropy .* needs one class id per input: "
+                                         r"shape \(16,\) or \(16, 1\)"):
+        model.fit(trees, np.zeros((16, 3), np.int32), verbose=0)
+    model.fit(trees, y[:, None], batch_size=8, verbose=0)  # (N, 1) is fine
+
+
+def test_evaluate_and_validation_labels_are_checked_too():
+    trees, y = trees_and_signs(16)
+    model = sign_model()
+    bad = y.copy()
+    bad[3] = 2
+    with pytest.raises(ValueError, match=r"^y\[3\] is 2"):
+        model.evaluate(trees, bad, verbose=0)
+    with pytest.raises(ValueError, match=r"^validation_data y\[3\] is 2"):
+        model.fit(trees, y, validation_data=(trees, bad), verbose=0)
+    assert int(model.optimizer.iterations) == 0
+
+
+def regression_model(out_shape: tuple, loss="mse") -> Model:
+    keras.utils.set_random_seed(0)
+    head = td.FC(out_shape[0] if out_shape else 1, activation=None)
+    block = td.Map(td.Scalar() >> td.Function(lambda x: x[:, None])) >> td.Sum() >> head
+    if not out_shape:
+        block = block >> td.Function(lambda z: z[:, 0])
+    model = Model(block)
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss=loss)
+    return model
+
+
+def test_regression_targets_must_have_the_output_shape():
+    xs = [[1.0, 2.0], [0.5], [-1.0, 0.0, 1.0], [2.0]]
+    model = regression_model((1,))
+    before = weights_of(model)
+    with pytest.raises(ValueError, match=r"y has shape \(4, 3\): rows of shape \(3,\), but "
+                                         r"mean_squared_error needs rows of the block's "
+                                         r"output shape \(1,\)"):
+        model.fit(xs, np.zeros((4, 3)), verbose=0)
+    assert_weights_unchanged(model, before)
+    model.fit(xs, np.zeros(4), verbose=0)           # (N,) for (1,): Keras broadcasts
+    model.fit(xs, np.zeros((4, 1)), verbose=0)
+    regression_model(()).fit(xs, np.zeros(4), verbose=0)   # a scalar per input
+    with pytest.raises(ValueError, match="for class ids give sparse_categorical"):
+        regression_model((3,), "categorical_crossentropy").fit(xs, np.zeros(4), verbose=0)
+
+
+def test_an_inf_target_is_refused_naming_it():
+    xs = [[1.0, 2.0], [0.5], [-1.0, 0.0, 1.0], [2.0]]
+    with pytest.raises(ValueError, match=r"^y\[2\] is \[inf\] \(as float32\): labels must be "
+                                         r"finite"):
+        regression_model((1,)).fit(xs, np.array([[0.0], [1.0], [1e39], [0.0]]), verbose=0)
+
+
+def test_a_loss_of_ones_own_is_not_shape_checked():
+    xs = [[1.0, 2.0], [0.5]]
+
+    def first_column(y_true, y_pred):
+        return keras.ops.square(y_true[:, 0] - y_pred[:, 0])
+
+    regression_model((1,), first_column).fit(xs, np.zeros((2, 3)), verbose=0)
+
+
+@pytest.mark.parametrize("bad, reason", [(-1.0, "is -1.0"), (np.inf, "is inf"),
+                                         (np.nan, "is nan")])
+def test_sample_weights_must_be_finite_and_not_negative(bad, reason):
+    trees, y = trees_and_signs(16)
+    w = np.ones(16)
+    w[9] = bad
+    with pytest.raises(ValueError, match=rf"^sample_weight\[9\] {reason}: sample weights must "
+                                         r"be finite and >= 0"):
+        sign_model().fit(trees, y, sample_weight=w, verbose=0)

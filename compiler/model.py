@@ -4,8 +4,9 @@
 dicts). Each input is expanded once (example graphs are cached across epochs);
 each batch is merged, scheduled and packed into index tensors when Keras' loop
 steps to it (`compiler.pipeline`, `compiler.steps`); one traced function runs
-every batch. Saving is atomic and refused after a NaN loss (`compiler.saving`); a
-TensorFlow error in a step names the input that caused it (`compiler.blame`).
+every batch. Saving is atomic (`compiler.saving`); a TensorFlow error in a step
+names the input that caused it (`compiler.blame`); a step whose loss or gradients
+are not finite is not applied and stops `fit` with `NonFiniteLossError`.
 
 Two ways to give the loss:
 
@@ -53,7 +54,7 @@ from compiler.blame import blaming
 from compiler.compiler import Compiler
 from compiler.pipeline import InputPipeline, Labels, as_inputs, check_batch_size, split_validation
 from compiler.saving import atomic_write, refuse_after_nan, write_saved_model
-from compiler.steps import StepFunction
+from compiler.steps import STEP_FINITE, STEP_LOSS, StepFunction, all_finite
 
 
 @keras.saving.register_keras_serializable(package="refold")
@@ -216,20 +217,39 @@ class Model(keras.Model):
             return tf.constant(0.0)
         return tf.add_n(terms) if len(terms) > 1 else terms[0]
 
-    def _train_on(self, x, y=None, sample_weight=None):
-        """One optimizer step on a packed batch: `(loss, y_pred, metric values)`.
+    def _train_on(self, x, y=None, sample_weight=None, guard: bool = True):
+        """One optimizer step on a packed batch: `(loss, y_pred, metric values, finite)`.
 
-        `MirroredTrainer` runs it on every replica (see `_total_loss`)."""
+        With `guard`, the update is applied only if the loss and every gradient are
+        finite (`finite`, a scalar bool; the weights and the optimizer's state stay
+        those of the last good step otherwise). `MirroredTrainer` runs it on every
+        replica unguarded (see `_total_loss`): a replica cannot skip an update the
+        others apply."""
         weights = self.trainable_weights
         with tf.GradientTape() as tape:
             y_pred, values = self._forward(x)
             loss = self._total_loss(x, y, y_pred, sample_weight, values)
             scaled = self.optimizer.scale_loss(loss)
-        if weights:
-            grads = tape.gradient(scaled, weights)
-            grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
+        if not weights:
+            return loss, y_pred, values, tf.math.is_finite(tf.cast(loss, tf.float32))
+        grads = tape.gradient(scaled, weights)
+        grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
+        if not guard:
             self.optimizer.apply_gradients(zip(grads, weights))
-        return loss, y_pred, values
+            return loss, y_pred, values, tf.math.is_finite(tf.cast(loss, tf.float32))
+        finite = all_finite(loss, grads)
+
+        def apply():
+            self.optimizer.apply_gradients(zip(grads, weights))
+            return tf.constant(True)
+        tf.cond(finite, apply, lambda: tf.constant(False))
+        return loss, y_pred, values, finite
+
+    def _build_optimizer(self) -> None:
+        # its slots cannot be made inside the traced step's guarded update (a
+        # tf.cond branch), and making them there would make Keras trace it twice
+        if self.optimizer is not None and not self.optimizer.built:
+            self.optimizer.build(self.trainable_variables)
 
     def _update_metrics(self, x, y, y_pred, sample_weight, values, loss):
         self._loss_tracker.update_state(loss, sample_weight=tf.cast(x["batch_size"][0],
@@ -242,8 +262,10 @@ class Model(keras.Model):
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        loss, y_pred, values = self._train_on(x, y, sample_weight)
-        return self._update_metrics(x, y, y_pred, sample_weight, values, loss)
+        loss, y_pred, values, finite = self._train_on(x, y, sample_weight)
+        logs = self._update_metrics(x, y, y_pred, sample_weight, values, loss)
+        # taken out of the logs by the step function, which raises on a bad step
+        return {**logs, STEP_FINITE: finite, STEP_LOSS: loss}
 
     def test_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -277,7 +299,7 @@ class Model(keras.Model):
 
     def _step_function(self, step, role) -> StepFunction:
         return StepFunction(step, lambda: self._feeders[role()],
-                            lambda: bool(self.run_eagerly))
+                            lambda: bool(self.run_eagerly), lambda: self._epoch)
 
     def make_train_function(self, force=False):
         if self.train_function is None or force:
@@ -332,7 +354,10 @@ class Model(keras.Model):
         loss = self.loss if with_labels and self._compile_loss is not None else None
         labels = self.pipeline.labels(y, sample_weight, len(inputs), loss,
                                       "y" if what == "x" else f"{what} y")
+        n_given = len(inputs)
         inputs, labels = self._expand(inputs, labels, raise_errors=raise_errors, what=what)
+        skipped = self.skipped_validation_examples if what == "validation_data" else \
+            self.skipped_examples
         if not inputs:
             raise ValueError(f"no inputs in {what}" + (" (all were skipped)" if
                                                        len(x) else ""))
@@ -343,6 +368,8 @@ class Model(keras.Model):
                 if shuffle else np.arange(n)
 
         feeder = self.pipeline.feeder(inputs, labels, batch_size, order, with_labels)
+        if skipped:
+            feeder.positions = np.setdiff1d(np.arange(n_given), skipped)
         self._feeders[role] = feeder
         return feeder.dataset()
 
@@ -353,8 +380,11 @@ class Model(keras.Model):
         """Trains on `x` (a list or iterable of inputs) and optional labels `y`.
 
         As `keras.Model.fit`; `validation_data` is `(x_val, y_val)` or `x_val` (Fold
-        style). A `keras.callbacks.TerminateOnNaN` is added unless given, and no
-        checkpoint is written once a loss was NaN.
+        style). Bad data cannot spoil the weights: inputs (`blocks.InputError`) and
+        labels (`ValueError`) are checked before the first step, and a step whose loss
+        or gradients are not finite is not applied: it raises
+        `compiler.NonFiniteLossError` naming the batch's examples, the weights left
+        those of the last good step.
         """
         _refuse(kwargs, "fit")
         if self.distribute_strategy.num_replicas_in_sync > 1:
@@ -372,14 +402,9 @@ class Model(keras.Model):
             vx, vy, vw = split_validation(validation_data)
             val = self._dataset(vx, vy, vw, validation_batch_size or batch_size, False,
                                 "validation", what="validation_data")
-        callbacks = list(callbacks or [])
-        if not any(isinstance(c, keras.callbacks.TerminateOnNaN) for c in callbacks):
-            callbacks.append(keras.callbacks.TerminateOnNaN())
-        callbacks.insert(0, _Bookkeeping(self))
+        callbacks = [_Bookkeeping(self), *(callbacks or [])]
         self._nan_seen = False
-        if self.optimizer is not None and not self.optimizer.built:
-            # creating its slots inside the traced step would make Keras trace it twice
-            self.optimizer.build(self.trainable_variables)
+        self._build_optimizer()
         blame = [(x, "x", self.skipped_examples)]
         if validation_data is not None:
             blame.append((split_validation(validation_data)[0], "validation_data",
@@ -441,6 +466,7 @@ class Model(keras.Model):
         x = as_inputs(x)
         self._check_loss(y)
         self._dataset(x, y, sample_weight, max(len(x), 1), False, "train")
+        self._build_optimizer()
         self.make_train_function()
         self.reset_metrics()
         with blaming(self.block, [(x, "x", self.skipped_examples)]):

@@ -226,6 +226,7 @@ class BatchFeeder:
         self.n_batches = math.ceil(len(inputs) / batch_size)
         self._order_of_pass = order
         self._order: np.ndarray | None = None
+        self.positions: np.ndarray | None = None  # inputs' indices in x, if some were skipped
         spec = (pipeline.signature(), *labels.signature())
         self.signature = spec if with_labels else spec[:1]
 
@@ -240,6 +241,11 @@ class BatchFeeder:
         idx = self._order[i * self.batch_size:(i + 1) * self.batch_size]
         arrays = self.pipeline.pack([self.inputs[j] for j in idx])
         return (arrays, *self.labels.batch(idx)) if self.with_labels else (arrays,)
+
+    def examples(self, i: int) -> np.ndarray:
+        """The indices in the caller's `x` of batch i's inputs (of the current pass)."""
+        idx = self._order[i * self.batch_size:(i + 1) * self.batch_size]
+        return idx if self.positions is None else self.positions[idx]
 
 
 def _builtin_loss(loss) -> tuple[str | None, dict]:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import blocks as td
 from blocks.errors import InputError
-from compiler import Compiler, Model
+from compiler import Compiler, MirroredTrainer, Model, NonFiniteLossError
 from tests.compiler import factories
 
 
@@ -205,3 +206,84 @@ def test_sample_weights_must_be_finite_and_not_negative(bad, reason):
     with pytest.raises(ValueError, match=rf"^sample_weight\[9\] {reason}: sample weights must "
                                          r"be finite and >= 0"):
         sign_model().fit(trees, y, sample_weight=w, verbose=0)
+
+
+# --- C. a step whose loss or gradients are not finite is not applied, and stops fit ----------
+
+
+def log_loss_model(learning_rate: float = 0.01) -> Model:
+    """A Fold-style loss `log(x + b + 10)` per input (an FC of kernel 1 and bias b):
+    NaN for a finite but extreme input (-1000), which spoils its batch's loss."""
+    keras.utils.set_random_seed(0)
+    block = td.Scalar() >> td.Function(lambda x: x[:, None]) \
+        >> td.FC(1, activation=None, initializer="ones") \
+        >> td.Function(lambda z: tf.math.log(z[:, 0] + 10.0)) >> td.Metric("loss")
+    model = Model(block)
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate))
+    return model
+
+
+class WeightsAfterEachStep(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.steps: list[list[np.ndarray]] = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps.append(weights_of(self.model))
+
+
+def test_a_nan_loss_stops_fit_naming_the_batch_with_the_last_good_weights():
+    xs = list(np.random.default_rng(0).normal(size=64))
+    xs[45] = -1000.0
+    model = log_loss_model()
+    seen = WeightsAfterEachStep()
+    with pytest.raises(NonFiniteLossError) as err:
+        model.fit(xs, batch_size=8, epochs=2, verbose=0, callbacks=[seen])
+    e = err.value
+    assert 45 in e.examples and len(e.examples) == 8   # shuffled: the batch holding 45
+    assert e.epoch == 0 and np.isnan(e.loss)
+    assert "the loss is nan, on the examples at indices" in str(e)
+    assert "weights and the optimizer are those of the last good step" in str(e)
+    good_steps = len(seen.steps)
+    assert good_steps == e.batch < 8
+    assert_weights_unchanged(model, seen.steps[-1] if seen.steps else weights_of(model))
+    assert int(model.optimizer.iterations) == good_steps
+    assert all(np.isfinite(w).all() for w in weights_of(model))
+
+
+def test_a_nan_loss_names_the_examples_of_x_when_inputs_were_skipped():
+    xs = [0.5, "bad", 0.25, -1000.0, 1.0]
+    model = log_loss_model()
+    model.on_bad_example = "skip"
+    with pytest.warns(UserWarning, match="skipped 1"):
+        with pytest.raises(NonFiniteLossError) as err:
+            model.fit(xs, batch_size=2, epochs=1, verbose=0, shuffle=False)
+    assert err.value.examples == [3, 4]   # x's indices, not those after skipping
+    assert err.value.batch == 1
+
+
+def test_a_non_finite_gradient_with_a_finite_loss_is_not_applied():
+    # loss sqrt(|x w + b|): b starts at 0, so an input 0 gives a loss of 0 whose
+    # gradient is 0.5 / sqrt(0) * sign(0) * 0, NaN
+    keras.utils.set_random_seed(0)
+    block = td.Scalar() >> td.Function(lambda x: x[:, None]) >> td.FC(1, activation=None) \
+        >> td.Function(lambda z: tf.sqrt(tf.abs(z[:, 0]))) >> td.Metric("loss")
+    model = Model(block)
+    model.compile(optimizer=keras.optimizers.SGD(0.01))
+    before = weights_of(model)
+    with pytest.raises(NonFiniteLossError, match="but a gradient is not finite") as err:
+        model.train_on_batch([1.0, 0.0])
+    assert np.isfinite(err.value.loss) and err.value.examples == [0, 1]
+    assert_weights_unchanged(model, before)
+    assert int(model.optimizer.iterations) == 0
+    model.train_on_batch([1.0, 2.0])   # a good batch is applied
+    assert int(model.optimizer.iterations) == 1
+
+
+def test_mirrored_trainer_stops_on_a_nan_loss_naming_the_batch():
+    xs = list(np.random.default_rng(0).normal(size=16))
+    xs[9] = -1000.0
+    trainer = MirroredTrainer(log_loss_model())
+    with pytest.raises(NonFiniteLossError, match="The update was applied") as err:
+        trainer.fit(xs, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    assert err.value.examples == [8, 9, 10, 11] and err.value.applied

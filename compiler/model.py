@@ -52,7 +52,15 @@ from blocks.types import TensorType
 from blocks.validation import validate
 from compiler.blame import blaming
 from compiler.compiler import Compiler
-from compiler.pipeline import InputPipeline, Labels, as_inputs, check_batch_size, split_validation
+from compiler.pipeline import (
+    InputPipeline,
+    Labels,
+    as_inputs,
+    check_batch_size,
+    class_weights,
+    hold_out,
+    split_validation,
+)
 from compiler.saving import atomic_write, refuse_after_nan, write_saved_model
 from compiler.steps import STEP_FINITE, STEP_LOSS, StepFunction, all_finite
 
@@ -334,18 +342,19 @@ class Model(keras.Model):
         return self.pipeline.pack(inputs)
 
     def _expand(self, inputs: list, labels: Labels, raise_errors: bool = False,
-                what: str = "x"):
+                what: str = "x", offset: int = 0):
         """Expands every input once; drops (and records) or raises on bad ones."""
         skip = self.on_bad_example == "skip" and not raise_errors
-        inputs, labels, bad = self.pipeline.expand(inputs, labels, skip, what)
-        if what == "validation_data":
+        inputs, labels, bad = self.pipeline.expand(inputs, labels, skip, what, offset)
+        if what != "x":  # validation_data, or the validation split of x
             self.skipped_validation_examples = bad
         else:
             self.skipped_examples = bad
         return inputs, labels
 
     def _dataset(self, x, y, sample_weight, batch_size: int, shuffle: bool, role: str,
-                 with_labels: bool = True, what: str = "x", raise_errors: bool = False):
+                 with_labels: bool = True, what: str = "x", raise_errors: bool = False,
+                 offset: int = 0):
         """What Keras iterates for one call (batch indices); the batches themselves
         come from the `BatchFeeder` kept for `role` ("train", "validation", "test"
         or "predict"), which the step functions read."""
@@ -355,9 +364,9 @@ class Model(keras.Model):
         labels = self.pipeline.labels(y, sample_weight, len(inputs), loss,
                                       "y" if what == "x" else f"{what} y")
         n_given = len(inputs)
-        inputs, labels = self._expand(inputs, labels, raise_errors=raise_errors, what=what)
-        skipped = self.skipped_validation_examples if what == "validation_data" else \
-            self.skipped_examples
+        inputs, labels = self._expand(inputs, labels, raise_errors=raise_errors, what=what,
+                                      offset=offset)
+        skipped = self.skipped_validation_examples if what != "x" else self.skipped_examples
         if not inputs:
             raise ValueError(f"no inputs in {what}" + (" (all were skipped)" if
                                                        len(x) else ""))
@@ -376,15 +385,21 @@ class Model(keras.Model):
     def fit(self, x=None, y=None, batch_size: int | None = None, epochs: int = 1,
             verbose="auto", callbacks=None, validation_data=None, shuffle: bool = True,
             sample_weight=None, initial_epoch: int = 0, validation_freq: int = 1,
-            validation_batch_size: int | None = None, **kwargs):
+            validation_batch_size: int | None = None, validation_split: float = 0.0,
+            class_weight: dict | None = None, **kwargs):
         """Trains on `x` (a list or iterable of inputs) and optional labels `y`.
 
         As `keras.Model.fit`; `validation_data` is `(x_val, y_val)` or `x_val` (Fold
-        style). Bad data cannot spoil the weights: inputs (`blocks.InputError`) and
-        labels (`ValueError`) are checked before the first step, and a step whose loss
-        or gradients are not finite is not applied: it raises
-        `compiler.NonFiniteLossError` naming the batch's examples, the weights left
-        those of the last good step.
+        style). `validation_split=f` holds out the last fraction f of `x` (and `y`,
+        `sample_weight`) before shuffling, as Keras does (not with `validation_data`).
+        `class_weight={class: weight}` weighs each training input by its label's class
+        (a class id, or the argmax of a one-hot row; classes not listed weigh 1), as
+        Keras does (not with `sample_weight`).
+
+        Bad data cannot spoil the weights: inputs (`blocks.InputError`) and labels
+        (`ValueError`) are checked before the first step, and a step whose loss or
+        gradients are not finite is not applied: it raises `compiler.NonFiniteLossError`
+        naming the batch's examples, the weights left those of the last good step.
         """
         _refuse(kwargs, "fit")
         if self.distribute_strategy.num_replicas_in_sync > 1:
@@ -396,19 +411,42 @@ class Model(keras.Model):
         if not self.trainable_weights:
             warnings.warn("the block has no trainable weights: fit only reports metrics",
                           stacklevel=2)
+        given_x, split_at = x, None
+        if validation_split:
+            if validation_data is not None:
+                raise ValueError("give validation_data or validation_split, not both")
+            # labels checked whole first, so that an error names the row of y
+            self.pipeline.labels(y, sample_weight, len(x),
+                                 self.loss if self._compile_loss is not None else None)
+            split_at = hold_out(len(x), validation_split)
+            x, y, sample_weight, validation_data = (
+                x[:split_at], _rows(y, slice(None, split_at)),
+                _rows(sample_weight, slice(None, split_at)),
+                (x[split_at:], _rows(y, slice(split_at, None)),
+                 _rows(sample_weight, slice(split_at, None))))
+        if class_weight is not None:
+            if sample_weight is not None:
+                raise ValueError("give class_weight or sample_weight, not both")
+            sample_weight = class_weights(y, class_weight)
         data = self._dataset(x, y, sample_weight, batch_size, shuffle, "train")
         val = None
         if validation_data is not None:
             vx, vy, vw = split_validation(validation_data)
+            what = "validation_data" if split_at is None else \
+                f"x[{split_at}:], the validation split"
             val = self._dataset(vx, vy, vw, validation_batch_size or batch_size, False,
-                                "validation", what="validation_data")
+                                "validation", what=what, offset=split_at or 0)
         callbacks = [_Bookkeeping(self), *(callbacks or [])]
         self._nan_seen = False
         self._build_optimizer()
-        blame = [(x, "x", self.skipped_examples)]
-        if validation_data is not None:
-            blame.append((split_validation(validation_data)[0], "validation_data",
-                          self.skipped_validation_examples))
+        if split_at is None:
+            blame = [(x, "x", self.skipped_examples)]
+            if validation_data is not None:
+                blame.append((split_validation(validation_data)[0], "validation_data",
+                              self.skipped_validation_examples))
+        else:  # the two parts of x, blamed by their index in x
+            blame = [(given_x, "x", [*self.skipped_examples,
+                                     *(split_at + i for i in self.skipped_validation_examples)])]
         with blaming(self.block, blame):
             return super().fit(data, epochs=epochs, verbose=verbose, callbacks=callbacks,
                                shuffle=False, validation_data=val, initial_epoch=initial_epoch,
@@ -461,8 +499,9 @@ class Model(keras.Model):
         """One training step on the inputs `x` (a list, one batch) and labels `y`;
         the logs, as `keras.Model.train_on_batch` gives them."""
         if class_weight is not None:
-            raise TypeError("Model.train_on_batch does not support class_weight; give "
-                            "sample_weight")
+            if sample_weight is not None:
+                raise ValueError("give class_weight or sample_weight, not both")
+            sample_weight = class_weights(y, class_weight)
         x = as_inputs(x)
         self._check_loss(y)
         self._dataset(x, y, sample_weight, max(len(x), 1), False, "train")
@@ -575,6 +614,10 @@ def _weights_of(root) -> tuple[list, list]:
                 raise TypeError(f"{b.path}: weights() must return Keras layers and "
                                 f"keras.Variables, got {type(w).__name__}")
     return layers, variables
+
+
+def _rows(a, rows: slice):
+    return None if a is None else np.asarray(a)[rows]
 
 
 def _refuse(kwargs: dict, what: str) -> None:

@@ -157,11 +157,12 @@ class InputPipeline:
         return labels
 
     def expand(self, inputs: list, labels: Labels, skip: bool,
-               what: str = "x") -> tuple[list, Labels, list[int]]:
+               what: str = "x", offset: int = 0) -> tuple[list, Labels, list[int]]:
         """Expands every input once (filling the cache): `(inputs, labels, skipped)`.
 
         A bad input raises its `InputError`, or with `skip` is left out (with its
         label) and its index listed in `skipped`, with one warning for them all.
+        Errors name an input's index plus `offset` (its index in the caller's x).
         """
         bad: list[int] = []
         first_error = None
@@ -169,16 +170,16 @@ class InputPipeline:
         while start < len(inputs):
             part = inputs[start:start + chunk]
             try:
-                self.compiler.expand(part, start)
+                self.compiler.expand(part, offset + start)
                 start += len(part)
             except InputError as e:
                 if what != "x" and e.example_index is not None:
                     e = type(e)(e.block_path, f"{e.reason} (in {what})", e.example_index)
                 if not skip or e.example_index is None:
                     raise e from e.__cause__
-                bad.append(e.example_index)
+                bad.append(e.example_index - offset)
                 first_error = first_error or e
-                start = e.example_index + 1
+                start = e.example_index - offset + 1
         if bad:
             # stacklevel 4: the caller of the caller of Model._expand
             warnings.warn(f"skipped {len(bad)} of {len(inputs)} examples of {what} that do "
@@ -295,6 +296,49 @@ def split_validation(data) -> tuple:
                              f"of inputs, got a tuple of {len(data)}")
         return data[0], data[1], data[2] if len(data) == 3 else None
     return data, None, None
+
+
+def hold_out(n: int, fraction) -> int:
+    """Where `fit(validation_split=fraction)` splits `n` inputs: the last `fraction`
+    is held out for validation (Keras: `floor(n * (1 - fraction))`)."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) \
+            or not 0 < fraction < 1:
+        raise ValueError(f"validation_split must be a fraction in (0, 1), got {fraction!r}")
+    split_at = int(math.floor(n * (1.0 - fraction)))  # < n: one input held out at least
+    if split_at == 0:
+        raise ValueError(f"validation_split={fraction} of {n} inputs leaves nothing to "
+                         "train on")
+    return split_at
+
+
+def class_weights(y, class_weight: dict) -> np.ndarray:
+    """Per-input sample weights from `class_weight` (`{class id: weight}`): the class
+    of a row of `y` is its id, or its argmax when it is a one-hot row; classes not in
+    `class_weight` weigh 1, as in Keras."""
+    if y is None:
+        raise ValueError("class_weight needs labels y")
+    if not isinstance(class_weight, dict):
+        raise TypeError(f"class_weight must be a dict {{class id: weight}}, got "
+                        f"{type(class_weight).__name__}")
+    for k, v in class_weight.items():
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise ValueError(f"class_weight keys must be class ids (ints >= 0), got {k!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) \
+                or not np.isfinite(v) or v < 0:
+            raise ValueError(f"class_weight[{k}] must be a finite number >= 0, got {v!r}")
+    y = np.asarray(y)
+    if y.ndim > 1 and y.shape[-1] != 1:
+        ids = np.argmax(y, axis=-1)
+    else:
+        ids = y.reshape(len(y), *y.shape[1:-1]) if y.ndim > 1 else y
+    ids = np.round(ids).astype(np.int64).reshape(len(y), -1)[:, 0]
+    table = np.ones(max(class_weight, default=0) + 1, np.float32)
+    for k, v in class_weight.items():
+        table[k] = v
+    weights = np.ones(len(ids), np.float32)
+    listed = (ids >= 0) & (ids < len(table))
+    weights[listed] = table[ids[listed]]
+    return weights
 
 
 def check_batch_size(batch_size) -> None:

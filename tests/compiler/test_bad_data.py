@@ -287,3 +287,82 @@ def test_mirrored_trainer_stops_on_a_nan_loss_naming_the_batch():
     with pytest.raises(NonFiniteLossError, match="The update was applied") as err:
         trainer.fit(xs, batch_size=4, epochs=1, shuffle=False, verbose=0)
     assert err.value.examples == [8, 9, 10, 11] and err.value.applied
+
+
+# --- D. validation_split and class_weight, as in Keras --------------------------------------
+
+
+def test_validation_split_holds_out_the_last_fraction_of_x_before_shuffling():
+    trees, y = trees_and_signs(40)
+    split = sign_model()
+    history = split.fit(trees, y, validation_split=0.25, batch_size=8, epochs=2, verbose=0)
+    alone = sign_model()   # same seed: trained on the first 30 only
+    alone.fit(trees[:30], y[:30], batch_size=8, epochs=2, verbose=0)
+    for a, b in zip(weights_of(split), weights_of(alone)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    held_out = split.evaluate(trees[30:], y[30:], batch_size=8, verbose=0)
+    assert np.isclose(history.history["val_loss"][-1], held_out, rtol=1e-5)
+
+
+def test_validation_split_is_refused_when_it_cannot_apply():
+    trees, y = trees_and_signs(8)
+    model = sign_model()
+    with pytest.raises(ValueError, match="validation_data or validation_split, not both"):
+        model.fit(trees, y, validation_split=0.5, validation_data=(trees, y), verbose=0)
+    with pytest.raises(ValueError, match=r"validation_split must be a fraction in \(0, 1\), "
+                                         r"got 1.5"):
+        model.fit(trees, y, validation_split=1.5, verbose=0)
+    with pytest.raises(ValueError, match="=0.95 of 8 inputs leaves nothing to train on"):
+        model.fit(trees, y, validation_split=0.95, verbose=0)
+
+
+def test_a_bad_input_or_label_in_the_validation_split_is_named_by_its_index_in_x():
+    trees, y = trees_and_signs(20)
+    bad_trees = list(trees)
+    bad_trees[17] = (1.0, "x")
+    model = sign_model()
+    with pytest.raises(InputError) as err:
+        model.fit(bad_trees, y, validation_split=0.25, verbose=0)
+    assert err.value.example_index == 17
+    assert "the validation split" in str(err.value)
+    bad_y = y.copy()
+    bad_y[18] = 7
+    with pytest.raises(ValueError, match=r"^y\[18\] is 7"):
+        model.fit(trees, bad_y, validation_split=0.25, verbose=0)
+    assert int(model.optimizer.iterations) == 0
+
+
+def test_class_weight_is_sample_weight_by_class():
+    trees, y = trees_and_signs(24)
+    by_class = sign_model()
+    by_class.fit(trees, y, class_weight={0: 0.25, 1: 2.0}, batch_size=8, shuffle=False,
+                 verbose=0)
+    by_sample = sign_model()
+    by_sample.fit(trees, y, sample_weight=np.where(y == 1, 2.0, 0.25), batch_size=8,
+                  shuffle=False, verbose=0)
+    unweighted = sign_model()
+    unweighted.fit(trees, y, batch_size=8, shuffle=False, verbose=0)
+    for a, b in zip(weights_of(by_class), weights_of(by_sample)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert not all(np.allclose(a, b) for a, b in zip(weights_of(by_class),
+                                                     weights_of(unweighted)))
+
+
+def test_class_weights_read_ids_or_one_hot_rows_and_weigh_unlisted_classes_1():
+    from compiler.pipeline import class_weights
+    np.testing.assert_array_equal(class_weights(np.array([0, 2, 1, 2]), {2: 3.0, 0: 0.5}),
+                                  [0.5, 3.0, 1.0, 3.0])
+    np.testing.assert_array_equal(class_weights(np.array([[0], [1]]), {1: 4.0}), [1.0, 4.0])
+    one_hot = np.array([[0, 0, 1], [1, 0, 0]], np.float32)
+    np.testing.assert_array_equal(class_weights(one_hot, {2: 5.0}), [5.0, 1.0])
+
+
+def test_class_weight_is_refused_with_sample_weight_or_bad_weights():
+    trees, y = trees_and_signs(8)
+    model = sign_model()
+    with pytest.raises(ValueError, match="class_weight or sample_weight, not both"):
+        model.fit(trees, y, class_weight={0: 1.0}, sample_weight=np.ones(8), verbose=0)
+    with pytest.raises(ValueError, match=r"class_weight\[1\] must be a finite number >= 0"):
+        model.fit(trees, y, class_weight={0: 1.0, 1: -2.0}, verbose=0)
+    with pytest.raises(ValueError, match="class_weight keys must be class ids"):
+        model.fit(trees, y, class_weight={"cat": 1.0}, verbose=0)

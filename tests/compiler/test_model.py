@@ -300,7 +300,7 @@ def test_unknown_loss_metrics_and_bad_arguments_are_refused():
     with pytest.raises(TypeError, match="x must be a list"):
         model.fit({"a": 1}, verbose=0)
     with pytest.raises(TypeError, match="does not support"):
-        model.fit([1.0], [1], validation_split=0.5, verbose=0)
+        model.fit([1.0], [1], steps_per_epoch=1, verbose=0)
 
 
 def test_sample_weights_weigh_the_loss():
@@ -527,8 +527,8 @@ def test_the_on_batch_methods_take_a_list_of_inputs_as_one_batch():
     logs = model.train_on_batch(trees, labels, return_dict=True)
     assert np.isclose(logs["loss"], loss)  # the loss before the step
     assert not np.allclose(model.predict(trees, verbose=0), before)
-    with pytest.raises(TypeError, match="class_weight"):
-        model.train_on_batch(trees, labels, class_weight={0: 1.0})
+    with pytest.raises(ValueError, match="class_weight or sample_weight, not both"):
+        model.train_on_batch(trees, labels, class_weight={0: 1.0}, sample_weight=np.ones(3))
 
 
 def _on_batch_model(**compile_kwargs):

@@ -29,13 +29,14 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from blocks.block import Block
+from blocks.block import Block, bad_input
 from blocks.types import (
     PyObjectType,
     ResultType,
     TupleType,
     VoidType,
 )
+from blocks.values import describe
 
 _local = threading.local()
 
@@ -405,7 +406,10 @@ class Record(Block):
 
     The output is the tuple of the children's outputs. A dict's keys are sorted; a
     list of `(key, block)` pairs or a tuple of blocks (keys 0, 1, ...) keeps its
-    order. An unordered (dict) record takes only Python-object inputs.
+    order. An unordered (dict) record takes only Python-object inputs. A record of
+    a tuple or list of blocks takes a tuple or list of exactly as many items (a
+    3-tuple for 2 fields is an `InputError`); one with explicit keys takes those
+    items of any larger input.
 
     >>> from blocks import Scalar
     >>> Record({'b': Scalar('int32'), 'a': Scalar()}).eval({'a': 1, 'b': 2})
@@ -416,6 +420,7 @@ class Record(Block):
     _expected_output_types = (TupleType, PyObjectType)
 
     def __init__(self, named_children: Any, name: str | None = None):
+        positional = False
         if isinstance(named_children, dict) and not _is_ordered_dict(named_children):
             try:
                 pairs = sorted(named_children.items(), key=lambda kv: kv[0])
@@ -426,17 +431,21 @@ class Record(Block):
             pairs, self._ordered = list(named_children.items()), True
         elif isinstance(named_children, tuple):
             pairs, self._ordered = list(enumerate(named_children)), True
+            positional = True
         elif isinstance(named_children, list):
             if all(isinstance(p, tuple) and len(p) == 2 and not isinstance(p[0], Block)
                    for p in named_children):
                 pairs = list(named_children)
             else:
-                pairs = list(enumerate(named_children))
+                pairs, positional = list(enumerate(named_children)), True
             self._ordered = True
         else:
             raise TypeError(f"Record takes a dict, a list of (key, block) pairs or a tuple, "
                             f"got {named_children!r}")
         self._keys = [k for k, _ in pairs]
+        # fields by position only (a tuple or list of blocks): a Python tuple or list
+        # input must have exactly one item per field
+        self._positional = positional
         if len(set(map(repr, self._keys))) != len(self._keys):
             raise ValueError(f"Record keys must be unique: {self._keys}")
         children = [convert_to_block(b) for _, b in pairs]
@@ -506,6 +515,11 @@ class Record(Block):
             if len(x) != len(self._children):
                 raise ValueError(f"expected {len(self._children)} items, got {len(x)}")
             return tuple(c._eval(ctx, v) for c, v in zip(self._children, x))
+        n = len(self._keys)
+        if self._positional and isinstance(x, (tuple, list)) and len(x) > n:
+            # (a shorter one fails below, at the field that has no item)
+            raise bad_input(self, f"expected a {type(x).__name__} of {n} items (one per "
+                                  f"field), got {len(x)}: {describe(x)}")
         out = []
         for key, child in zip(self._keys, self._children):
             try:
@@ -514,6 +528,8 @@ class Record(Block):
                 from blocks.errors import InputKeyError
                 have = f"keys {sorted(map(repr, x))}" if isinstance(x, dict) else (
                     f"a {type(x).__name__}")
+                if self._positional and isinstance(x, (tuple, list)):
+                    have = f"{len(x)} items, expected {n}"
                 # Name the child's slot (`Record['left']`): it is what lacks an input.
                 raise InputKeyError(self.path + self._child_key(child),
                                     f"missing key {key!r}: the input has {have}") from None

@@ -32,13 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from blocks.errors import InputError
+from blocks.errors import BadValueError, InputError
 from blocks.op import Op
 from blocks.types import (
     ResultType,
     TensorType,
     VoidType,
 )
+from blocks.values import describe, to_array
 
 _STACK_BYTES = 512 * 1024 * 1024
 _RECURSION_LIMIT = 1_000_000
@@ -177,19 +178,16 @@ def root_input(block, ctx, inp: Any) -> Any:
         if not isinstance(tt, TensorType):
             return v
         try:
-            arr = np.asarray(v, dtype=tt.numpy_dtype)
-        except (TypeError, ValueError) as e:
-            raise InputError(block.path, f"the input is not a {tt}: {e}") from None
-        if arr.shape != tt.shape:
-            raise InputError(block.path, f"expected an input of shape {tt.shape}, got "
-                                         f"{arr.shape}")
-        return ctx.constant(arr, tt)
+            return ctx.constant(to_array(v, tt), tt)
+        except BadValueError as e:
+            raise InputError(block.path, f"the input: {e}") from None
     try:
         return t.for_each_terminal(convert, inp)
     except (TypeError, ValueError, StopIteration) as e:
         if isinstance(e, InputError):
             raise
-        raise InputError(block.path, f"the input does not have type {t}: {inp!r:.60}") from None
+        raise InputError(block.path, f"the input does not have type {t}: {e}: "
+                                     f"{describe(inp)}") from None
 
 
 def reference_eval(block, inp: Any, tolist: bool = False) -> Any:

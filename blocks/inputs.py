@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from blocks.block import PY, Block, bad_input
-from blocks.errors import InputKeyError
+from blocks.errors import BadValueError, InputKeyError
 from blocks.types import (
     BroadcastSequenceType,
     PyObjectType,
@@ -29,28 +29,46 @@ from blocks.types import (
     TupleType,
     VoidType,
 )
-
-
-def _describe(x: Any) -> str:
-    text = repr(x)
-    return text if len(text) <= 60 else text[:57] + "..."
+from blocks.values import describe as _describe
+from blocks.values import to_array
 
 
 class Tensor(Block):
     """Converts a Python value (a number, a nested list, an array) to a tensor.
 
+    Conversion is strict (see `blocks.values`): numbers only (no `"3.5"`), integral
+    values for integer dtypes (no `2.7`, no `True`), values within the dtype's range
+    (no `1e39` for float32), and by default no NaN or inf. A bad value raises
+    `InputError` naming the block path (and, in a batch, the example).
+
     Args:
         shape: the tensor's shape, e.g. `[3]` (the batch dimension excluded).
         dtype: its dtype, e.g. `'float32'` or `'int32'`.
+        allow_nonfinite: accept NaN and inf (float and complex dtypes), for inputs
+            where they mean something the model handles itself, e.g. masked by a
+            `td.Function` before any layer. Default False: a NaN feature is refused,
+            since it would make every weight it reaches NaN at the next step.
+
+    >>> Scalar().eval(float('nan'))
+    Traceback (most recent call last):
+    ...
+    blocks.errors.InputError: Scalar: expected a TensorType((), 'float32'), got nan: \
+nan is not finite (give the block allow_nonfinite=True to accept NaN and inf)
+    >>> Scalar(allow_nonfinite=True).eval(float('inf'))
+    array(inf, dtype=float32)
     """
 
     _expected_input_types = (PyObjectType,)
     _expected_output_types = (TensorType,)
 
-    def __init__(self, shape: Sequence[int], dtype: Any = "float32", name: str | None = None):
+    def __init__(self, shape: Sequence[int], dtype: Any = "float32", name: str | None = None,
+                 allow_nonfinite: bool = False):
+        if not isinstance(allow_nonfinite, bool):
+            raise TypeError(f"allow_nonfinite must be True or False, got {allow_nonfinite!r}")
         ttype = TensorType(shape, dtype)
         super().__init__(input_type=PY, output_type=ttype, name=name)
         self._ttype = ttype
+        self._allow_nonfinite = allow_nonfinite
 
     @property
     def shape(self):
@@ -60,36 +78,46 @@ class Tensor(Block):
     def dtype(self):
         return self._ttype.dtype
 
+    @property
+    def allow_nonfinite(self) -> bool:
+        return self._allow_nonfinite
+
     def _repr_args(self):
-        return {"dtype": self.dtype, "shape": self.shape}
+        return {"dtype": self.dtype, "shape": self.shape, **self._nonfinite_arg()}
+
+    def _nonfinite_arg(self) -> dict:
+        return {"allow_nonfinite": True} if self._allow_nonfinite else {}
 
     def _evaluate(self, ctx, x):
         t = self._ttype
         if x is None:
             raise bad_input(self, f"expected a value for a {t}, got None")
         try:
-            arr = np.asarray(x, dtype=t.numpy_dtype)
-        except (ValueError, TypeError, OverflowError):
-            raise bad_input(self, f"expected a {t}, got {_describe(x)}") from None
-        if arr.shape != t.shape:
-            raise bad_input(self, f"expected shape {t.shape}, got shape {arr.shape}: "
-                                  f"{_describe(x)}")
+            arr = to_array(x, t, self._allow_nonfinite)
+        except BadValueError as e:
+            raise bad_input(self, str(e)) from None
         return ctx.constant(arr, t)
 
 
-def Scalar(dtype: Any = "float32", name: str | None = None) -> Tensor:  # noqa: N802
-    """A scalar tensor from a Python number. `Scalar('int32').eval(3)` is `array(3)`."""
-    block = Tensor((), dtype, name=name)
+def Scalar(dtype: Any = "float32", name: str | None = None,  # noqa: N802
+           allow_nonfinite: bool = False) -> Tensor:
+    """A scalar tensor from a Python number. `Scalar('int32').eval(3)` is `array(3)`.
+
+    `allow_nonfinite=True` accepts NaN and inf (see `Tensor`)."""
+    block = Tensor((), dtype, name=name, allow_nonfinite=allow_nonfinite)
     block._constructor_name = "Scalar"
-    block._repr_args = lambda: {"dtype": block.dtype}
+    block._repr_args = lambda: {"dtype": block.dtype, **block._nonfinite_arg()}
     return block
 
 
-def Vector(size: int, dtype: Any = "float32", name: str | None = None) -> Tensor:  # noqa: N802
-    """A vector tensor of `size` items from a Python list."""
-    block = Tensor((size,), dtype, name=name)
+def Vector(size: int, dtype: Any = "float32", name: str | None = None,  # noqa: N802
+           allow_nonfinite: bool = False) -> Tensor:
+    """A vector tensor of `size` items from a Python list.
+
+    `allow_nonfinite=True` accepts NaN and inf (see `Tensor`)."""
+    block = Tensor((size,), dtype, name=name, allow_nonfinite=allow_nonfinite)
     block._constructor_name = "Vector"
-    block._repr_args = lambda: {"dtype": block.dtype, "size": size}
+    block._repr_args = lambda: {"dtype": block.dtype, "size": size, **block._nonfinite_arg()}
     return block
 
 

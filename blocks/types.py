@@ -209,6 +209,9 @@ class TupleType(ResultType):
         return tuple(t.unflatten(flat, s) for t, s in zip(self._items, shaped_like))
 
     def for_each_terminal(self, fn, instance):
+        if len(instance) != len(self._items):
+            raise ValueError(f"expected a tuple of {len(self._items)} items, got "
+                             f"{len(instance)}")
         return tuple(t.for_each_terminal(fn, x) for t, x in zip(self._items, instance))
 
     def __repr__(self) -> str:

@@ -10,6 +10,7 @@ from compiler.distributed import MirroredTrainer
 from compiler.expansion import ExampleGraph, expand
 from compiler.lowering import Program, lower
 from compiler.model import Model
+from compiler.steps import NonFiniteLossError
 
 __all__ = ["Compiler", "Model", "MirroredTrainer", "BatchPlan", "Program", "lower", "expand",
-           "ExampleGraph"]
+           "ExampleGraph", "NonFiniteLossError"]

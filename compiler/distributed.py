@@ -40,6 +40,7 @@ import tensorflow as tf
 
 from compiler.model import Model
 from compiler.pipeline import Labels, as_inputs, check_batch_size
+from compiler.steps import NonFiniteLossError
 
 
 class MirroredTrainer:
@@ -63,7 +64,7 @@ class MirroredTrainer:
 
     def _replica_step(self, arrays: dict, y=None):
         # the step of `Model.fit`; the arrays' global counts make its loss this part's share
-        loss, _, _ = self.model._train_on(arrays, y)
+        loss, _, _, _ = self.model._train_on(arrays, y, guard=False)
         return loss
 
     def _distributed_step(self, per_replica_arrays, per_replica_y=None):
@@ -113,7 +114,9 @@ class MirroredTrainer:
         m = self.model
         check_batch_size(batch_size)
         inputs = as_inputs(x)
+        kept = np.arange(len(inputs))  # the inputs' indices in x, once bad ones are skipped
         inputs, labels = m._expand(inputs, Labels(y, None, len(inputs)))
+        kept = np.setdiff1d(kept, m.skipped_examples)
         n = len(inputs)
         if n < self.replicas:
             raise ValueError(f"{n} inputs cannot feed {self.replicas} replicas")
@@ -133,6 +136,8 @@ class MirroredTrainer:
                 idx = order[lo:hi]
                 loss = self.train_step([inputs[i] for i in idx],
                                        None if labels.y is None else labels.y[idx])
+                if not np.isfinite(loss):
+                    raise NonFiniteLossError(kept[idx], loss, epoch, b, applied=True)
                 total += loss * len(idx)
                 bar.update(b + 1, [("loss", loss)])
             history["loss"].append(total / n)  # per-example weighting, as Keras logs

@@ -4,8 +4,9 @@
 dicts). Each input is expanded once (example graphs are cached across epochs);
 each batch is merged, scheduled and packed into index tensors when Keras' loop
 steps to it (`compiler.pipeline`, `compiler.steps`); one traced function runs
-every batch. Saving is atomic and refused after a NaN loss (`compiler.saving`); a
-TensorFlow error in a step names the input that caused it (`compiler.blame`).
+every batch. Saving is atomic (`compiler.saving`); a TensorFlow error in a step
+names the input that caused it (`compiler.blame`); a step whose loss or gradients
+are not finite is not applied and stops `fit` with `NonFiniteLossError`.
 
 Two ways to give the loss:
 
@@ -51,9 +52,17 @@ from blocks.types import TensorType
 from blocks.validation import validate
 from compiler.blame import blaming
 from compiler.compiler import Compiler
-from compiler.pipeline import InputPipeline, Labels, as_inputs, check_batch_size, split_validation
+from compiler.pipeline import (
+    InputPipeline,
+    Labels,
+    as_inputs,
+    check_batch_size,
+    class_weights,
+    hold_out,
+    split_validation,
+)
 from compiler.saving import atomic_write, refuse_after_nan, write_saved_model
-from compiler.steps import StepFunction
+from compiler.steps import STEP_FINITE, STEP_LOSS, StepFunction, all_finite
 
 
 @keras.saving.register_keras_serializable(package="refold")
@@ -216,20 +225,39 @@ class Model(keras.Model):
             return tf.constant(0.0)
         return tf.add_n(terms) if len(terms) > 1 else terms[0]
 
-    def _train_on(self, x, y=None, sample_weight=None):
-        """One optimizer step on a packed batch: `(loss, y_pred, metric values)`.
+    def _train_on(self, x, y=None, sample_weight=None, guard: bool = True):
+        """One optimizer step on a packed batch: `(loss, y_pred, metric values, finite)`.
 
-        `MirroredTrainer` runs it on every replica (see `_total_loss`)."""
+        With `guard`, the update is applied only if the loss and every gradient are
+        finite (`finite`, a scalar bool; the weights and the optimizer's state stay
+        those of the last good step otherwise). `MirroredTrainer` runs it on every
+        replica unguarded (see `_total_loss`): a replica cannot skip an update the
+        others apply."""
         weights = self.trainable_weights
         with tf.GradientTape() as tape:
             y_pred, values = self._forward(x)
             loss = self._total_loss(x, y, y_pred, sample_weight, values)
             scaled = self.optimizer.scale_loss(loss)
-        if weights:
-            grads = tape.gradient(scaled, weights)
-            grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
+        if not weights:
+            return loss, y_pred, values, tf.math.is_finite(tf.cast(loss, tf.float32))
+        grads = tape.gradient(scaled, weights)
+        grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
+        if not guard:
             self.optimizer.apply_gradients(zip(grads, weights))
-        return loss, y_pred, values
+            return loss, y_pred, values, tf.math.is_finite(tf.cast(loss, tf.float32))
+        finite = all_finite(loss, grads)
+
+        def apply():
+            self.optimizer.apply_gradients(zip(grads, weights))
+            return tf.constant(True)
+        tf.cond(finite, apply, lambda: tf.constant(False))
+        return loss, y_pred, values, finite
+
+    def _build_optimizer(self) -> None:
+        # its slots cannot be made inside the traced step's guarded update (a
+        # tf.cond branch), and making them there would make Keras trace it twice
+        if self.optimizer is not None and not self.optimizer.built:
+            self.optimizer.build(self.trainable_variables)
 
     def _update_metrics(self, x, y, y_pred, sample_weight, values, loss):
         self._loss_tracker.update_state(loss, sample_weight=tf.cast(x["batch_size"][0],
@@ -242,8 +270,10 @@ class Model(keras.Model):
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        loss, y_pred, values = self._train_on(x, y, sample_weight)
-        return self._update_metrics(x, y, y_pred, sample_weight, values, loss)
+        loss, y_pred, values, finite = self._train_on(x, y, sample_weight)
+        logs = self._update_metrics(x, y, y_pred, sample_weight, values, loss)
+        # taken out of the logs by the step function, which raises on a bad step
+        return {**logs, STEP_FINITE: finite, STEP_LOSS: loss}
 
     def test_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -277,7 +307,7 @@ class Model(keras.Model):
 
     def _step_function(self, step, role) -> StepFunction:
         return StepFunction(step, lambda: self._feeders[role()],
-                            lambda: bool(self.run_eagerly))
+                            lambda: bool(self.run_eagerly), lambda: self._epoch)
 
     def make_train_function(self, force=False):
         if self.train_function is None or force:
@@ -312,25 +342,31 @@ class Model(keras.Model):
         return self.pipeline.pack(inputs)
 
     def _expand(self, inputs: list, labels: Labels, raise_errors: bool = False,
-                what: str = "x"):
+                what: str = "x", offset: int = 0):
         """Expands every input once; drops (and records) or raises on bad ones."""
         skip = self.on_bad_example == "skip" and not raise_errors
-        inputs, labels, bad = self.pipeline.expand(inputs, labels, skip, what)
-        if what == "validation_data":
+        inputs, labels, bad = self.pipeline.expand(inputs, labels, skip, what, offset)
+        if what != "x":  # validation_data, or the validation split of x
             self.skipped_validation_examples = bad
         else:
             self.skipped_examples = bad
         return inputs, labels
 
     def _dataset(self, x, y, sample_weight, batch_size: int, shuffle: bool, role: str,
-                 with_labels: bool = True, what: str = "x", raise_errors: bool = False):
+                 with_labels: bool = True, what: str = "x", raise_errors: bool = False,
+                 offset: int = 0):
         """What Keras iterates for one call (batch indices); the batches themselves
         come from the `BatchFeeder` kept for `role` ("train", "validation", "test"
         or "predict"), which the step functions read."""
         check_batch_size(batch_size)
         inputs = as_inputs(x, what)
-        labels = self.pipeline.labels(y, sample_weight, len(inputs))
-        inputs, labels = self._expand(inputs, labels, raise_errors=raise_errors, what=what)
+        loss = self.loss if with_labels and self._compile_loss is not None else None
+        labels = self.pipeline.labels(y, sample_weight, len(inputs), loss,
+                                      "y" if what == "x" else f"{what} y")
+        n_given = len(inputs)
+        inputs, labels = self._expand(inputs, labels, raise_errors=raise_errors, what=what,
+                                      offset=offset)
+        skipped = self.skipped_validation_examples if what != "x" else self.skipped_examples
         if not inputs:
             raise ValueError(f"no inputs in {what}" + (" (all were skipped)" if
                                                        len(x) else ""))
@@ -341,18 +377,29 @@ class Model(keras.Model):
                 if shuffle else np.arange(n)
 
         feeder = self.pipeline.feeder(inputs, labels, batch_size, order, with_labels)
+        if skipped:
+            feeder.positions = np.setdiff1d(np.arange(n_given), skipped)
         self._feeders[role] = feeder
         return feeder.dataset()
 
     def fit(self, x=None, y=None, batch_size: int | None = None, epochs: int = 1,
             verbose="auto", callbacks=None, validation_data=None, shuffle: bool = True,
             sample_weight=None, initial_epoch: int = 0, validation_freq: int = 1,
-            validation_batch_size: int | None = None, **kwargs):
+            validation_batch_size: int | None = None, validation_split: float = 0.0,
+            class_weight: dict | None = None, **kwargs):
         """Trains on `x` (a list or iterable of inputs) and optional labels `y`.
 
         As `keras.Model.fit`; `validation_data` is `(x_val, y_val)` or `x_val` (Fold
-        style). A `keras.callbacks.TerminateOnNaN` is added unless given, and no
-        checkpoint is written once a loss was NaN.
+        style). `validation_split=f` holds out the last fraction f of `x` (and `y`,
+        `sample_weight`) before shuffling, as Keras does (not with `validation_data`).
+        `class_weight={class: weight}` weighs each training input by its label's class
+        (a class id, or the argmax of a one-hot row; classes not listed weigh 1), as
+        Keras does (not with `sample_weight`).
+
+        Bad data cannot spoil the weights: inputs (`blocks.InputError`) and labels
+        (`ValueError`) are checked before the first step, and a step whose loss or
+        gradients are not finite is not applied: it raises `compiler.NonFiniteLossError`
+        naming the batch's examples, the weights left those of the last good step.
         """
         _refuse(kwargs, "fit")
         if self.distribute_strategy.num_replicas_in_sync > 1:
@@ -364,24 +411,42 @@ class Model(keras.Model):
         if not self.trainable_weights:
             warnings.warn("the block has no trainable weights: fit only reports metrics",
                           stacklevel=2)
+        given_x, split_at = x, None
+        if validation_split:
+            if validation_data is not None:
+                raise ValueError("give validation_data or validation_split, not both")
+            # labels checked whole first, so that an error names the row of y
+            self.pipeline.labels(y, sample_weight, len(x),
+                                 self.loss if self._compile_loss is not None else None)
+            split_at = hold_out(len(x), validation_split)
+            x, y, sample_weight, validation_data = (
+                x[:split_at], _rows(y, slice(None, split_at)),
+                _rows(sample_weight, slice(None, split_at)),
+                (x[split_at:], _rows(y, slice(split_at, None)),
+                 _rows(sample_weight, slice(split_at, None))))
+        if class_weight is not None:
+            if sample_weight is not None:
+                raise ValueError("give class_weight or sample_weight, not both")
+            sample_weight = class_weights(y, class_weight)
         data = self._dataset(x, y, sample_weight, batch_size, shuffle, "train")
         val = None
         if validation_data is not None:
             vx, vy, vw = split_validation(validation_data)
+            what = "validation_data" if split_at is None else \
+                f"x[{split_at}:], the validation split"
             val = self._dataset(vx, vy, vw, validation_batch_size or batch_size, False,
-                                "validation", what="validation_data")
-        callbacks = list(callbacks or [])
-        if not any(isinstance(c, keras.callbacks.TerminateOnNaN) for c in callbacks):
-            callbacks.append(keras.callbacks.TerminateOnNaN())
-        callbacks.insert(0, _Bookkeeping(self))
+                                "validation", what=what, offset=split_at or 0)
+        callbacks = [_Bookkeeping(self), *(callbacks or [])]
         self._nan_seen = False
-        if self.optimizer is not None and not self.optimizer.built:
-            # creating its slots inside the traced step would make Keras trace it twice
-            self.optimizer.build(self.trainable_variables)
-        blame = [(x, "x", self.skipped_examples)]
-        if validation_data is not None:
-            blame.append((split_validation(validation_data)[0], "validation_data",
-                          self.skipped_validation_examples))
+        self._build_optimizer()
+        if split_at is None:
+            blame = [(x, "x", self.skipped_examples)]
+            if validation_data is not None:
+                blame.append((split_validation(validation_data)[0], "validation_data",
+                              self.skipped_validation_examples))
+        else:  # the two parts of x, blamed by their index in x
+            blame = [(given_x, "x", [*self.skipped_examples,
+                                     *(split_at + i for i in self.skipped_validation_examples)])]
         with blaming(self.block, blame):
             return super().fit(data, epochs=epochs, verbose=verbose, callbacks=callbacks,
                                shuffle=False, validation_data=val, initial_epoch=initial_epoch,
@@ -434,11 +499,13 @@ class Model(keras.Model):
         """One training step on the inputs `x` (a list, one batch) and labels `y`;
         the logs, as `keras.Model.train_on_batch` gives them."""
         if class_weight is not None:
-            raise TypeError("Model.train_on_batch does not support class_weight; give "
-                            "sample_weight")
+            if sample_weight is not None:
+                raise ValueError("give class_weight or sample_weight, not both")
+            sample_weight = class_weights(y, class_weight)
         x = as_inputs(x)
         self._check_loss(y)
         self._dataset(x, y, sample_weight, max(len(x), 1), False, "train")
+        self._build_optimizer()
         self.make_train_function()
         self.reset_metrics()
         with blaming(self.block, [(x, "x", self.skipped_examples)]):
@@ -547,6 +614,10 @@ def _weights_of(root) -> tuple[list, list]:
                 raise TypeError(f"{b.path}: weights() must return Keras layers and "
                                 f"keras.Variables, got {type(w).__name__}")
     return layers, variables
+
+
+def _rows(a, rows: slice):
+    return None if a is None else np.asarray(a)[rows]
 
 
 def _refuse(kwargs: dict, what: str) -> None:

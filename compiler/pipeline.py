@@ -29,29 +29,94 @@ from compiler.compiler import Compiler
 
 
 class Labels:
-    """Labels and sample weights aligned with the inputs (either may be None)."""
+    """Labels and sample weights aligned with the inputs (either may be None).
 
-    def __init__(self, y, sample_weight, n: int | None = None):
+    Refused at once: labels that are not numbers, rows that do not match the inputs,
+    and non-finite labels or weights (and negative weights), each error naming the
+    first offending row. `check_against` compares the labels with the loss.
+    """
+
+    def __init__(self, y, sample_weight, n: int | None = None, what: str = "y"):
+        self.what = what
         self.y = None if y is None else np.asarray(y)
         self.w = None if sample_weight is None else np.asarray(sample_weight, np.float32)
         if self.y is not None:
             if self.y.ndim == 0:
-                raise ValueError(f"y must have one row per input, got a scalar {y!r}")
+                raise ValueError(f"{what} must have one row per input, got a scalar {y!r}")
             if not (np.issubdtype(self.y.dtype, np.number) or self.y.dtype == bool):
-                raise TypeError(f"y must hold numbers (labels or targets), got dtype "
+                raise TypeError(f"{what} must hold numbers (labels or targets), got dtype "
                                 f"{self.y.dtype}")
         if self.w is not None and self.w.ndim != 1:
             raise ValueError(f"sample_weight must be one number per input, got shape "
                              f"{self.w.shape}")
-        for what, a in (("y", self.y), ("sample_weight", self.w)):
+        for name, a in ((what, self.y), ("sample_weight", self.w)):
             if a is not None and n is not None and len(a) != n:
-                raise ValueError(f"{what} has {len(a)} rows but there are {n} inputs")
+                raise ValueError(f"{name} has {len(a)} rows but there are {n} inputs")
         if self.y is not None and self.y.dtype == np.float64:
-            self.y = self.y.astype(np.float32)
+            with np.errstate(over="ignore"):
+                self.y = self.y.astype(np.float32)
+        if self.y is not None and self.y.dtype.kind in "fc":
+            finite = np.isfinite(self.y).reshape(len(self.y), -1).all(axis=1)
+            if not finite.all():
+                i = int(np.argmin(finite))
+                raise ValueError(f"{what}[{i}] is {_show(self.y[i])} (as float32): labels "
+                                 f"must be finite")
+        if self.w is not None:
+            good = np.isfinite(self.w) & (self.w >= 0)
+            if not good.all():
+                i = int(np.argmin(good))
+                raise ValueError(f"sample_weight[{i}] is {self.w[i]}: sample weights must "
+                                 "be finite and >= 0")
+
+    def check_against(self, loss, out_type: TensorType) -> None:
+        """Refuses labels that a Keras built-in `loss` cannot take with the block's
+        output `out_type` (one tensor per input, `y_pred`), before any step runs.
+
+        Sparse categorical cross-entropy takes class ids in `[0, n_classes)` (the
+        output's last dimension), one per row of the output (shape `(N,)` or
+        `(N, 1)` for a vector output). Other built-in losses take rows of the
+        output's shape (a trailing dimension of 1 may be left out or added, as
+        Keras broadcasts). A loss of the user's own is not checked.
+        """
+        name, kwargs = _builtin_loss(loss)
+        if self.y is None or name is None:
+            return
+        what, y = self.what, self.y
+        row, out = tuple(y.shape[1:]), tuple(out_type.shape)
+        if name == "sparse_categorical_crossentropy" and out:
+            n_classes, want = out[-1], out[:-1]
+            if row not in (want, (*want, 1)):
+                raise ValueError(
+                    f"{what} has shape {y.shape}, but {name} with the block's output "
+                    f"{out_type} needs one class id per input: shape {(len(y), *want)} or "
+                    f"{(len(y), *want, 1)}")
+            ids = y.reshape(len(y), -1)
+            if y.dtype.kind in "fc":
+                whole = (ids == np.round(ids)).all(axis=1)
+                if not whole.all():
+                    i = int(np.argmin(whole))
+                    raise ValueError(f"{what}[{i}] is {_show(y[i])}: {name} needs integer "
+                                     "class ids")
+            ignore = kwargs.get("ignore_class")
+            good = ((ids >= 0) & (ids < n_classes)) | (ids == ignore if ignore is not None
+                                                        else False)
+            good = good.all(axis=1)
+            if not good.all():
+                i = int(np.argmin(good))
+                raise ValueError(f"{what}[{i}] is {_show(y[i])}: {name} needs class ids in "
+                                 f"[0, {n_classes}) (the block's output is {out_type})")
+            return
+        if not (row == out or row + (1,) == out or row == out + (1,)):
+            hint = ""
+            if name == "categorical_crossentropy" and row in ((), (1,)):
+                hint = "; for class ids give sparse_categorical_crossentropy"
+            raise ValueError(f"{what} has shape {y.shape}: rows of shape {row}, but {name} "
+                             f"needs rows of the block's output shape {out} (its output is "
+                             f"{out_type}){hint}")
 
     def take(self, keep: np.ndarray) -> Labels:
         return Labels(None if self.y is None else self.y[keep],
-                      None if self.w is None else self.w[keep])
+                      None if self.w is None else self.w[keep], what=self.what)
 
     def batch(self, idx) -> tuple:
         if self.y is None:
@@ -76,24 +141,28 @@ class InputPipeline:
         self.compiler = compiler
         self.program = compiler.program
 
-    def labels(self, y, sample_weight, n: int) -> Labels:
-        """`Labels` for `n` inputs, refused where the block's output cannot take them."""
-        labels = Labels(y, sample_weight, n)
+    def labels(self, y, sample_weight, n: int, loss=None, what: str = "y") -> Labels:
+        """`Labels` for `n` inputs, refused where the block's output or the compiled
+        `loss` (if given) cannot take them."""
+        labels = Labels(y, sample_weight, n, what)
         out = self.program.root.output_type
         if labels.y is not None and not isinstance(out, TensorType):
             raise ValueError(f"labels y need a block whose output is one tensor per input "
                              f"(y_pred), but its output type is {out}")
+        if loss is not None:
+            labels.check_against(loss, out)
         if labels.y is None and labels.w is not None:
             raise ValueError("sample_weight needs labels y; with losses from td.Metric blocks "
                              "weigh them inside the block")
         return labels
 
     def expand(self, inputs: list, labels: Labels, skip: bool,
-               what: str = "x") -> tuple[list, Labels, list[int]]:
+               what: str = "x", offset: int = 0) -> tuple[list, Labels, list[int]]:
         """Expands every input once (filling the cache): `(inputs, labels, skipped)`.
 
         A bad input raises its `InputError`, or with `skip` is left out (with its
         label) and its index listed in `skipped`, with one warning for them all.
+        Errors name an input's index plus `offset` (its index in the caller's x).
         """
         bad: list[int] = []
         first_error = None
@@ -101,16 +170,16 @@ class InputPipeline:
         while start < len(inputs):
             part = inputs[start:start + chunk]
             try:
-                self.compiler.expand(part, start)
+                self.compiler.expand(part, offset + start)
                 start += len(part)
             except InputError as e:
                 if what != "x" and e.example_index is not None:
                     e = type(e)(e.block_path, f"{e.reason} (in {what})", e.example_index)
                 if not skip or e.example_index is None:
                     raise e from e.__cause__
-                bad.append(e.example_index)
+                bad.append(e.example_index - offset)
                 first_error = first_error or e
-                start = e.example_index + 1
+                start = e.example_index - offset + 1
         if bad:
             # stacklevel 4: the caller of the caller of Model._expand
             warnings.warn(f"skipped {len(bad)} of {len(inputs)} examples of {what} that do "
@@ -158,6 +227,7 @@ class BatchFeeder:
         self.n_batches = math.ceil(len(inputs) / batch_size)
         self._order_of_pass = order
         self._order: np.ndarray | None = None
+        self.positions: np.ndarray | None = None  # inputs' indices in x, if some were skipped
         spec = (pipeline.signature(), *labels.signature())
         self.signature = spec if with_labels else spec[:1]
 
@@ -179,6 +249,37 @@ class BatchFeeder:
         idx = self._order[i * self.batch_size:(i + 1) * self.batch_size]
         arrays = self.pipeline.pack([self.inputs[j] for j in idx])
         return (arrays, *self.labels.batch(idx)) if self.with_labels else (arrays,)
+
+    def examples(self, i: int) -> np.ndarray:
+        """The indices in the caller's `x` of batch i's inputs (of the current pass)."""
+        idx = self._order[i * self.batch_size:(i + 1) * self.batch_size]
+        return idx if self.positions is None else self.positions[idx]
+
+
+def _builtin_loss(loss) -> tuple[str | None, dict]:
+    """`(name, keyword arguments)` of a Keras built-in loss (a name, function or
+    `keras.losses.Loss`), or `(None, {})` for a loss of the user's own."""
+    if isinstance(loss, (list, tuple)) and len(loss) == 1:
+        loss = loss[0]
+    if isinstance(loss, str):
+        try:
+            loss = keras.losses.get(loss)
+        except ValueError:
+            return None, {}
+    kwargs: dict = {}
+    if isinstance(loss, keras.losses.Loss):
+        if type(loss).__module__.split(".")[0] != "keras":
+            return None, {}
+        kwargs = dict(getattr(loss, "_fn_kwargs", None) or {})
+        loss = getattr(loss, "fn", None)
+    if not callable(loss) or getattr(loss, "__module__", "").split(".")[0] != "keras":
+        return None, {}
+    return getattr(loss, "__name__", None), kwargs
+
+
+def _show(row: np.ndarray) -> str:
+    text = repr(np.asarray(row).tolist())
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def as_inputs(x: Any, what: str = "x") -> list:
@@ -202,6 +303,49 @@ def split_validation(data) -> tuple:
                              f"of inputs, got a tuple of {len(data)}")
         return data[0], data[1], data[2] if len(data) == 3 else None
     return data, None, None
+
+
+def hold_out(n: int, fraction) -> int:
+    """Where `fit(validation_split=fraction)` splits `n` inputs: the last `fraction`
+    is held out for validation (Keras: `floor(n * (1 - fraction))`)."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) \
+            or not 0 < fraction < 1:
+        raise ValueError(f"validation_split must be a fraction in (0, 1), got {fraction!r}")
+    split_at = int(math.floor(n * (1.0 - fraction)))  # < n: one input held out at least
+    if split_at == 0:
+        raise ValueError(f"validation_split={fraction} of {n} inputs leaves nothing to "
+                         "train on")
+    return split_at
+
+
+def class_weights(y, class_weight: dict) -> np.ndarray:
+    """Per-input sample weights from `class_weight` (`{class id: weight}`): the class
+    of a row of `y` is its id, or its argmax when it is a one-hot row; classes not in
+    `class_weight` weigh 1, as in Keras."""
+    if y is None:
+        raise ValueError("class_weight needs labels y")
+    if not isinstance(class_weight, dict):
+        raise TypeError(f"class_weight must be a dict {{class id: weight}}, got "
+                        f"{type(class_weight).__name__}")
+    for k, v in class_weight.items():
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise ValueError(f"class_weight keys must be class ids (ints >= 0), got {k!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) \
+                or not np.isfinite(v) or v < 0:
+            raise ValueError(f"class_weight[{k}] must be a finite number >= 0, got {v!r}")
+    y = np.asarray(y)
+    if y.ndim > 1 and y.shape[-1] != 1:
+        ids = np.argmax(y, axis=-1)
+    else:
+        ids = y.reshape(len(y), *y.shape[1:-1]) if y.ndim > 1 else y
+    ids = np.round(ids).astype(np.int64).reshape(len(y), -1)[:, 0]
+    table = np.ones(max(class_weight, default=0) + 1, np.float32)
+    for k, v in class_weight.items():
+        table[k] = v
+    weights = np.ones(len(ids), np.float32)
+    listed = (ids >= 0) & (ids < len(table))
+    weights[listed] = table[ids[listed]]
+    return weights
 
 
 def check_batch_size(batch_size) -> None:

@@ -14,11 +14,65 @@ buffers in place with ops that XLA has no kernels for (`InplaceUpdate`,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
 from compiler.pipeline import BatchFeeder
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A training step's loss or gradients were not finite; its update was not applied.
+
+    Raised by `Model.fit` (and `train_on_batch`) instead of applying the update, so
+    the weights and the optimizer's state are those after the last good step. A
+    `FloatingPointError`: bad data is one cause (an extreme input or label among
+    the batch's examples), a learning rate too high is another.
+
+    `compiler.MirroredTrainer` raises it too, after the update (`applied=True`):
+    replicas cannot hold back an update the others apply.
+
+    Attributes:
+        examples: the indices in `x` of the batch's inputs.
+        loss: the step's loss (NaN or inf; finite when only a gradient was not).
+        epoch: the epoch (from 0) and `batch` the batch in it.
+        applied: whether the update was applied anyway.
+    """
+
+    def __init__(self, examples: Sequence[int], loss: float, epoch: int, batch: int,
+                 applied: bool = False):
+        self.examples = [int(i) for i in examples]
+        self.loss, self.epoch, self.batch, self.applied = loss, epoch, batch, applied
+        shown = self.examples if len(self.examples) <= 64 else \
+            [*self.examples[:64], "..."]
+        what = f"the loss is {loss}" if not _isfinite(loss) else \
+            f"the loss is {loss} but a gradient is not finite"
+        state = ("The update was applied (on several devices it cannot be held back): "
+                 "restore the weights from a checkpoint." if applied else
+                 "The step's update was not applied: the weights and the optimizer are "
+                 "those of the last good step.")
+        super().__init__(
+            f"epoch {epoch}, batch {batch}: {what}, on the examples at indices {shown} of x. "
+            f"{state} Look for extreme inputs or labels among these examples, or lower "
+            "the learning rate.")
+
+
+def _isfinite(v: float) -> bool:
+    return v == v and v not in (float("inf"), float("-inf"))
+
+
+# The keys of a train step's outputs that `StepFunction` takes out of Keras' logs.
+STEP_FINITE, STEP_LOSS = "_step_finite", "_step_loss"
+
+
+def all_finite(loss, grads: list):
+    """A scalar bool: `loss` and every gradient are finite. One reduction per weight
+    and one test of their sum (NaN and inf survive a sum; finite gradients that
+    overflow float32 when summed would be taken for non-finite, and stop training)."""
+    sums = [tf.reduce_sum(tf.cast(g.values if isinstance(g, tf.IndexedSlices) else g,
+                                  tf.float32)) for g in grads]
+    total = tf.add_n([tf.cast(loss, tf.float32), *sums])
+    return tf.math.is_finite(total)
 
 
 class StepFunction:
@@ -31,25 +85,38 @@ class StepFunction:
     """
 
     def __init__(self, step: Callable, feeder: Callable[[], BatchFeeder],
-                 eager: Callable[[], bool]):
+                 eager: Callable[[], bool], epoch: Callable[[], int] | None = None):
         self._step, self._feeder, self._eager = step, feeder, eager
+        self._epoch = epoch
         self._traced: dict = {}
 
     def run(self, i: int):
-        """The step's outputs on batch `i` of the current feeder."""
+        """The step's outputs on batch `i` of the current feeder.
+
+        A train step's outputs (logs) carry `STEP_FINITE` and `STEP_LOSS`: they are
+        taken out here, and a step whose loss or gradients were not finite (its update
+        was skipped) raises `NonFiniteLossError` naming the batch's examples."""
         feeder = self._feeder()
         data = feeder.batch(i)
         if self._eager():
-            return self._step(tf.nest.map_structure(tf.convert_to_tensor, data))
-        key = tuple(tf.nest.flatten(feeder.signature))
-        fn = self._traced.get(key)
-        if fn is None:
-            # the concrete function: calling it skips the tf.function's argument
-            # matching, ~0.25 ms a step (BENCHMARKS.md)
-            fn = self._traced[key] = tf.function(
-                self._step, input_signature=[feeder.signature],
-                autograph=False).get_concrete_function()
-        return fn(data)
+            outputs = self._step(tf.nest.map_structure(tf.convert_to_tensor, data))
+        else:
+            key = tuple(tf.nest.flatten(feeder.signature))
+            fn = self._traced.get(key)
+            if fn is None:
+                # the concrete function: calling it skips the tf.function's argument
+                # matching, ~0.25 ms a step (BENCHMARKS.md)
+                fn = self._traced[key] = tf.function(
+                    self._step, input_signature=[feeder.signature],
+                    autograph=False).get_concrete_function()
+            outputs = fn(data)
+        if isinstance(outputs, dict) and STEP_FINITE in outputs:
+            outputs = dict(outputs)
+            finite, loss = outputs.pop(STEP_FINITE), outputs.pop(STEP_LOSS)
+            if not bool(finite):
+                epoch = self._epoch() if self._epoch is not None else 0
+                raise NonFiniteLossError(feeder.examples(i), float(loss), epoch, i)
+        return outputs
 
     def on_iterator(self, iterator, steps: int):
         """For `train_function` / `test_function`: up to `steps` batches, the indices

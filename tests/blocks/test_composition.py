@@ -718,6 +718,23 @@ def test_tuple_record_given_too_short_an_input_names_the_missing_index():
         r.eval([1])
 
 
+def test_tuple_record_refuses_a_longer_tuple_saying_expected_and_got():
+    r = td.Record((td.Scalar(), td.Scalar()))
+    with raises(td.InputError, "Record", "expected a tuple of 2 items (one per field), "
+                                         "got 3: (1.0, 2.0, 3.0)"):
+        r.eval((1.0, 2.0, 3.0))
+    with raises(td.InputError, "Record", "expected a list of 2 items"):
+        td.Record([td.Scalar(), td.Scalar()]).eval([1.0, 2.0, 3.0])
+    with raises(td.InputKeyError, "Record[1]", "missing key 1: the input has 1 items, "
+                                               "expected 2"):
+        r.eval((1.0,))
+
+
+def test_record_with_explicit_keys_takes_those_items_of_a_longer_input():
+    r = td.Record([(0, td.Scalar()), (2, td.Scalar())])
+    assert [float(v) for v in r.eval((1.0, 2.0, 3.0))] == [1.0, 3.0]
+
+
 def test_record_error_in_a_child_names_the_key():
     r = td.Record({"a": td.Scalar(), "b": fails_on_eval()})
     with raises(td.InputError) as info:

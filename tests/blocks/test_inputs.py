@@ -158,6 +158,73 @@ def test_tensor_max_depth_is_zero():
     assert (td.Scalar() >> td.Function(tf.negative)).max_depth(3) == 1
 
 
+# --- strict conversion (blocks.values) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("block, value, reason", [
+    (td.Scalar(), "3.5", "got '3.5': a string is not a number"),
+    (td.Vector(2), [1.0, "2"], "a string is not a number"),
+    (td.Scalar("int32"), "3", "a string is not a number"),
+    (td.Scalar("int32"), 2.7, "got 2.7: 2.7 is not an integer (int32)"),
+    (td.Vector(2, "int64"), np.array([1.0, 2.5]), "2.5 is not an integer (int64)"),
+    (td.Scalar("int32"), True, "a bool is not an integer (int32)"),
+    (td.Scalar("int32"), 2**40, "1099511627776 is out of int32's range"),
+    (td.Vector(2, "uint8"), [1, -1], "-1 is out of uint8's range [0, 255]"),
+    (td.Scalar(), 1e39, "1e+39 overflows float32"),
+    (td.Scalar("float16"), 70000, "70000 overflows float16"),
+    (td.Scalar(), float("nan"), "nan is not finite (give the block allow_nonfinite=True"),
+    (td.Vector(3), [1.0, float("-inf"), 2.0], "-inf is not finite"),
+    (td.Scalar("float64"), np.float64("nan"), "nan is not finite"),
+    (td.Scalar("bool"), 2, "2 is not a bool"),
+    (td.Scalar(), 1 + 2j, "a complex number is not a float32"),
+    (td.Vector(2), [1.0, None], "expected numbers, got NoneType"),
+])
+def test_tensor_refuses_values_that_are_not_numbers_of_its_dtype(block, value, reason):
+    with pytest.raises(td.InputError) as info:
+        block.eval(value)
+    assert info.value.block_path == block.path
+    assert reason in info.value.reason
+    assert info.value.reason.startswith(f"expected a {block.output_type}, got ")
+
+
+@pytest.mark.parametrize("block, value, expected", [
+    (td.Scalar(), 3, 3.0),                              # ints into floats
+    (td.Scalar(), True, 1.0),                           # a bool flag into a float
+    (td.Scalar("int32"), 2.0, 2),                       # an integral float into an int
+    (td.Scalar("int32"), np.int64(-2**31), -2**31),     # the edge of the range
+    (td.Scalar("bool"), 0, False),
+    (td.Scalar(), 3.4e38, np.float32(3.4e38)),
+    (td.Scalar(), 1e-50, 0.0),                          # underflow is rounding, not an error
+    (td.Vector(1), [2**70], [np.float32(2.0**70)]),   # a big int fits a float32
+])
+def test_tensor_accepts_values_that_keep_their_meaning(block, value, expected):
+    out = block.eval(value)
+    assert out.dtype.name == block.dtype
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_allow_nonfinite_accepts_nan_and_inf_but_not_overflow():
+    out = td.Vector(3, allow_nonfinite=True).eval([float("nan"), float("inf"), 1.0])
+    assert np.isnan(out[0]) and np.isposinf(out[1]) and out[2] == 1.0
+    assert np.isneginf(td.Scalar(allow_nonfinite=True).eval(float("-inf")))
+    assert np.isnan(td.Tensor([1, 1], allow_nonfinite=True).eval([[np.nan]]))
+    with pytest.raises(td.InputError, match="overflows float32"):
+        td.Scalar(allow_nonfinite=True).eval(1e39)
+    assert repr(td.Scalar(allow_nonfinite=True)) == \
+        "<td.Scalar allow_nonfinite=True dtype='float32'>"
+    assert td.Vector(2, allow_nonfinite=True).allow_nonfinite
+    with pytest.raises(TypeError, match="allow_nonfinite must be True or False"):
+        td.Scalar(allow_nonfinite="yes")
+
+
+def test_a_nonfinite_input_names_the_block_path_in_a_record():
+    block = td.Record({"a": td.Scalar(), "b": td.Vector(2)}) >> td.Concat()
+    with pytest.raises(td.InputError) as info:
+        block.eval({"a": 1.0, "b": [0.0, float("nan")]})
+    assert info.value.block_path == "Pipe[0] > Record['b'] > Vector"
+    assert "nan is not finite" in str(info.value)
+
+
 # --- InputTransform ------------------------------------------------------------------------
 
 

@@ -187,8 +187,21 @@ def test_root_with_a_known_tensor_input_keeps_it_and_converts_the_input():
     td.validate(root)
     assert root.input_type == VEC2
     np.testing.assert_array_equal(root.eval([1, 2]), [-1.0, -2.0])
-    with pytest.raises(td.InputError, match=r"^Function: the input is not a TensorType"):
+    with pytest.raises(td.InputError, match=r"^Function: the input: expected a TensorType"
+                                            r"\(\(2,\), 'float32'\), got 'ab': a string"):
         root.eval("ab")
+    with pytest.raises(td.InputError, match=r"^Function: the input: .* nan is not finite"):
+        root.eval([1.0, float("nan")])
+
+
+def test_root_with_a_tuple_input_refuses_a_tuple_of_another_length():
+    root = td.Concat().set_input_type(TupleType(TensorType((1,)), TensorType((1,))))
+    td.validate(root)
+    np.testing.assert_array_equal(root.eval(([1.0], [2.0])), [1.0, 2.0])
+    for bad, got in ((([1.0], [2.0], [3.0]), 3), (([1.0],), 1)):
+        with pytest.raises(td.InputError, match=rf"^Concat: .*expected a tuple of 2 items, "
+                                                rf"got {got}"):
+            root.eval(bad)
 
 
 def test_root_that_cannot_take_a_python_object_has_an_undetermined_input():

@@ -9,7 +9,7 @@ traced step has a fixed input signature (the packed arrays' and the labels'
 
 It runs in TensorFlow's graph mode, never under XLA: the engine updates its value
 buffers in place with ops that XLA has no kernels for (`InplaceUpdate`,
-`InplaceAdd`), so `Model.compile` turns Keras' `jit_compile` off.
+`InplaceAdd`), so `Model.jit_compile` is always False.
 """
 
 from __future__ import annotations

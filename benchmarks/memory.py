@@ -121,6 +121,21 @@ def child(case: str, workload: str, calls: int, warm_up: int) -> dict:
             "samples": samples}
 
 
+def floor_per_1000(samples: list[dict]) -> float:
+    """Growth of the RSS floor per 1,000 calls over the second half of `samples`: the
+    lowest reading of its second quarter of the calls against that of the last quarter.
+
+    RSS saws up and down by a few MB as malloc hands memory back to the system and
+    takes it again, which makes a straight-line fit swing with the phase of the saw;
+    its floor moves only when memory is really kept."""
+    last = samples[-1]["calls"]
+    third = [s["rss_mb"] for s in samples if last / 2 <= s["calls"] < 3 * last / 4]
+    fourth = [s["rss_mb"] for s in samples if s["calls"] >= 3 * last / 4]
+    if not third or not fourth or last == 0:
+        return 0.0
+    return (min(fourth) - min(third)) / (last / 4) * 1000
+
+
 def slope_per_1000(samples: list[dict], key: str = "rss_mb") -> float:
     """Least-squares growth of `key` per 1,000 calls over the second half of `samples`."""
     last = samples[-1]["calls"]
@@ -154,7 +169,9 @@ def format_table(results: list[dict]) -> str:
     for k, s in enumerate(results[0]["samples"]):
         lines.append(f"| {s['calls']} | " + " | ".join(
             f"{r['samples'][k]['rss_mb']:.1f}" for r in results) + " |")
-    lines.append("| MB per 1,000 calls (2nd half) | " + " | ".join(
+    lines.append("| MB per 1,000 calls, 2nd half: RSS floor | " + " | ".join(
+        f"{floor_per_1000(r['samples']):+.3f}" for r in results) + " |")
+    lines.append("| MB per 1,000 calls, 2nd half: least squares | " + " | ".join(
         f"{slope_per_1000(r['samples']):+.3f}" for r in results) + " |")
     lines.append("| Python objects per 1,000 calls (2nd half) | " + " | ".join(
         f"{slope_per_1000(r['samples'], 'objects'):+.0f}" for r in results) + " |")

@@ -14,11 +14,12 @@ def test_memory_prints_one_row_per_sample_and_the_growth(capsys):
     results = memory.main(["--calls", "40", "--warm-up", "2", "--cases", "predict"])
     assert [r["case"] for r in results] == ["predict"]
     rows = _table(capsys.readouterr().out, "| calls after warm-up | predict RSS MB |")
-    calls = [int(r.split(" | ")[0][2:]) for r in rows[:-3]]
+    calls = [int(r.split(" | ")[0][2:]) for r in rows[:-4]]
     assert calls == list(range(0, 41, 2))
-    assert [r.split(" | ")[0][2:] for r in rows[-3:]] == [
-        "MB per 1,000 calls (2nd half)", "Python objects per 1,000 calls (2nd half)",
-        "ms per call"]
+    assert [r.split(" | ")[0][2:] for r in rows[-4:]] == [
+        "MB per 1,000 calls, 2nd half: RSS floor",
+        "MB per 1,000 calls, 2nd half: least squares",
+        "Python objects per 1,000 calls (2nd half)", "ms per call"]
     assert all(len(r.split(" | ")) == 2 for r in rows)
     assert all(s["rss_mb"] > 0 and s["objects"] > 0 for r in results for s in r["samples"])
 
@@ -37,3 +38,11 @@ def test_growth_is_the_slope_over_the_second_half():
     assert memory.slope_per_1000(samples) == pytest.approx(2.0)
     flat = [{"calls": c, "rss_mb": 50.0 + (c < 300) * c} for c in range(0, 1001, 100)]
     assert memory.slope_per_1000(flat) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_floor_growth_ignores_the_saw_of_the_allocator():
+    saw = [{"calls": c, "rss_mb": 100.0 + 6.0 * (c // 100 % 2) + 0.001 * c}
+           for c in range(0, 2001, 100)]
+    assert memory.floor_per_1000(saw) == pytest.approx(1.0, abs=0.25)  # within a sample
+    flat_saw = [{**s, "rss_mb": s["rss_mb"] - 0.001 * s["calls"]} for s in saw]
+    assert memory.floor_per_1000(flat_saw) == pytest.approx(0.0)

@@ -112,8 +112,7 @@ class Model(keras.Model):
         self.scheduler = scheduler
         self.on_bad_example = on_bad_example
         self.seed = int(seed)
-        self.skipped_examples: list[int] = []
-        self.skipped_validation_examples: list[int] = []
+        self._skipped = _Skipped()
         self._factory = _factory
         self._epoch = 0
         self._nan_seen = False
@@ -347,10 +346,20 @@ class Model(keras.Model):
         skip = self.on_bad_example == "skip" and not raise_errors
         inputs, labels, bad = self.pipeline.expand(inputs, labels, skip, what, offset)
         if what != "x":  # validation_data, or the validation split of x
-            self.skipped_validation_examples = bad
+            self._skipped.validation = bad
         else:
-            self.skipped_examples = bad
+            self._skipped.x = bad
         return inputs, labels
+
+    @property
+    def skipped_examples(self) -> list[int]:
+        """The indices in `x` of the inputs the last call skipped."""
+        return self._skipped.x
+
+    @property
+    def skipped_validation_examples(self) -> list[int]:
+        """The indices of the validation inputs the last `fit` skipped."""
+        return self._skipped.validation
 
     def _dataset(self, x, y, sample_weight, batch_size: int, shuffle: bool, role: str,
                  with_labels: bool = True, what: str = "x", raise_errors: bool = False,
@@ -592,6 +601,17 @@ class _Bookkeeping(keras.callbacks.Callback):
         loss = (logs or {}).get("loss")
         if loss is not None and not np.isfinite(float(loss)):
             self._m._nan_seen = True
+
+
+class _Skipped:
+    """The inputs the last call skipped, kept out of Keras' attribute tracking: a list
+    assigned to a Keras model's attribute is wrapped, and its name appended to the
+    model's `_tracked` list, on every assignment, so assigning one per `predict`
+    call grew the model without bound (BENCHMARKS.md, memory over repeated calls)."""
+
+    def __init__(self):
+        self.x: list[int] = []
+        self.validation: list[int] = []
 
 
 def _weights_of(root) -> tuple[list, list]:

@@ -106,6 +106,24 @@ def test_predict_returns_one_output_per_input_in_order():
     np.testing.assert_allclose(got, np.stack(want), atol=1e-5)
 
 
+def test_repeated_calls_do_not_grow_the_models_containers():
+    # a list assigned to a Keras model's attribute on every call grew its `_tracked`
+    # list by one name per call: a long-running server's memory grew without bound
+    model = compiled(Model(factories.tree_sign()))
+    trees, y = sign_data(8)
+
+    def calls(n: int) -> dict:
+        for _ in range(n):
+            model.predict(trees[:2], verbose=0)
+            model.evaluate(trees[:2], y[:2], verbose=0)
+            model.fit(trees[:2], y[:2], epochs=1, verbose=0, validation_data=(trees, y))
+        return {k: len(v) for k, v in vars(model).items() if isinstance(v, (list, dict, set))}
+
+    before = calls(2)
+    assert calls(10) == before
+    assert model.skipped_examples == [] and model.skipped_validation_examples == []
+
+
 def test_predict_of_structured_outputs_gives_eval_results():
     block = td.Map(td.Scalar() >> td.Function(tf.square))
     got = Model(block).predict([[1.0, 2.0], [], [3.0]], batch_size=2, verbose=0)

@@ -23,6 +23,7 @@ from blocks.block import PY, Block, IOBase, bad_input
 from blocks.composition import convert_to_block
 from blocks.errors import InputKeyError
 from blocks.types import PyObjectType, VoidType
+from blocks.values import describe
 
 
 class OneOf(Block):
@@ -238,5 +239,24 @@ class _ForwardDeclarationRef(Block):
         target = self._decl._target
         if target is None:
             raise bad_input(self, "the forward declaration was never resolved")
-        return target._eval(ctx, x)
+        if type(x) in _ATOMS:  # cannot contain itself: nothing to track
+            return target._eval(ctx, x)
+        # A cyclic input (a node that is its own descendant) would recurse
+        # forever. The objects on the recursion path are alive, so their ids are
+        # distinct; meeting one again under the same declaration is a cycle
+        # (evaluating the same block on the same object inside itself).
+        key = (id(self._decl), id(x))
+        path = ctx.recursion_path
+        if key in path:
+            raise bad_input(self, f"the input contains a cycle: {describe(x)} contains "
+                                  "itself (a node that is its own descendant)")
+        path.add(key)
+        try:
+            return target._eval(ctx, x)
+        finally:
+            path.discard(key)
+
+
+# Types whose values cannot contain themselves: not tracked for cycles.
+_ATOMS = frozenset({int, float, bool, str, bytes, complex, type(None)})
 

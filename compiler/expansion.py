@@ -96,6 +96,7 @@ class ExpansionContext:
         self.constants: list[list] = [[] for _ in range(n_types)]
         self.metrics: list[tuple] = []
         self._sources: dict[int, list[int]] = {}  # zero-argument ops, called once
+        self.recursion_path: set = set()  # cycle detection (see blocks.evaluation)
 
     def constant(self, value: np.ndarray, ttype) -> int:
         k = self._type_id[ttype]

@@ -498,3 +498,77 @@ def test_fold_over_ten_thousand_items_evaluates_without_recursion_error():
     model = td.Map(td.Scalar()) >> td.Fold(td.Function(tf.add), td.Zeros(SCALAR))
     assert float(reference_eval(model, values)) == float(np.sum(values, dtype=np.float64))
     assert model.max_depth(values) == DEEP
+
+
+# --- cyclic inputs ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def low_recursion_limit(monkeypatch):
+    """Without cycle detection a cyclic input ends in a RecursionError here within a
+    second or so, rather than after recursing a million frames deep."""
+    import blocks.evaluation
+    monkeypatch.setattr(blocks.evaluation, "_RECURSION_LIMIT", 20_000)
+
+
+def _dict_tree_sum():
+    """Trees of `{"value": float, "children": [trees]}`: the sum of the values."""
+    tree = td.ForwardDeclaration(td.PyObjectType(), SCALAR)
+    children = td.Map(tree()) >> td.Sum()
+    tree.resolve_to(td.Record({"value": td.Scalar(), "children": children})
+                    >> td.Function(tf.add))
+    return tree
+
+
+def test_a_dict_node_that_is_its_own_child_is_an_input_error_naming_the_path(
+        low_recursion_limit):
+    node = {"value": 1.0, "children": [{"value": 2.0, "children": []}]}
+    node["children"].append(node)
+    with raises(td.InputError, "Record['children'] > Pipe[0] > Map > ForwardDeclaration()",
+                "the input contains a cycle"):
+        _dict_tree_sum()().eval(node)
+
+
+def test_a_cycle_deeper_down_is_found_where_it_closes(low_recursion_limit):
+    inner = {"value": 3.0, "children": []}
+    root = {"value": 1.0, "children": [{"value": 2.0, "children": [inner]}]}
+    inner["children"].append(root)
+    with raises(td.InputError, "the input contains a cycle"):
+        _dict_tree_sum()().eval(root)
+
+
+def test_a_tuple_tree_closed_through_a_list_is_an_input_error(low_recursion_limit):
+    loop = [1.0]
+    node = (2.0, loop)
+    loop[0] = node  # node = (2.0, [node])
+    block = td.ForwardDeclaration(td.PyObjectType(), SCALAR)
+    block.resolve_to(td.OneOf(lambda x: type(x).__name__, {
+        "float": td.Scalar(), "tuple": td.Record((block(), block())) >> td.Function(tf.add),
+        "list": td.Map(block()) >> td.Sum()}))
+    with raises(td.InputError, "the input contains a cycle"):
+        block().eval(node)
+    assert float(block().eval((2.0, [3.0, (1.0, [])]))) == 6.0
+
+
+def test_a_subtree_shared_in_two_places_is_not_a_cycle(low_recursion_limit):
+    leaf = {"value": 2.0, "children": []}
+    middle = {"value": 0.5, "children": [leaf, leaf]}
+    root = {"value": 1.0, "children": [leaf, middle, middle]}
+    assert float(_dict_tree_sum()().eval(root)) == 1.0 + 2.0 + 2 * (0.5 + 4.0)
+
+
+def test_one_object_read_by_two_declarations_in_turn_is_not_a_cycle(low_recursion_limit):
+    # Mutual recursion: `outer` hands its very input to `inner`, which recurses
+    # into `outer` on the children; only the same object under the same
+    # declaration is a cycle.
+    outer = td.ForwardDeclaration(td.PyObjectType(), SCALAR)
+    inner = td.ForwardDeclaration(td.PyObjectType(), SCALAR)
+    outer.resolve_to(inner())
+    inner.resolve_to(td.Record({"value": td.Scalar(),
+                                "children": td.Map(outer()) >> td.Sum()})
+                     >> td.Function(tf.add))
+    tree = {"value": 1.0, "children": [{"value": 2.0, "children": []}]}
+    assert float(outer().eval(tree)) == 3.0
+    tree["children"][0]["children"].append(tree)
+    with raises(td.InputError, "the input contains a cycle"):
+        outer().eval(tree)

@@ -366,3 +366,64 @@ def test_class_weight_is_refused_with_sample_weight_or_bad_weights():
         model.fit(trees, y, class_weight={0: 1.0, 1: -2.0}, verbose=0)
     with pytest.raises(ValueError, match="class_weight keys must be class ids"):
         model.fit(trees, y, class_weight={"cat": 1.0}, verbose=0)
+
+
+# --- cyclic inputs ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def low_recursion_limit(monkeypatch):
+    """Without cycle detection a cyclic input ends in a RecursionError here within a
+    second or so, rather than after recursing a million frames deep."""
+    import blocks.evaluation
+    monkeypatch.setattr(blocks.evaluation, "_RECURSION_LIMIT", 20_000)
+
+
+def dict_tree_model() -> Model:
+    """Regression over trees of `{"value": float, "children": [trees]}`."""
+    keras.utils.set_random_seed(0)
+    tree = td.ForwardDeclaration(td.PyObjectType(), td.TensorType((4,)))
+    children = td.Map(tree()) >> td.Sum()
+    value = td.Scalar() >> td.Function(lambda x: x[:, None]) >> td.FC(4)
+    tree.resolve_to(td.Record({"value": value, "children": children})
+                    >> td.Function(tf.add) >> td.FC(4))
+    model = Model(tree() >> td.FC(1, activation=None))
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+
+def dict_trees(n: int) -> list:
+    leaf = {"value": 0.5, "children": []}  # shared by every tree: not a cycle
+    return [{"value": float(i), "children": [leaf, {"value": -1.0, "children": [leaf]}]}
+            for i in range(n)]
+
+
+def cyclic_tree() -> dict:
+    node = {"value": 1.0, "children": [{"value": 2.0, "children": []}]}
+    node["children"][0]["children"].append(node)
+    return node
+
+
+def test_the_engine_refuses_a_cyclic_input_naming_the_example(low_recursion_limit):
+    c = Compiler.create(dict_tree_model().block)
+    inputs = dict_trees(3)
+    assert len(c.run(inputs)) == 3
+    with pytest.raises(InputError) as err:
+        c.run(inputs[:2] + [cyclic_tree()])
+    assert err.value.example_index == 2
+    assert err.value.block_path.endswith("Map > ForwardDeclaration()")
+    assert "the input contains a cycle" in err.value.reason
+
+
+def test_fit_and_predict_refuse_a_cyclic_input_naming_it(low_recursion_limit):
+    model = dict_tree_model()
+    x, y = dict_trees(16), np.arange(16, dtype=np.float32)[:, None]
+    x[11] = cyclic_tree()
+    before = weights_of(model)
+    with pytest.raises(InputError, match="example 11: .*the input contains a cycle"):
+        model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    assert_weights_unchanged(model, before)
+    with pytest.raises(InputError, match="example 1: .*the input contains a cycle"):
+        model.predict([x[0], cyclic_tree()], verbose=0)
+    x[11] = dict_trees(1)[0]
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)  # shared subtrees are fine

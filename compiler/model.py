@@ -93,6 +93,10 @@ class Model(keras.Model):
     Weights are those of the layers the block uses (`td.FC`, `td.Embedding`,
     `td.ScopedLayer`, Keras layers in `td.Function`) and of `td.FromTensor`
     variables; they are shared with the blocks, so `block.eval` sees training.
+
+    Mixed precision is not supported yet: under a `"mixed_float16"` or
+    `"mixed_bfloat16"` policy (global, or of a block's layer) `Model(...)` raises
+    `ValueError`; build the block and the model under `"float32"`.
     """
 
     def __init__(self, block=None, scheduler: str = "agenda", loss_metrics=None,
@@ -102,6 +106,7 @@ class Model(keras.Model):
         super().__init__(name=name, **kwargs)
         if block is None:
             raise TypeError("Model needs a block expression: Model(block)")
+        _refuse_mixed_precision(keras.mixed_precision.global_policy(), "the global dtype policy")
         if on_bad_example not in ("raise", "skip"):
             raise ValueError(f"on_bad_example must be 'raise' or 'skip', got {on_bad_example!r}")
         self.compiler = Compiler.create(block, scheduler=scheduler, cache=cache,
@@ -120,6 +125,8 @@ class Model(keras.Model):
         self._feeders: dict = {}   # role -> the BatchFeeder of the call under way
         self._test_role = "test"
         layers, variables = _weights_of(self.block)
+        for layer in layers:  # built under a mixed policy set and reset since
+            _refuse_mixed_precision(layer.dtype_policy, f"layer {layer.name!r}")
         self.block_layers = layers          # tracked by Keras: weights, checkpoints
         self.block_variables = variables
         names = self.program.metric_names
@@ -614,6 +621,17 @@ def _weights_of(root) -> tuple[list, list]:
                 raise TypeError(f"{b.path}: weights() must return Keras layers and "
                                 f"keras.Variables, got {type(w).__name__}")
     return layers, variables
+
+
+def _refuse_mixed_precision(policy, whose: str) -> None:
+    """Mixed precision is not supported yet: the ops' float32 output types would
+    meet float16 / bfloat16 tensors at the first step, far from the cause."""
+    if policy.compute_dtype != policy.variable_dtype:
+        raise ValueError(
+            f"{whose} is {policy.name!r} (compute in {policy.compute_dtype}, variables "
+            f"in {policy.variable_dtype}); Refold does not support mixed precision yet. "
+            'Call keras.mixed_precision.set_global_policy("float32") before building the '
+            "block and the Model")
 
 
 def _rows(a, rows: slice):

@@ -349,10 +349,12 @@ class Model(keras.Model):
         return self.pipeline.pack(inputs)
 
     def _expand(self, inputs: list, labels: Labels, raise_errors: bool = False,
-                what: str = "x", offset: int = 0):
-        """Expands every input once; drops (and records) or raises on bad ones."""
+                what: str = "x", offset: int = 0, verbose=0):
+        """Expands every input once; drops (and records) or raises on bad ones.
+        With `verbose`, many inputs show a progress bar (`pipeline.PROGRESS_AFTER`)."""
         skip = self.on_bad_example == "skip" and not raise_errors
-        inputs, labels, bad = self.pipeline.expand(inputs, labels, skip, what, offset)
+        inputs, labels, bad = self.pipeline.expand(inputs, labels, skip, what, offset,
+                                                   verbose)
         if what != "x":  # validation_data, or the validation split of x
             self.skipped_validation_examples = bad
         else:
@@ -361,7 +363,7 @@ class Model(keras.Model):
 
     def _dataset(self, x, y, sample_weight, batch_size: int, shuffle: bool, role: str,
                  with_labels: bool = True, what: str = "x", raise_errors: bool = False,
-                 offset: int = 0):
+                 offset: int = 0, verbose=0):
         """What Keras iterates for one call (batch indices); the batches themselves
         come from the `BatchFeeder` kept for `role` ("train", "validation", "test"
         or "predict"), which the step functions read."""
@@ -372,7 +374,7 @@ class Model(keras.Model):
                                       "y" if what == "x" else f"{what} y")
         n_given = len(inputs)
         inputs, labels = self._expand(inputs, labels, raise_errors=raise_errors, what=what,
-                                      offset=offset)
+                                      offset=offset, verbose=verbose)
         skipped = self.skipped_validation_examples if what != "x" else self.skipped_examples
         if not inputs:
             raise ValueError(f"no inputs in {what}" + (" (all were skipped)" if
@@ -435,14 +437,16 @@ class Model(keras.Model):
             if sample_weight is not None:
                 raise ValueError("give class_weight or sample_weight, not both")
             sample_weight = class_weights(y, class_weight)
-        data = self._dataset(x, y, sample_weight, batch_size, shuffle, "train")
+        data = self._dataset(x, y, sample_weight, batch_size, shuffle, "train",
+                             verbose=verbose)
         val = None
         if validation_data is not None:
             vx, vy, vw = split_validation(validation_data)
             what = "validation_data" if split_at is None else \
                 f"x[{split_at}:], the validation split"
             val = self._dataset(vx, vy, vw, validation_batch_size or batch_size, False,
-                                "validation", what=what, offset=split_at or 0)
+                                "validation", what=what, offset=split_at or 0,
+                                verbose=verbose)
         callbacks = [_Bookkeeping(self), *(callbacks or [])]
         self._nan_seen = False
         self._build_optimizer()
@@ -474,7 +478,7 @@ class Model(keras.Model):
         x = as_inputs(x)
         self._check_loss(y)
         data = self._dataset(x, y, sample_weight, 32 if batch_size is None else batch_size,
-                             False, "test")
+                             False, "test", verbose=verbose)
         with blaming(self.block, [(x, "x", self.skipped_examples)]):
             return super().evaluate(data, verbose=verbose, callbacks=callbacks,
                                     return_dict=return_dict)
@@ -491,11 +495,12 @@ class Model(keras.Model):
         if self._out_type is not None:
             x = as_inputs(x)
             data = self._dataset(x, None, None, batch_size, False, "predict",
-                                 with_labels=False, raise_errors=True)
+                                 with_labels=False, raise_errors=True, verbose=verbose)
             with blaming(self.block, [(x, "x", [])]):
                 return super().predict(data, verbose=verbose, callbacks=callbacks)
         check_batch_size(batch_size)
-        inputs, _ = self._expand(as_inputs(x), Labels(None, None), raise_errors=True)
+        inputs, _ = self._expand(as_inputs(x), Labels(None, None), raise_errors=True,
+                                 verbose=verbose)
         results = []
         for b in range(0, len(inputs), batch_size):
             results.extend(self.compiler.run(inputs[b:b + batch_size]))

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import blocks as td
 from blocks.errors import InputError
-from compiler import Compiler, Model, NonFiniteLossError
+from compiler import Compiler, Model, NonFiniteLossError, pipeline
 from tests.compiler import factories
 
 
@@ -325,6 +325,24 @@ def test_a_mixed_precision_policy_is_refused_at_model_naming_it_and_the_fix(
         Model(low)
     trees, y = sign_data(8)
     compiled(Model(block)).fit(trees, y, epochs=1, verbose=0)
+
+
+def test_expanding_many_inputs_shows_a_progress_bar_when_verbose(monkeypatch, capsys):
+    monkeypatch.setattr(pipeline, "PROGRESS_AFTER", 10)
+    trees, y = sign_data(24)
+    model = compiled(Model(factories.tree_sign()))
+    model.fit(trees[:20], y[:20], batch_size=32, epochs=1, verbose=1,
+              validation_data=(trees[20:], y[20:]))
+    out = capsys.readouterr().out
+    assert "expanding 20 inputs" in out and "20/20" in out
+    assert "of validation_data" not in out  # 4 inputs: too few for a bar
+    model.predict(trees, verbose=1)
+    out = capsys.readouterr().out
+    assert "expanding 24 inputs" in out and "24/24" in out
+    model.fit(trees, y, epochs=1, verbose=0)
+    model.evaluate(trees, y, verbose=0)
+    model.predict(trees, verbose=0)
+    assert "expanding" not in capsys.readouterr().out
 
 
 def test_sample_weights_weigh_the_loss():

@@ -93,6 +93,10 @@ class Model(keras.Model):
     Weights are those of the layers the block uses (`td.FC`, `td.Embedding`,
     `td.ScopedLayer`, Keras layers in `td.Function`) and of `td.FromTensor`
     variables; they are shared with the blocks, so `block.eval` sees training.
+
+    Mixed precision is not supported yet: under a `"mixed_float16"` or
+    `"mixed_bfloat16"` policy (global, or of a block's layer) `Model(...)` raises
+    `ValueError`; build the block and the model under `"float32"`.
     """
 
     def __init__(self, block=None, scheduler: str = "agenda", loss_metrics=None,
@@ -102,6 +106,7 @@ class Model(keras.Model):
         super().__init__(name=name, **kwargs)
         if block is None:
             raise TypeError("Model needs a block expression: Model(block)")
+        _refuse_mixed_precision(keras.mixed_precision.global_policy(), "the global dtype policy")
         if on_bad_example not in ("raise", "skip"):
             raise ValueError(f"on_bad_example must be 'raise' or 'skip', got {on_bad_example!r}")
         self.compiler = Compiler.create(block, scheduler=scheduler, cache=cache,
@@ -119,6 +124,8 @@ class Model(keras.Model):
         self._feeders: dict = {}   # role -> the BatchFeeder of the call under way
         self._test_role = "test"
         layers, variables = _weights_of(self.block)
+        for layer in layers:  # built under a mixed policy set and reset since
+            _refuse_mixed_precision(layer.dtype_policy, f"layer {layer.name!r}")
         self.block_layers = layers          # tracked by Keras: weights, checkpoints
         self.block_variables = variables
         names = self.program.metric_names
@@ -341,10 +348,12 @@ class Model(keras.Model):
         return self.pipeline.pack(inputs)
 
     def _expand(self, inputs: list, labels: Labels, raise_errors: bool = False,
-                what: str = "x", offset: int = 0):
-        """Expands every input once; drops (and records) or raises on bad ones."""
+                what: str = "x", offset: int = 0, verbose=0):
+        """Expands every input once; drops (and records) or raises on bad ones.
+        With `verbose`, many inputs show a progress bar (`pipeline.PROGRESS_AFTER`)."""
         skip = self.on_bad_example == "skip" and not raise_errors
-        inputs, labels, bad = self.pipeline.expand(inputs, labels, skip, what, offset)
+        inputs, labels, bad = self.pipeline.expand(inputs, labels, skip, what, offset,
+                                                   verbose)
         if what != "x":  # validation_data, or the validation split of x
             self._skipped.validation = bad
         else:
@@ -363,7 +372,7 @@ class Model(keras.Model):
 
     def _dataset(self, x, y, sample_weight, batch_size: int, shuffle: bool, role: str,
                  with_labels: bool = True, what: str = "x", raise_errors: bool = False,
-                 offset: int = 0):
+                 offset: int = 0, verbose=0):
         """What Keras iterates for one call (batch indices); the batches themselves
         come from the `BatchFeeder` kept for `role` ("train", "validation", "test"
         or "predict"), which the step functions read."""
@@ -374,7 +383,7 @@ class Model(keras.Model):
                                       "y" if what == "x" else f"{what} y")
         n_given = len(inputs)
         inputs, labels = self._expand(inputs, labels, raise_errors=raise_errors, what=what,
-                                      offset=offset)
+                                      offset=offset, verbose=verbose)
         skipped = self.skipped_validation_examples if what != "x" else self.skipped_examples
         if not inputs:
             raise ValueError(f"no inputs in {what}" + (" (all were skipped)" if
@@ -437,14 +446,16 @@ class Model(keras.Model):
             if sample_weight is not None:
                 raise ValueError("give class_weight or sample_weight, not both")
             sample_weight = class_weights(y, class_weight)
-        data = self._dataset(x, y, sample_weight, batch_size, shuffle, "train")
+        data = self._dataset(x, y, sample_weight, batch_size, shuffle, "train",
+                             verbose=verbose)
         val = None
         if validation_data is not None:
             vx, vy, vw = split_validation(validation_data)
             what = "validation_data" if split_at is None else \
                 f"x[{split_at}:], the validation split"
             val = self._dataset(vx, vy, vw, validation_batch_size or batch_size, False,
-                                "validation", what=what, offset=split_at or 0)
+                                "validation", what=what, offset=split_at or 0,
+                                verbose=verbose)
         callbacks = [_Bookkeeping(self), *(callbacks or [])]
         self._nan_seen = False
         self._build_optimizer()
@@ -476,7 +487,7 @@ class Model(keras.Model):
         x = as_inputs(x)
         self._check_loss(y)
         data = self._dataset(x, y, sample_weight, 32 if batch_size is None else batch_size,
-                             False, "test")
+                             False, "test", verbose=verbose)
         with blaming(self.block, [(x, "x", self.skipped_examples)]):
             return super().evaluate(data, verbose=verbose, callbacks=callbacks,
                                     return_dict=return_dict)
@@ -493,11 +504,12 @@ class Model(keras.Model):
         if self._out_type is not None:
             x = as_inputs(x)
             data = self._dataset(x, None, None, batch_size, False, "predict",
-                                 with_labels=False, raise_errors=True)
+                                 with_labels=False, raise_errors=True, verbose=verbose)
             with blaming(self.block, [(x, "x", [])]):
                 return super().predict(data, verbose=verbose, callbacks=callbacks)
         check_batch_size(batch_size)
-        inputs, _ = self._expand(as_inputs(x), Labels(None, None), raise_errors=True)
+        inputs, _ = self._expand(as_inputs(x), Labels(None, None), raise_errors=True,
+                                 verbose=verbose)
         results = []
         for b in range(0, len(inputs), batch_size):
             results.extend(self.compiler.run(inputs[b:b + batch_size]))
@@ -634,6 +646,17 @@ def _weights_of(root) -> tuple[list, list]:
                 raise TypeError(f"{b.path}: weights() must return Keras layers and "
                                 f"keras.Variables, got {type(w).__name__}")
     return layers, variables
+
+
+def _refuse_mixed_precision(policy, whose: str) -> None:
+    """Mixed precision is not supported yet: the ops' float32 output types would
+    meet float16 / bfloat16 tensors at the first step, far from the cause."""
+    if policy.compute_dtype != policy.variable_dtype:
+        raise ValueError(
+            f"{whose} is {policy.name!r} (compute in {policy.compute_dtype}, variables "
+            f"in {policy.variable_dtype}); Refold does not support mixed precision yet. "
+            'Call keras.mixed_precision.set_global_policy("float32") before building the '
+            "block and the Model")
 
 
 def _rows(a, rows: slice):

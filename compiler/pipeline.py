@@ -1,10 +1,11 @@
 """The input pipeline of a `Model`: Python inputs and labels into packed batches.
 
 Inputs are expanded once up front (bad ones raise or are skipped, as the model's
-`on_bad_example` says). Then a `BatchFeeder` hands Keras' loop one packed batch
-per step: Keras iterates a `tf.data` range of batch indices, and the model's step
-functions (`compiler.steps`) ask the feeder for batch i, which merges, schedules
-and packs it there and then. That hand-off is a Python call: a `tf.data` producer
+`on_bad_example` says; many inputs show a progress bar when `verbose` is on).
+Then a `BatchFeeder` hands Keras' loop one packed batch per step: Keras iterates
+a `tf.data` range of batch indices, and the model's step functions
+(`compiler.steps`) ask the feeder for batch i, which merges, schedules and packs
+it there and then. That hand-off is a Python call: a `tf.data` producer
 (`from_generator`) cost more per call of `fit` or `predict` (building it traces
 functions, tearing it down waits on its thread) and per step (a `py_func` and
 a copy into the graph) than planning a batch does. The packed arrays are those
@@ -26,6 +27,9 @@ import tensorflow as tf
 from blocks.errors import InputError
 from blocks.types import TensorType
 from compiler.compiler import Compiler
+
+# With `verbose` on, expanding more inputs than this shows a progress bar.
+PROGRESS_AFTER = 1000
 
 
 class Labels:
@@ -156,30 +160,39 @@ class InputPipeline:
                              "weigh them inside the block")
         return labels
 
-    def expand(self, inputs: list, labels: Labels, skip: bool,
-               what: str = "x", offset: int = 0) -> tuple[list, Labels, list[int]]:
+    def expand(self, inputs: list, labels: Labels, skip: bool, what: str = "x",
+               offset: int = 0, verbose=0) -> tuple[list, Labels, list[int]]:
         """Expands every input once (filling the cache): `(inputs, labels, skipped)`.
 
         A bad input raises its `InputError`, or with `skip` is left out (with its
         label) and its index listed in `skipped`, with one warning for them all.
         Errors name an input's index plus `offset` (its index in the caller's x).
+        With `verbose` on (Keras' meaning) and more than `PROGRESS_AFTER` inputs, a
+        Keras progress bar shows the inputs expanded so far.
         """
         bad: list[int] = []
         first_error = None
         start, chunk = 0, 256
-        while start < len(inputs):
-            part = inputs[start:start + chunk]
-            try:
-                self.compiler.expand(part, offset + start)
-                start += len(part)
-            except InputError as e:
-                if what != "x" and e.example_index is not None:
-                    e = type(e)(e.block_path, f"{e.reason} (in {what})", e.example_index)
-                if not skip or e.example_index is None:
-                    raise e from e.__cause__
-                bad.append(e.example_index - offset)
-                first_error = first_error or e
-                start = e.example_index - offset + 1
+        bar = _progress_bar(len(inputs), what, verbose)
+        try:
+            while start < len(inputs):
+                part = inputs[start:start + chunk]
+                try:
+                    self.compiler.expand(part, offset + start)
+                    start += len(part)
+                except InputError as e:
+                    if what != "x" and e.example_index is not None:
+                        e = type(e)(e.block_path, f"{e.reason} (in {what})", e.example_index)
+                    if not skip or e.example_index is None:
+                        raise e from e.__cause__
+                    bad.append(e.example_index - offset)
+                    first_error = first_error or e
+                    start = e.example_index - offset + 1
+                if bar is not None:
+                    bar.update(start)
+        finally:
+            if bar is not None and start < len(inputs):
+                print()  # end the unfinished bar's line before the error
         if bad:
             # stacklevel 4: the caller of the caller of Model._expand
             warnings.warn(f"skipped {len(bad)} of {len(inputs)} examples of {what} that do "
@@ -209,6 +222,14 @@ class InputPipeline:
         """A `BatchFeeder` of `(arrays, y?, sample_weight?)` batches of expanded
         `inputs`, taken in the order `order()` gives at the start of every pass."""
         return BatchFeeder(self, inputs, labels, batch_size, order, with_labels)
+
+
+def _progress_bar(n: int, what: str, verbose) -> keras.utils.Progbar | None:
+    """A titled bar over `n` inputs, or None when quiet or `n` is small."""
+    if not verbose or n <= PROGRESS_AFTER:
+        return None
+    print(f"expanding {n} inputs" + ("" if what == "x" else f" of {what}"))
+    return keras.utils.Progbar(n, verbose=2 if verbose == 2 else 1, unit_name="input")
 
 
 class BatchFeeder:

@@ -19,7 +19,7 @@ def test_the_readme_has_exactly_two_setup_commands():
     setup = readme().split("## Set up", 1)[1].split("\n## ", 1)[0]
     commands = re.findall(r"```sh\n(.*?)```", setup, re.S)
     assert [c.strip() for c in commands] == [
-        "python -m pip install -e . && python -m examples.sentiment",
+        'python -m pip install -e ".[examples]" && python -m examples.sentiment',
         'python -m pip install -e ".[test]" && python -m pytest -q']
 
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import blocks as td
 from blocks.errors import InputError
-from compiler import Compiler, Model, NonFiniteLossError
+from compiler import Compiler, Model, NonFiniteLossError, pipeline
 from tests.compiler import factories
 
 
@@ -319,6 +319,48 @@ def test_unknown_loss_metrics_and_bad_arguments_are_refused():
         model.fit({"a": 1}, verbose=0)
     with pytest.raises(TypeError, match="does not support"):
         model.fit([1.0], [1], steps_per_epoch=1, verbose=0)
+
+
+@pytest.fixture
+def restore_dtype_policy():
+    policy = keras.mixed_precision.global_policy()
+    yield
+    keras.mixed_precision.set_global_policy(policy)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_a_mixed_precision_policy_is_refused_at_model_naming_it_and_the_fix(
+        policy, restore_dtype_policy):
+    block = factories.tree_sign()
+    keras.mixed_precision.set_global_policy(policy)
+    with pytest.raises(ValueError, match=f"global dtype policy is '{policy}'.*not support "
+                       r'mixed precision.*set_global_policy\("float32"\)'):
+        Model(block)
+    # a block built under the policy still computes in low precision once it is reset
+    low = factories.tree_sign()
+    keras.mixed_precision.set_global_policy("float32")
+    with pytest.raises(ValueError, match=f"layer '.*' is '{policy}'"):
+        Model(low)
+    trees, y = sign_data(8)
+    compiled(Model(block)).fit(trees, y, epochs=1, verbose=0)
+
+
+def test_expanding_many_inputs_shows_a_progress_bar_when_verbose(monkeypatch, capsys):
+    monkeypatch.setattr(pipeline, "PROGRESS_AFTER", 10)
+    trees, y = sign_data(24)
+    model = compiled(Model(factories.tree_sign()))
+    model.fit(trees[:20], y[:20], batch_size=32, epochs=1, verbose=1,
+              validation_data=(trees[20:], y[20:]))
+    out = capsys.readouterr().out
+    assert "expanding 20 inputs" in out and "20/20" in out
+    assert "of validation_data" not in out  # 4 inputs: too few for a bar
+    model.predict(trees, verbose=1)
+    out = capsys.readouterr().out
+    assert "expanding 24 inputs" in out and "24/24" in out
+    model.fit(trees, y, epochs=1, verbose=0)
+    model.evaluate(trees, y, verbose=0)
+    model.predict(trees, verbose=0)
+    assert "expanding" not in capsys.readouterr().out
 
 
 def test_sample_weights_weigh_the_loss():

@@ -1,0 +1,47 @@
+"""The core library needs TensorFlow, NumPy and Numba only; the examples' tools are an extra."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import tomllib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def project() -> dict:
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)["project"]
+
+
+def test_the_core_dependencies_are_tensorflow_numpy_and_numba():
+    names = [d.split(">")[0].split("=")[0].strip() for d in project()["dependencies"]]
+    assert sorted(names) == ["numba", "numpy", "tensorflow"]
+
+
+def test_plotting_and_tensorboard_are_the_examples_extra_and_the_tests_pull_it_in():
+    extras = project()["optional-dependencies"]
+    assert sorted(d.split(">")[0] for d in extras["examples"]) == ["matplotlib", "tensorboard"]
+    assert "refold[examples]" in extras["test"]
+
+
+def test_the_library_imports_without_matplotlib_or_tensorboard():
+    # Keras itself imports matplotlib when it is installed (keras.visualization, in a
+    # try/except), so "not in sys.modules" cannot hold in an environment with the extras.
+    # Instead make both unimportable, as on a machine without them: a Refold module that
+    # imports either at module level then fails here.
+    script = textwrap.dedent("""
+        import sys
+        for name in ("matplotlib", "tensorboard"):
+            sys.modules[name] = None  # `import name` now raises ImportError
+        import blocks, compiler, models, scheduler  # noqa: F401
+        ours = ("blocks", "compiler", "models", "scheduler")
+        print(sum(m.split(".")[0] in ours for m in sys.modules), "modules")
+    """)
+    run = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert int(run.stdout.split()[0]) > 4

@@ -37,7 +37,11 @@ def case(name: str):
 @functools.cache
 def engine(name: str, scheduler: str):
     """A compiler and a traced function returning (outputs, loss, gradients)."""
-    c = case(name)
+    return case_engine(case(name), scheduler)
+
+
+def case_engine(c: models.Case, scheduler: str):
+    """`engine` for any `Case` (e.g. an example's model; tests/examples)."""
     comp = Compiler.create(c.block, scheduler=scheduler)
     weights = _type_weights(comp.program.value_types)
     ex = comp.executor
@@ -61,8 +65,7 @@ def _type_weights(types):
             else None for t in types]
 
 
-def reference_loss_and_grads(name: str, comp: Compiler, weights, inputs):
-    c = case(name)
+def reference_loss_and_grads(c: models.Case, comp: Compiler, weights, inputs):
     type_id = comp.program.type_id
     out_type = comp.root.output_type
 
@@ -105,20 +108,25 @@ def assert_same_result(got, want, where: str):
 
 
 def check_batch(name: str, scheduler: str, inputs: list):
-    comp, run, weights = engine(name, scheduler)
+    check_case_batch(case(name), engine(name, scheduler), inputs, f"{name}/{scheduler}")
+
+
+def check_case_batch(c: models.Case, engine_, inputs: list, where: str):
+    """Runs `inputs` as one batch on `engine_` (from `case_engine(c, ...)`) and checks
+    every result, metric and gradient against the reference evaluator."""
+    comp, run, weights = engine_
     plan = comp.plan(inputs)
     plan.schedule.validate()
     outs, loss, grads = run(plan.feed.arrays)
     got = comp.results(plan, [o.numpy() for o in outs])
     for i, x in enumerate(inputs):
-        want = reference_eval(case(name).block, x)
-        assert_same_result(got[i], want, f"{name}/{scheduler} input {i}")
-    ref_loss, ref_grads = reference_loss_and_grads(name, comp, weights, inputs)
+        want = reference_eval(c.block, x)
+        assert_same_result(got[i], want, f"{where} input {i}")
+    ref_loss, ref_grads = reference_loss_and_grads(c, comp, weights, inputs)
     np.testing.assert_allclose(loss.numpy(), ref_loss.numpy(), atol=1e-4, rtol=1e-5)
-    for v, g, r in zip(case(name).variables, grads, ref_grads):
+    for v, g, r in zip(c.variables, grads, ref_grads):
         np.testing.assert_allclose(g.numpy(), tf.convert_to_tensor(r).numpy(), atol=ATOL,
-                                   rtol=GRAD_RTOL,
-                                   err_msg=f"{name}/{scheduler} gradient of {v.name}")
+                                   rtol=GRAD_RTOL, err_msg=f"{where} gradient of {v.name}")
 
 
 NAMES = [f.__name__[len("make_"):] for f in models.ALL]

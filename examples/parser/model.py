@@ -1,0 +1,208 @@
+"""The parser's model: a BiLSTM over the words, and an MLP scoring each configuration
+from the BiLSTM's encodings of s2, s1, s0 and b0 (Kiperwasser and Goldberg 2016).
+
+Training input, one per sentence (`training_input`)::
+
+    {"tokens": [(word id, tag id), ...],     # the root token first, then the words
+     "configs": [(s2, s1, s0, b0, gold transition), ...]}   # from the static oracle
+
+Position i of "tokens" is word i of the sentence (0 the root), so a configuration's
+positions index the BiLSTM's output directly. The model (`ParserModel.training_block`)
+encodes the tokens once, pairs every configuration with the encodings (`td.Zip` of
+`td.Broadcast(encodings)` and the configurations), and picks the encodings at its
+positions with `td.Nth` on `(encodings, position)`: while an input is expanded the
+sequence is a list of value handles, so picking one is free and a sentence costs one
+BiLSTM and one MLP per transition, linear in its length. An empty stack slot reads a
+learned pad vector instead (one per slot). The MLP's logits over the three
+transitions get a cross-entropy loss at every transition (`td.Metric`s, so `fit`
+needs no labels).
+
+Parsing (`ParserModel.parse`) is greedy and runs through Python: one batched call
+encodes all sentences, then each round makes one batched call to the scorer (the
+same MLP and pad vectors, reading the encodings as inputs) on the current
+configuration of every unfinished sentence, and applies each one's best legal
+transition. A sentence of n words is done after 2n rounds.
+
+>>> import numpy as np
+>>> from examples.parser.treebank import Sentence
+>>> s = Sentence(["the", "dog", "sleeps"], ["DET", "NOUN", "VERB"], [2, 3, 0])
+>>> vocab = Vocabulary.from_sentences([s])
+>>> item = training_input(s, vocab)
+>>> item["tokens"], item["configs"][:2]
+([(0, 0), (2, 1), (3, 2), (4, 3)], [(None, None, None, 1, 0), (None, None, 1, 2, 1)])
+>>> model = ParserModel(vocab, embed=4, tag_embed=2, hidden=3, mlp=5)
+>>> logits, metrics = model.training_block.eval(item)
+>>> len(logits), logits[0].shape, metrics["loss"].shape     # one per transition
+(6, (3,), (6,))
+>>> [len(heads) for heads in model.parse([s])]
+[3]
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import keras
+import numpy as np
+
+import blocks as td
+from examples.parser.transitions import STACK_FEATURES, TRANSITIONS, Configuration, oracle
+from examples.parser.treebank import Sentence
+from models import encoders, heads, rnn_cells
+
+__all__ = ["Vocabulary", "training_input", "ParserModel", "ROOT", "UNKNOWN"]
+
+ROOT, UNKNOWN = "<root>", "<unk>"
+
+
+@dataclass
+class Vocabulary:
+    """Word and tag ids: 0 is the root token, word 1 an unknown word."""
+
+    words: dict[str, int]
+    tags: dict[str, int]
+
+    @classmethod
+    def from_sentences(cls, sentences: Iterable[Sentence], min_count: int = 1) -> Vocabulary:
+        """Every word seen at least `min_count` times, and every tag, in order of first
+        appearance."""
+        sentences = list(sentences)
+        counts = Counter(w for s in sentences for w in s.words)
+        words = {ROOT: 0, UNKNOWN: 1}
+        tags = {ROOT: 0}
+        for s in sentences:
+            for w, t in zip(s.words, s.tags):
+                if counts[w] >= min_count:
+                    words.setdefault(w, len(words))
+                tags.setdefault(t, len(tags))
+        return cls(words, tags)
+
+    def tokens(self, sentence: Sentence) -> list[tuple[int, int]]:
+        """`(word id, tag id)` of the root token and each word (unknown ones get 1 and
+        a tag id past the known ones, which the embedding wraps)."""
+        return [(0, 0)] + [(self.words.get(w, 1), self.tags.get(t, len(self.tags)))
+                           for w, t in zip(sentence.words, sentence.tags)]
+
+
+def training_input(sentence: Sentence, vocab: Vocabulary) -> dict:
+    """The model's input for a sentence: its tokens and its oracle's configurations.
+    A non-projective tree raises `transitions.NonProjectiveError`."""
+    return {"tokens": vocab.tokens(sentence),
+            "configs": [(*features, t) for features, t in oracle(sentence.heads)]}
+
+
+class ParserModel:
+    """The parser's layers and the blocks that use them.
+
+    Attributes:
+        encoder: `{"tokens"} -> [encoding of each position]` (the BiLSTM).
+        training_block: `{"tokens", "configs"} -> [logits of each configuration]`,
+            with a cross-entropy `"loss"` and a 0/1 `"accuracy"` at every transition.
+        scorer: `(v_s2, v_s1, v_s0, v_b0) -> logits`, each `v` an encoding or None for
+            an empty stack slot: the MLP as parsing calls it.
+
+    Args:
+        vocab: the word and tag ids.
+        embed: the word embedding size.
+        tag_embed: the tag embedding size; 0 for words alone.
+        hidden: LSTM units in each direction.
+        mlp: the MLP's hidden units (tanh).
+        scheduler: the batching scheduler of the compilers `parse` uses.
+    """
+
+    def __init__(self, vocab: Vocabulary, embed: int = 32, tag_embed: int = 16,
+                 hidden: int = 32, mlp: int = 64, scheduler: str = "agenda"):
+        self.vocab = vocab
+        self.scheduler = scheduler
+        self.width = 2 * hidden
+        word = td.Scalar("int32") >> td.Embedding(len(vocab.words), embed, name="words")
+        if tag_embed:
+            tag = td.Scalar("int32") >> td.Embedding(len(vocab.tags), tag_embed, name="tags")
+            token = td.Record((word, tag)) >> td.Concat()
+        else:
+            token = td.GetItem(0) >> word
+        self.encoder = td.GetItem("tokens") >> td.Map(token) >> encoders.bidirectional(
+            rnn_cells.LSTMCell(hidden, name="forward"),
+            rnn_cells.LSTMCell(hidden, name="backward"))
+        self.pads = [keras.Variable(np.zeros(self.width, "float32"), name=f"pad_{slot}")
+                     for slot in ("s2", "s1", "s0")[-STACK_FEATURES:]]
+        self.hidden_layer = td.FC(mlp, activation="tanh", name="mlp")
+        self.logits_layer = td.FC(len(TRANSITIONS), activation=None, name="transition_logits")
+        self.training_block = self._training_block()
+        self.scorer = self._scorer()
+        self._compilers: dict = {}
+
+    def _mlp(self, features: td.Block) -> td.Block:
+        return td.Pipe(features, td.Concat(), self.hidden_layer)
+
+    def _training_block(self) -> td.Block:
+        # Each configuration becomes (gold transition as a tensor, the configuration):
+        # a sequence of plain Python objects is a PyObjectType, which Zip cannot pair
+        # with the encodings, while a sequence of (tensor, object) pairs can be.
+        gold = td.GetItem(STACK_FEATURES + 1) >> td.Scalar("int32")
+        configs = td.GetItem("configs") >> td.Map(td.AllOf(gold, td.Identity()))
+
+        # On (encodings, (gold, configuration)): the encoding at each of its positions.
+        def at(slot: int) -> td.Block:
+            position = td.GetItem(1) >> td.GetItem(1) >> td.GetItem(slot)
+            pick = td.AllOf(td.GetItem(0), position) >> td.Nth()
+            if slot == STACK_FEATURES:  # b0: the buffer always holds at least the root
+                return pick
+            pad = td.Void() >> td.FromTensor(self.pads[slot])
+            return td.OneOf(lambda x, slot=slot: x[1][1][slot] is None,
+                            {False: pick, True: pad})
+
+        features = td.AllOf(*(at(k) for k in range(STACK_FEATURES + 1)))
+        score = td.Composition(name="transition")
+        with score.scope():
+            logits = td.Pipe(self._mlp(features), self.logits_layer).reads(score.input)
+            target = (td.GetItem(1) >> td.GetItem(0)).reads(score.input)
+            heads.classification_metrics().reads(logits, target)
+            score.output.reads(logits)
+        comp = td.Composition(name="parser")
+        with comp.scope():
+            encodings = self.encoder.reads(comp.input)
+            scores = (td.Zip() >> td.Map(score)).reads(
+                td.Broadcast().reads(encodings), configs.reads(comp.input))
+            comp.output.reads(scores)
+        return comp
+
+    def _scorer(self) -> td.Block:
+        slots = [td.Optional(td.Vector(self.width), td.FromTensor(pad)) for pad in self.pads]
+        features = td.Record((*slots, td.Vector(self.width)))
+        return td.Pipe(self._mlp(features), self.logits_layer)
+
+    def _compiler(self, name: str):
+        from compiler import Compiler
+        if name not in self._compilers:
+            block = self.encoder if name == "encoder" else self.scorer
+            self._compilers[name] = Compiler.create(block, scheduler=self.scheduler,
+                                                    cache=False)
+        return self._compilers[name]
+
+    def parse(self, sentences: Sequence[Sentence], batch_size: int = 256) -> list[list[int]]:
+        """The heads the model gives each sentence (greedy, legal transitions only)."""
+        out: list[list[int]] = []
+        for start in range(0, len(sentences), batch_size):
+            out.extend(self._parse_batch(sentences[start:start + batch_size]))
+        return out
+
+    def _parse_batch(self, sentences: Sequence[Sentence]) -> list[list[int]]:
+        encodings = self._compiler("encoder").run(
+            [{"tokens": self.vocab.tokens(s)} for s in sentences])
+        configs = [Configuration(len(s)) for s in sentences]
+        active = [i for i, c in enumerate(configs) if not c.is_terminal()]
+        while active:
+            inputs = []
+            for i in active:
+                enc = encodings[i]
+                inputs.append(tuple(None if p is None else enc[p]
+                                    for p in configs[i].features()))
+            logits = self._compiler("scorer").run(inputs)
+            for i, scores in zip(active, logits):
+                legal = np.asarray(configs[i].legal())
+                configs[i].apply(int(np.argmax(np.where(legal, scores, -np.inf))))
+            active = [i for i in active if not configs[i].is_terminal()]
+        return [c.heads for c in configs]

@@ -1,0 +1,374 @@
+"""The parser example: CoNLL-U, the arc-hybrid system and its oracle, the synthetic
+treebank, the model (batched == reference), greedy parsing and a tiny run."""
+
+from __future__ import annotations
+
+import filecmp
+import math
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from examples.parser import __main__ as parser_main
+from examples.parser.model import ParserModel, Vocabulary, training_input
+from examples.parser.synthetic import (
+    ATTRIBUTES,
+    INSTRUMENTS,
+    SPLITS,
+    generate,
+    write_splits,
+)
+from examples.parser.transitions import (
+    LEFT,
+    RIGHT,
+    SHIFT,
+    Configuration,
+    NonProjectiveError,
+    oracle,
+)
+from examples.parser.treebank import (
+    Sentence,
+    check_tree,
+    is_projective,
+    parse_conllu,
+    read_conllu,
+    to_conllu,
+    write_conllu,
+)
+from models.heads import variables
+from tests.compiler.models import Case
+from tests.compiler.test_batched_equals_reference import case_engine, check_case_batch
+
+# --- trees ------------------------------------------------------------------------------
+
+
+def projective_tree(n: int, rng: np.random.Generator) -> list[int]:
+    """A random projective tree over n words: each span's head takes the heads of
+    consecutive sub-spans on either side as dependents."""
+    heads = [0] * n
+
+    def build(lo: int, hi: int, head: int) -> None:  # words lo..hi-1 depend on `head`
+        while lo < hi:
+            end = int(rng.integers(lo + 1, hi + 1))
+            h = int(rng.integers(lo, end))
+            heads[h] = head
+            build(lo, h, h + 1)
+            build(h + 1, end, h + 1)
+            lo = end
+
+    root = int(rng.integers(n))
+    heads[root] = 0
+    build(0, root, root + 1)
+    build(root + 1, n, root + 1)
+    return heads
+
+
+def random_tree(n: int, rng: np.random.Generator) -> list[int]:
+    """A random tree over n words, projective or not."""
+    order = [int(x) + 1 for x in rng.permutation(n)]
+    heads = [0] * n
+    for k, d in enumerate(order[1:], 1):
+        heads[d - 1] = order[int(rng.integers(k))]
+    return heads
+
+
+def dominates(heads, h: int, d: int) -> bool:
+    while d != 0:
+        if d == h:
+            return True
+        d = heads[d - 1]
+    return h == 0
+
+
+def projective_by_definition(heads) -> bool:
+    """Every word between a head and its dependent descends from the head."""
+    return all(dominates(heads, h, k) for d, h in enumerate(heads, 1)
+               for k in range(min(h, d) + 1, max(h, d)))
+
+
+seeds = st.integers(0, 2**32 - 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 14), seed=seeds)
+def test_projectivity_is_the_textbook_definition(n, seed):
+    rng = np.random.default_rng(seed)
+    for heads in (projective_tree(n, rng), random_tree(n, rng)):
+        check_tree(heads)
+        assert is_projective(heads) == projective_by_definition(heads)
+    assert is_projective(projective_tree(n, rng))
+
+
+@pytest.mark.parametrize("heads, message", [
+    ([2, 1], "exactly one word attached to the root"),
+    ([0, 0], "exactly one word attached to the root"),
+    ([0, 3, 2], "cycle through word"),
+    ([0, 5], "not one of 0..2"),
+    ([1], "not one of 0..1 other than itself"),
+])
+def test_check_tree_refuses_what_is_not_a_tree(heads, message):
+    with pytest.raises(ValueError, match=message):
+        check_tree(heads)
+
+
+# --- CoNLL-U ----------------------------------------------------------------------------
+
+def test_conllu_round_trips_and_skips_multiword_tokens_and_empty_nodes(tmp_path):
+    sentences = generate(20, np.random.default_rng(5))
+    path = tmp_path / "x.conllu"
+    write_conllu(path, sentences)
+    assert read_conllu(path) == sentences
+    ud = ("# text = don't go\n1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n"
+          "1\tdo\tdo\tAUX\t_\t_\t3\taux\t_\t_\n2\tn't\tnot\tPART\t_\t_\t3\tadvmod\t_\t_\n"
+          "2.1\tx\t_\tX\t_\t_\t_\t_\t_\t_\n3\tgo\tgo\tVERB\t_\t_\t0\troot\t_\t_\n\n")
+    [s] = parse_conllu(ud)
+    assert (s.words, s.tags, s.heads) == (["do", "n't", "go"], ["AUX", "PART", "VERB"],
+                                          [3, 3, 0])
+    assert to_conllu(s).splitlines()[1] == "1\tdo\t_\tAUX\t_\t_\t3\taux\t_\t_"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("1\tthe\t_\tDET\n", r"f.conllu:1: expected 10 tab-separated columns, got 4"),
+    ("1\ta\t_\tX\t_\t_\tzero\t_\t_\t_\n", r"f.conllu:1: ID and HEAD must be integers"),
+    ("2\ta\t_\tX\t_\t_\t0\t_\t_\t_\n", r"f.conllu:1: word 2 where word 1 was expected"),
+    ("1\ta\t_\tX\t_\t_\t2\t_\t_\t_\n2\tb\t_\tX\t_\t_\t1\t_\t_\t_\n",
+     r"f.conllu: sentence 1: a tree has exactly one word attached to the root"),
+])
+def test_malformed_conllu_names_the_file_and_line(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_conllu(text, "f.conllu")
+
+
+# --- the transition system --------------------------------------------------------------
+
+def rebuild(heads) -> tuple[list, Configuration]:
+    steps = oracle(heads)
+    c = Configuration(len(heads))
+    for features, t in steps:
+        assert features == c.features()
+        c.apply(t)
+    return steps, c
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 25), seed=seeds)
+def test_the_oracle_rebuilds_every_projective_tree_in_2n_transitions(n, seed):
+    heads = projective_tree(n, np.random.default_rng(seed))
+    steps, c = rebuild(heads)
+    assert c.is_terminal() and c.heads == heads
+    assert len(steps) == 2 * n
+    assert [t for _, t in steps].count(SHIFT) == n
+
+
+def test_the_oracle_rebuilds_the_synthetic_trees():
+    for s in generate(300, np.random.default_rng(11)):
+        assert rebuild(s.heads)[1].heads == s.heads
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(3, 12), seed=seeds)
+def test_the_oracle_refuses_exactly_the_non_projective_trees(n, seed):
+    heads = random_tree(n, np.random.default_rng(seed))
+    if projective_by_definition(heads):
+        assert rebuild(heads)[1].heads == heads
+    else:
+        with pytest.raises(NonProjectiveError, match="not projective"):
+            oracle(heads)
+
+
+def test_a_non_projective_sentence_is_detected():
+    # "A hearing is scheduled on the issue today": "on the issue" (5-7) modifies
+    # "hearing" (2) across "is scheduled" (3-4), whose head is the root.
+    heads = [2, 4, 4, 0, 7, 7, 2, 4]
+    assert not is_projective(heads)
+    with pytest.raises(NonProjectiveError):
+        oracle(heads)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 20), seed=seeds)
+def test_any_legal_transitions_end_in_a_tree_with_one_root(n, seed):
+    rng = np.random.default_rng(seed)
+    c = Configuration(n)
+    steps = 0
+    while not c.is_terminal():
+        legal = [t for t, ok in enumerate(c.legal()) if ok]
+        assert legal, "a configuration that is not terminal has a legal transition"
+        c.apply(legal[int(rng.integers(len(legal)))])
+        steps += 1
+    assert steps == 2 * n
+    check_tree(c.heads)
+
+
+def test_illegal_transitions_are_refused_and_features_name_empty_slots():
+    c = Configuration(2)
+    assert c.legal() == (True, False, False)
+    assert c.features() == (None, None, None, 1)
+    for t in (LEFT, RIGHT, 7):
+        with pytest.raises(ValueError, match="is not legal"):
+            c.apply(t)
+    c.apply(SHIFT)
+    c.apply(SHIFT)
+    assert c.features() == (None, 1, 2, 0)
+    assert c.legal() == (False, False, True)  # onto the root only as the last word
+
+
+# --- the synthetic treebank -------------------------------------------------------------
+
+def test_shipped_treebank_is_what_the_documented_command_writes(tmp_path):
+    paths = write_splits(tmp_path, seed=0)
+    assert sorted(paths) == sorted(SPLITS)
+    for split in SPLITS:
+        assert filecmp.cmp(paths[split], os.path.join(parser_main.DATA, f"{split}.conllu"),
+                           shallow=False), split
+
+
+def test_with_attaches_to_the_verb_or_the_noun_by_the_word_after_it():
+    seen = set()
+    for s in generate(800, np.random.default_rng(3)):
+        assert is_projective(s.heads) and len(s) <= 30
+        for i, w in enumerate(s.words):
+            if w != "with":
+                continue
+            noun = s.heads[i] - 1
+            head_tag = s.tags[s.heads[noun] - 1]
+            if s.words[noun] in INSTRUMENTS:
+                assert head_tag == "VERB" and s.relations[noun] == "obl"
+            else:
+                assert s.words[noun] in ATTRIBUTES
+                assert head_tag == "NOUN" and s.relations[noun] == "nmod"
+            seen.add(head_tag)
+    assert seen == {"VERB", "NOUN"}
+
+
+def test_random_sentences_are_reproducible_and_vary():
+    a = generate(50, np.random.default_rng(9))
+    assert a == generate(50, np.random.default_rng(9))
+    assert len({len(s) for s in a}) > 5
+
+
+# --- the model --------------------------------------------------------------------------
+
+def tiny_parser(sentences, **sizes) -> ParserModel:
+    import keras
+    keras.utils.set_random_seed(4)
+    vocab = Vocabulary.from_sentences(sentences)
+    parser = ParserModel(vocab, **{"embed": 3, "tag_embed": 2, "hidden": 3, "mlp": 4,
+                                   **sizes})
+    rng = np.random.default_rng(4)
+    for pad in parser.pads:  # not zeros, so that a pad read in the wrong place shows
+        pad.assign(rng.normal(size=pad.shape).astype("float32"))
+    return parser
+
+
+SHORT = [s for s in generate(200, np.random.default_rng(21)) if len(s) <= 7]
+
+
+@pytest.fixture(scope="module")
+def parser_case():
+    parser = tiny_parser(SHORT)
+    inputs = st.sampled_from([training_input(s, parser.vocab) for s in SHORT])
+    case = Case("parser", parser.training_block, inputs, variables(parser.training_block))
+    # the pad vectors are trained weights too, and their gradients checked
+    assert {id(p.value) for p in parser.pads} <= {id(v) for v in case.variables}
+    return case
+
+
+@pytest.mark.parametrize("scheduler", ["agenda", "depth"])
+def test_the_parser_batched_equals_the_reference_in_values_and_gradients(parser_case,
+                                                                         scheduler):
+    engine = case_engine(parser_case, scheduler)
+
+    @settings(max_examples=3, deadline=None)
+    @given(inputs=st.lists(parser_case.inputs, min_size=1, max_size=5))
+    def check(inputs):
+        check_case_batch(parser_case, engine, inputs, f"parser/{scheduler}")
+    check()
+
+
+def test_the_training_block_scores_every_configuration_from_its_positions():
+    s = Sentence(["the", "dog", "sleeps"], ["DET", "NOUN", "VERB"], [2, 3, 0])
+    parser = tiny_parser([s])
+    item = training_input(s, parser.vocab)
+    logits, metrics = parser.training_block.eval(item)
+    assert len(logits) == len(item["configs"]) == 6
+    assert metrics["loss"].shape == (6,) and set(metrics["accuracy"]) <= {0.0, 1.0}
+    # the scorer parsing uses gives the same logits from the encodings at the positions
+    encodings = parser.encoder.eval(item)
+    assert len(encodings) == 4  # the root and three words
+    for (*positions, _), want in zip(item["configs"], logits):
+        features = tuple(None if p is None else encodings[p] for p in positions)
+        np.testing.assert_allclose(parser.scorer.eval(features), want, atol=1e-6)
+    # a loss at every transition: the gold transition's cross-entropy
+    gold = [t for *_, t in item["configs"]]
+    want_loss = [-tf.nn.log_softmax(x)[t].numpy() for x, t in zip(logits, gold)]
+    np.testing.assert_allclose(metrics["loss"], want_loss, atol=1e-5)
+
+
+def test_words_alone_without_a_tag_embedding():
+    s = SHORT[0]
+    parser = tiny_parser([s], tag_embed=0)
+    assert parser.encoder.eval(training_input(s, parser.vocab))[0].shape == (6,)
+    assert not any("tags" in v.name for v in variables(parser.training_block))
+
+
+def test_parse_gives_trees_and_follows_the_scores():
+    sentences = SHORT[:12]
+    parser = tiny_parser(sentences)
+    parses = parser.parse(sentences, batch_size=5)  # batches of 5, 5 and 2
+    assert [len(h) for h in parses] == [len(s) for s in sentences]
+    for heads in parses:
+        check_tree(heads)
+    # greedy: replaying each parse, every step took the best-scored legal transition
+    s, heads = sentences[0], parses[0]
+    encodings = parser.encoder.eval({"tokens": parser.vocab.tokens(s)})
+    c = Configuration(len(s))
+    while not c.is_terminal():
+        scores = parser.scorer.eval(tuple(None if p is None else encodings[p]
+                                          for p in c.features()))
+        c.apply(int(np.argmax(np.where(c.legal(), scores, -np.inf))))
+    assert c.heads == heads
+
+
+def test_unknown_words_and_tags_get_the_unknown_ids():
+    vocab = Vocabulary.from_sentences([Sentence(["a"], ["X"], [0])])
+    assert vocab.tokens(Sentence(["a", "b"], ["X", "Y"], [0, 1])) == [(0, 0), (2, 1), (1, 2)]
+
+
+# --- the program ------------------------------------------------------------------------
+
+def test_baselines_and_scores():
+    s = Sentence(["the", "dog", "sleeps", "now"], ["DET", "NOUN", "VERB", "ADV"],
+                 [2, 3, 0, 3])
+    assert parser_main.previous_word(s) == [0, 1, 2, 3]
+    assert parser_main.next_word(s) == [2, 3, 4, 0]
+    r = parser_main.scores([parser_main.next_word(s), s.heads], [s, s])
+    # next word: 2 of 4 right; arcs longer than one word: sleeps->root (3) only
+    assert r == {"uas": (2 + 4) / 8, "long_arcs": 1 / 2, "exact": 1 / 2}
+
+
+def test_main_trains_and_parses_on_a_small_set(capsys):
+    out = parser_main.main(["--train-size", "80", "--test-size", "12", "--epochs", "3",
+                            "--embed", "8", "--tag-embed", "4", "--hidden", "8",
+                            "--mlp", "16", "--lr", "0.02", "--verbose", "0"])
+    losses = out["history"]["loss"]
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < 0.7 * losses[0]
+    test = read_conllu(os.path.join(parser_main.DATA, "test.conllu"))[:12]
+    assert [len(h) for h in out["parses"]] == [len(s) for s in test]
+    uas = {name: r["uas"] for name, r in out["scores"].items()}
+    assert uas["BiLSTM arc-hybrid (greedy)"] > uas["previous word"]
+    printed = capsys.readouterr().out
+    assert "| BiLSTM arc-hybrid (greedy) |" in printed and "| next word |" in printed
+
+
+def test_non_projective_training_trees_are_left_out():
+    good = generate(6, np.random.default_rng(2))
+    crossing = Sentence(list("abcdefgh"), ["X"] * 8, [2, 4, 4, 0, 7, 7, 2, 4])
+    vocab = Vocabulary.from_sentences(good)
+    items, skipped = parser_main.training_items(good[:3] + [crossing] + good[3:], vocab)
+    assert skipped == 1
+    assert items == [training_input(s, vocab) for s in good]

@@ -1,4 +1,4 @@
-"""DyNet's side of the peer benchmark: our own DyNet programs of the two workloads.
+"""DyNet's side of the peer benchmark: our own DyNet programs of the workloads.
 
 Runs under the DyNet venv (`bash /work/shared/peers/dynet_setup.sh`), one CPU thread,
 autobatching on. A timed pass is everything a DyNet training loop does for each
@@ -90,14 +90,46 @@ def build_tagger(dy, pc):
     return logits
 
 
+def build_parser(dy, pc, sizes: dict):
+    """`logits(sentence)`: one logits expression per configuration of the sentence's
+    oracle sequence, as `examples.parser` computes them: a BiLSTM over word and tag
+    embeddings (the root token first), then a tanh MLP on the encodings at s2, s1, s0
+    and b0 (a learned pad vector for an empty stack slot)."""
+    e, t, h, m = sizes["embed"], sizes["tag_embed"], sizes["hidden"], sizes["mlp"]
+    words = pc.add_lookup_parameters((sizes["words"], e))
+    tags = pc.add_lookup_parameters((sizes["tags"], t))
+    forward = dy.VanillaLSTMBuilder(1, e + t, h, pc)
+    backward = dy.VanillaLSTMBuilder(1, e + t, h, pc)
+    pads = [pc.add_parameters(2 * h, init=0.0) for _ in range(3)]
+    hidden_w, hidden_b = pc.add_parameters((m, 8 * h)), pc.add_parameters(m, init=0.0)
+    out_w, out_b = pc.add_parameters((3, m)), pc.add_parameters(3, init=0.0)
+
+    def logits(sentence):
+        xs = [dy.concatenate([words[w], tags[k]]) for w, k in sentence["tokens"]]
+        fs = forward.initial_state().transduce(xs)
+        bs = backward.initial_state().transduce(xs[::-1])[::-1]
+        encodings = [dy.concatenate([f, b]) for f, b in zip(fs, bs)]
+        out = []
+        for *positions, _ in sentence["configs"]:
+            features = [encodings[p] if p is not None else pads[k]
+                        for k, p in enumerate(positions[:3])] + [encodings[positions[3]]]
+            hidden = dy.tanh(dy.affine_transform([hidden_b, hidden_w,
+                                                  dy.concatenate(features)]))
+            out.append(dy.affine_transform([out_b, out_w, hidden]))
+        return out
+
+    return logits
+
+
 class DynetSide:
-    """Both workloads' DyNet models, each with its own plain SGD trainer."""
+    """The workloads' DyNet models, each with its own plain SGD trainer."""
 
     def __init__(self, dy, data: dict, lr: float, gates: str):
         self.dy, self.data = dy, data
         self.models, self.parameters = {}, {}
         builders = {"treelstm": lambda pc: build_tree_lstm(dy, pc, gates),
-                    "bilstm": lambda pc: build_tagger(dy, pc)}
+                    "bilstm": lambda pc: build_tagger(dy, pc),
+                    "parser": lambda pc: build_parser(dy, pc, data["parser"]["sizes"])}
         for workload in data:
             # held here: a trainer does not keep its collection alive
             pc = self.parameters[workload] = dy.ParameterCollection()
@@ -109,10 +141,13 @@ class DynetSide:
         return trainer
 
     def _losses(self, workload, logits, batch):
-        """The minibatch's loss terms and their count (trees, or words)."""
+        """The minibatch's loss terms and their count (trees, words, or transitions)."""
         pick = self.dy.pickneglogsoftmax
         if workload == "treelstm":
             return [pick(logits(t), y) for t, y in batch], len(batch)
+        if workload == "parser":
+            terms = [pick(z, c[-1]) for s in batch for z, c in zip(logits(s), s["configs"])]
+            return terms, len(terms)
         terms = [pick(z, t) for s in batch for z, t in zip(logits(s["words"]), s["tags"])]
         return terms, len(terms)
 
@@ -139,6 +174,8 @@ class DynetSide:
                 dy.renew_cg()
                 if workload == "treelstm":
                     outs = [logits(t) for t, _ in batch]
+                elif workload == "parser":
+                    outs = [z for s in batch for z in logits(s)]
                 else:
                     outs = [z for s in batch for z in logits(s["words"])]
                 dy.concatenate_cols(outs).npvalue()  # one forward for the whole minibatch

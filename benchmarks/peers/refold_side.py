@@ -1,4 +1,4 @@
-"""Refold's side of the peer benchmark: the two workloads through the public `Model` API.
+"""Refold's side of the peer benchmark: the workloads through the public `Model` API.
 
 A timed training pass is one whole `Model.fit(x, y, batch_size=B, epochs=1,
 shuffle=False)` call, and a timed inference pass one whole `Model.predict(x,
@@ -17,11 +17,11 @@ from benchmarks.peers import protocol
 
 
 class RefoldSide:
-    """Builds both workloads' models once and times passes over the shared data.
+    """Builds the workloads' models once and times passes over the shared data.
 
     Args:
         data: the runner's data (`protocol.make_data`), trees as nested tuples.
-        workloads: which models to build ("treelstm", "bilstm").
+        workloads: which models to build ("treelstm", "bilstm", "parser").
         lr: the plain SGD learning rate.
     """
 
@@ -43,6 +43,10 @@ class RefoldSide:
             train, infer = tagger_models()
             train.compile(optimizer=keras.optimizers.SGD(lr))
             self.train_models["bilstm"], self.infer_models["bilstm"] = train, infer
+        if "parser" in workloads:
+            train, infer = parser_models(data["parser"])
+            train.compile(optimizer=keras.optimizers.SGD(lr))
+            self.train_models["parser"], self.infer_models["parser"] = train, infer
 
     def _inputs(self, workload: str, n: int):
         d = self.data[workload]
@@ -85,6 +89,21 @@ def tagger_models():
     logits = heads.tagger(words >> encoders.bidirectional(tagger.forward, tagger.backward),
                           TAGS, logits_layer=tagger.output)
     return Model(tagger.block), Model(logits)
+
+
+def parser_models(data: dict):
+    """`examples.parser`'s model at the data's sizes as two `Model`s on one set of
+    layers: one trains with a loss at every transition, the other predicts the logits
+    of every configuration without the loss."""
+    import keras
+
+    from compiler import Model
+    from examples.parser.model import ParserModel, Vocabulary
+    keras.utils.set_random_seed(0)
+    sizes = data["sizes"]
+    parser = ParserModel(Vocabulary(**data["vocab"]), embed=sizes["embed"],
+                         tag_embed=sizes["tag_embed"], hidden=sizes["hidden"], mlp=sizes["mlp"])
+    return Model(parser.training_block), Model(parser.scoring_block)
 
 
 def main(argv=None) -> None:

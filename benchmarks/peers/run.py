@@ -1,4 +1,4 @@
-"""Refold ÷ DyNet on the two standard workloads, interleaved in one run.
+"""Refold ÷ DyNet on the standard workloads and the parser, interleaved in one run.
 
 For each (workload, mode, batch size B), every side runs one untimed pass, then
 `--rounds` timed passes in turn (DyNet, Refold, Refold on one TensorFlow thread,
@@ -7,6 +7,7 @@ same round, and the table gives their median [min-max].
 
     python -m benchmarks.peers --quick
     python -m benchmarks.peers --peer none --workloads treelstm --batch-sizes 2
+    python -m benchmarks.peers --workloads parser --batch-sizes 1,16,64
 """
 
 from __future__ import annotations
@@ -28,7 +29,11 @@ DYNET_SETUP = "bash /work/shared/peers/dynet_setup.sh"
 DYNET_PYTHON = os.path.join(os.environ.get("PEERS_HOME", os.path.expanduser(
     "~/.cache/refold-peers")), "dynetvenv", "bin", "python")
 WORKLOADS = {"treelstm": ("sst-synth TreeLSTM, loss at the root (variant R)", "trees/s"),
-             "bilstm": ("bilstm tagger, loss at every word", "sentences/s")}
+             "bilstm": ("bilstm tagger, loss at every word", "sentences/s"),
+             "parser": ("examples.parser's BiLSTM arc-hybrid parser on its synthetic "
+                        "treebank, loss at every oracle transition", "sentences/s")}
+PARSER_SIZES = dict(embed=100, tag_embed=25, hidden=125, mlp=100)
+"""Kiperwasser and Goldberg (2016)'s sizes, with one BiLSTM layer."""
 LABELS = {"dynet": "DyNet", "refold": "Refold", "refold-1t": "Refold 1t"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -45,6 +50,15 @@ def make_data(workloads, n: int, seed: int = 0) -> dict:
                             "labels": rng.integers(0, CLASSES, n).tolist()}
     if "bilstm" in workloads:
         data["bilstm"] = {"sentences": [sentence(rng) for _ in range(n)]}
+    if "parser" in workloads:
+        from examples.parser.model import Vocabulary, training_input
+        from examples.parser.synthetic import generate
+        sentences = generate(n, rng)
+        vocab = Vocabulary.from_sentences(sentences)
+        data["parser"] = {
+            "sentences": [training_input(s, vocab) for s in sentences],
+            "vocab": {"words": vocab.words, "tags": vocab.tags},
+            "sizes": {**PARSER_SIZES, "words": len(vocab.words), "tags": len(vocab.tags)}}
     return data
 
 

@@ -100,6 +100,8 @@ class ParserModel:
         encoder: `{"tokens"} -> [encoding of each position]` (the BiLSTM).
         training_block: `{"tokens", "configs"} -> [logits of each configuration]`,
             with a cross-entropy `"loss"` and a 0/1 `"accuracy"` at every transition.
+        scoring_block: the same without the metrics (the gold transitions are read
+            but not used), e.g. for `Model.predict`.
         scorer: `(v_s2, v_s1, v_s0, v_b0) -> logits`, each `v` an encoding or None for
             an empty stack slot: the MLP as parsing calls it.
 
@@ -117,27 +119,34 @@ class ParserModel:
         self.vocab = vocab
         self.scheduler = scheduler
         self.width = 2 * hidden
-        word = td.Scalar("int32") >> td.Embedding(len(vocab.words), embed, name="words")
-        if tag_embed:
-            tag = td.Scalar("int32") >> td.Embedding(len(vocab.tags), tag_embed, name="tags")
-            token = td.Record((word, tag)) >> td.Concat()
-        else:
-            token = td.GetItem(0) >> word
-        self.encoder = td.GetItem("tokens") >> td.Map(token) >> encoders.bidirectional(
-            rnn_cells.LSTMCell(hidden, name="forward"),
-            rnn_cells.LSTMCell(hidden, name="backward"))
+        self.word_embedding = td.Embedding(len(vocab.words), embed, name="words")
+        self.tag_embedding = (td.Embedding(len(vocab.tags), tag_embed, name="tags")
+                              if tag_embed else None)
+        self.cells = (rnn_cells.LSTMCell(hidden, name="forward"),
+                      rnn_cells.LSTMCell(hidden, name="backward"))
         self.pads = [keras.Variable(np.zeros(self.width, "float32"), name=f"pad_{slot}")
                      for slot in ("s2", "s1", "s0")[-STACK_FEATURES:]]
         self.hidden_layer = td.FC(mlp, activation="tanh", name="mlp")
         self.logits_layer = td.FC(len(TRANSITIONS), activation=None, name="transition_logits")
-        self.training_block = self._training_block()
+        self.encoder = self._encoder()
+        self.training_block = self._configurations_block(loss=True)
+        self.scoring_block = self._configurations_block(loss=False)
         self.scorer = self._scorer()
         self._compilers: dict = {}
 
     def _mlp(self, features: td.Block) -> td.Block:
         return td.Pipe(features, td.Concat(), self.hidden_layer)
 
-    def _training_block(self) -> td.Block:
+    def _encoder(self) -> td.Block:
+        word = td.Scalar("int32") >> self.word_embedding
+        if self.tag_embedding is not None:
+            tag = td.Scalar("int32") >> self.tag_embedding
+            token = td.Record((word, tag)) >> td.Concat()
+        else:
+            token = td.GetItem(0) >> word
+        return td.GetItem("tokens") >> td.Map(token) >> encoders.bidirectional(*self.cells)
+
+    def _configurations_block(self, loss: bool) -> td.Block:
         # Each configuration becomes (gold transition as a tensor, the configuration):
         # a sequence of plain Python objects is a PyObjectType, which Zip cannot pair
         # with the encodings, while a sequence of (tensor, object) pairs can be.
@@ -158,12 +167,13 @@ class ParserModel:
         score = td.Composition(name="transition")
         with score.scope():
             logits = td.Pipe(self._mlp(features), self.logits_layer).reads(score.input)
-            target = (td.GetItem(1) >> td.GetItem(0)).reads(score.input)
-            heads.classification_metrics().reads(logits, target)
+            if loss:
+                target = (td.GetItem(1) >> td.GetItem(0)).reads(score.input)
+                heads.classification_metrics().reads(logits, target)
             score.output.reads(logits)
         comp = td.Composition(name="parser")
         with comp.scope():
-            encodings = self.encoder.reads(comp.input)
+            encodings = self._encoder().reads(comp.input)
             scores = (td.Zip() >> td.Map(score)).reads(
                 td.Broadcast().reads(encodings), configs.reads(comp.input))
             comp.output.reads(scores)

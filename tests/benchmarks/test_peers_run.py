@@ -54,3 +54,22 @@ def test_ratio_table_has_a_column_per_refold_variant_and_mode():
     assert lines[2] == ("| B | items | train Refold ÷ DyNet | infer Refold ÷ DyNet | "
                         "train DyNet / Refold | infer DyNet / Refold |")
     assert lines[4] == "| 16 | 32 | 1.50 [1.25-1.75] | 1.50 [1.25-1.75] | 100 / 150 | 100 / 150 |"
+
+
+def test_the_parser_workload_runs_on_refolds_side(capsys):
+    out = run.main(["--peer", "none", "--tf-threads", "default", "--workloads", "parser",
+                    "--batch-sizes", "2", "--items", "3", "--rounds", "1"])
+    for mode in ("train", "infer"):
+        row = out["results"]["parser"][2][mode]
+        assert row["items"] == 3 and all(map(_rate, row["rates"]["refold"]))
+    assert "### parser:" in capsys.readouterr().out
+
+
+def test_parser_data_holds_each_sentences_oracle_configurations_and_the_sizes():
+    data = run.make_data(["parser"], 5, seed=3)["parser"]
+    assert len(data["sentences"]) == 5
+    assert data["sizes"] == {**run.PARSER_SIZES, "words": len(data["vocab"]["words"]),
+                             "tags": len(data["vocab"]["tags"])}
+    for item in data["sentences"]:
+        n = len(item["tokens"]) - 1  # the root token first
+        assert len(item["configs"]) == 2 * n and item["tokens"][0] == (0, 0)

@@ -303,6 +303,9 @@ def test_the_training_block_scores_every_configuration_from_its_positions():
     for (*positions, _), want in zip(item["configs"], logits):
         features = tuple(None if p is None else encodings[p] for p in positions)
         np.testing.assert_allclose(parser.scorer.eval(features), want, atol=1e-6)
+    # the scoring block: the same logits, no metrics
+    for got, want in zip(parser.scoring_block.eval(item), logits):
+        np.testing.assert_allclose(got, want, atol=1e-6)
     # a loss at every transition: the gold transition's cross-entropy
     gold = [t for *_, t in item["configs"]]
     want_loss = [-tf.nn.log_softmax(x)[t].numpy() for x, t in zip(logits, gold)]

@@ -29,7 +29,7 @@ transition. A sentence of n words is done after 2n rounds.
 >>> vocab = Vocabulary.from_sentences([s])
 >>> item = training_input(s, vocab)
 >>> item["tokens"], item["configs"][:2]
-([(0, 0), (2, 1), (3, 2), (4, 3)], [(None, None, None, 1, 0), (None, None, 1, 2, 1)])
+([(0, 0), (2, 2), (3, 3), (4, 4)], [(None, None, None, 1, 0), (None, None, 1, 2, 1)])
 >>> model = ParserModel(vocab, embed=4, tag_embed=2, hidden=3, mlp=5)
 >>> logits, metrics = model.training_block.eval(item)
 >>> len(logits), logits[0].shape, metrics["loss"].shape     # one per transition
@@ -59,7 +59,7 @@ ROOT, UNKNOWN = "<root>", "<unk>"
 
 @dataclass
 class Vocabulary:
-    """Word and tag ids: 0 is the root token, word 1 an unknown word."""
+    """Word and tag ids: 0 is the root token's, 1 an unknown word's or tag's."""
 
     words: dict[str, int]
     tags: dict[str, int]
@@ -71,7 +71,7 @@ class Vocabulary:
         sentences = list(sentences)
         counts = Counter(w for s in sentences for w in s.words)
         words = {ROOT: 0, UNKNOWN: 1}
-        tags = {ROOT: 0}
+        tags = {ROOT: 0, UNKNOWN: 1}
         for s in sentences:
             for w, t in zip(s.words, s.tags):
                 if counts[w] >= min_count:
@@ -80,9 +80,8 @@ class Vocabulary:
         return cls(words, tags)
 
     def tokens(self, sentence: Sentence) -> list[tuple[int, int]]:
-        """`(word id, tag id)` of the root token and each word (unknown ones get 1 and
-        a tag id past the known ones, which the embedding wraps)."""
-        return [(0, 0)] + [(self.words.get(w, 1), self.tags.get(t, len(self.tags)))
+        """`(word id, tag id)` of the root token and each word (unknown ones get 1)."""
+        return [(0, 0)] + [(self.words.get(w, 1), self.tags.get(t, 1))
                            for w, t in zip(sentence.words, sentence.tags)]
 
 

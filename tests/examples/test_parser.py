@@ -339,7 +339,7 @@ def test_parse_gives_trees_and_follows_the_scores():
 
 def test_unknown_words_and_tags_get_the_unknown_ids():
     vocab = Vocabulary.from_sentences([Sentence(["a"], ["X"], [0])])
-    assert vocab.tokens(Sentence(["a", "b"], ["X", "Y"], [0, 1])) == [(0, 0), (2, 1), (1, 2)]
+    assert vocab.tokens(Sentence(["a", "b"], ["X", "Y"], [0, 1])) == [(0, 0), (2, 2), (1, 1)]
 
 
 # --- the program ------------------------------------------------------------------------

@@ -140,6 +140,11 @@ class ExpansionContext:
             self._sources[o] = outs
         return outs
 
+    def read(self, value_type, value):
+        from blocks.errors import InternalError
+        raise InternalError("this block reads computed values (Unfold), so its inputs "
+                            "expand in rounds (compiler.rounds.expand_in_rounds)")
+
     def _constant_row(self, v: int) -> np.ndarray:
         return np.asarray(self.constants[self.value_type[v]][self.value_index[v]])[None]
 

@@ -1,0 +1,143 @@
+"""`td.Unfold` batched, in rounds (`compiler.rounds`): stopping, rounds, errors.
+
+That batched runs take the reference's decisions and give its values and gradients
+(both schedulers) is tested with the other models in `test_batched_equals_reference`
+(`greedy_decoder`, `transition_system`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import blocks as td
+from blocks.errors import InputError, InternalError
+from compiler import Compiler
+from tests.compiler import models
+
+
+def _counter(max_steps: int, done=None, decide=None, reads_values=True):
+    """A state counting up by one per step; the configuration holds the values seen."""
+    step = td.GetItem(0) >> td.Function(lambda s: s + 1.0) >> td.AllOf(
+        td.Identity(), td.Identity())
+    decide = decide or (lambda seen, out: seen + (float(out),))
+    return td.AllOf(td.Scalar(), td.InputTransform(lambda x: ())) >> td.Unfold(
+        step, decide=decide, done=done, max_steps=max_steps, reads_values=reads_values)
+
+
+@pytest.mark.parametrize("scheduler", ["agenda", "depth"])
+def test_a_decoder_that_never_ends_stops_at_max_steps(scheduler):
+    block = _counter(max_steps=6, done=lambda seen: False)
+    comp = Compiler.create(block, scheduler=scheduler)
+    got = comp.run([0.0, 10.0])
+    assert comp.last_rounds == 6
+    for x, (outs, state, seen) in zip([0.0, 10.0], got):
+        want = block.eval(x)
+        assert len(outs) == len(want[0]) == 6
+        assert seen == want[2] == tuple(x + k for k in range(1, 7))
+        assert float(state) == x + 6
+
+
+def test_examples_stop_at_their_own_step_and_take_one_round_each():
+    block = _counter(max_steps=20, done=lambda seen: bool(seen) and seen[-1] >= 5.0)
+    comp = Compiler.create(block)
+    got = comp.run([4.5, 0.0, 9.0])
+    assert [len(outs) for outs, _, _ in got] == [1, 5, 1]
+    assert comp.last_rounds == 5  # the longest example's steps, not their sum
+
+
+def test_an_example_done_at_the_start_takes_no_step():
+    block = _counter(max_steps=3, done=lambda seen: True)
+    (outs, state, seen), = Compiler.create(block).run([2.0])
+    assert outs == [] and float(state) == 2.0 and seen == ()
+    assert block.eval(2.0)[0] == []
+
+
+def test_every_node_is_computed_once_across_rounds():
+    case = models.make_greedy_decoder()
+    comp = Compiler.create(case.block)
+    ran = []
+    run_graphs = comp._run_graphs
+
+    def counting(graphs, reads):
+        ran.append(sum(g.num_nodes for g in graphs))
+        return run_graphs(graphs, reads)
+    comp._run_graphs = counting
+    inputs = [[0.5, -1.0], [1.5, 0.25], [-2.0, 2.0]]
+    graphs = comp.expand(inputs)
+    assert len(ran) == comp.last_rounds >= 1
+    # the decoder reads after its last step, so the rounds ran the whole graphs
+    assert sum(ran) == sum(g.graph.num_nodes for g in graphs)
+
+
+def test_a_bad_input_names_its_example_and_the_block():
+    block = _counter(max_steps=4, decide=lambda seen, out: (
+        seen + (float(out),) if out < 3.0 else seen[10]))  # fails once a value reaches 3
+    comp = Compiler.create(block)
+    with pytest.raises(InputError) as e:
+        comp.run([5.0, 1.0, 2.5, 0.0])  # examples 0 and 2 fail in round 1, 1 in round 2
+    assert e.value.example_index == 0 and "Unfold" in e.value.block_path
+    with pytest.raises(InputError) as e:
+        comp.run([-5.0, -4.0, "x"])  # not a number: fails before any round
+    assert e.value.example_index == 2 and "Scalar" in e.value.block_path
+    with pytest.raises(InputError) as e:
+        comp.run([-5.0, 0.0, 1.5])  # 1 fails in round 3, 2 in round 2: the first is named
+    assert e.value.example_index == 1
+    assert [len(r[0]) for r in comp.run([-5.0, -9.0])] == [4, 4]  # the compiler still runs
+
+
+def test_done_must_give_a_truth_value():
+    block = _counter(max_steps=2, done=lambda seen: np.array([1.0, 2.0]))
+    with pytest.raises(InputError, match="not a truth value") as e:
+        Compiler.create(block).run([0.0, 1.0])
+    assert e.value.example_index == 0
+
+
+def test_step_types_are_checked_and_inferred():
+    step = td.GetItem(0) >> td.Function(tf.negative)  # outputs a tensor, not (state, out)
+    with pytest.raises(TypeError, match=r"Unfold.step > Pipe: the step must output \(state"):
+        td.AllOf(td.Scalar(), td.Identity()) >> td.Unfold(
+            step, decide=lambda c, o: c, max_steps=2)
+    with pytest.raises(TypeError, match="configuration second"):
+        td.AllOf(td.Identity(), td.Scalar()) >> td.Unfold(
+            td.AllOf(td.GetItem(1), td.GetItem(1)), decide=lambda c, o: c, max_steps=2)
+    unfold = td.Unfold(td.AllOf(td.GetItem(0), td.GetItem(0) >> td.Function(tf.square)),
+                       decide=lambda c, o: c, max_steps=2)
+    unfold.set_input_type(td.TupleType(td.TensorType((3,)), td.PyObjectType()))
+    assert unfold.output_type == td.TupleType(
+        td.SequenceType(td.TensorType((3,))), td.TensorType((3,)), td.PyObjectType())
+    with pytest.raises(ValueError, match="max_steps"):
+        td.Unfold(td.Identity(), decide=lambda c, o: c, max_steps=0)
+    with pytest.raises(TypeError, match="decide is not callable"):
+        td.Unfold(td.Identity(), decide=None, max_steps=1)
+
+
+def test_max_depth_and_workers_refuse_unfold_clearly():
+    block = _counter(max_steps=2)
+    with pytest.raises(InternalError, match="max_depth cannot follow"):
+        block.max_depth(1.0)
+    with pytest.raises(ValueError, match="workers cannot expand"):
+        Compiler.create(_counter(max_steps=2), workers=2)
+
+
+def test_unfold_inputs_are_not_cached_since_decisions_follow_the_weights():
+    case = models.make_greedy_decoder()
+    comp = Compiler.create(case.block)
+    x = [0.5, -1.0]
+    first = comp.expand([x])[0]
+    assert comp.expand([x])[0] is not first
+
+
+def test_an_unfold_that_reads_no_values_expands_without_rounds_and_is_cached():
+    # teacher forcing: decide ignores the values, and is given None
+    seen = []
+    block = _counter(max_steps=3, decide=lambda c, out: seen.append(out) or c + (0.0,),
+                     reads_values=False)
+    comp = Compiler.create(block)
+    (outs, state, config), = comp.run([1.0])
+    assert comp.last_rounds == 0 and len(outs) == 3 and float(state) == 4.0
+    assert seen == [None] * 3 and block.eval(1.0)[2] == config == (0.0,) * 3
+    inputs = [[2.0]]  # a list: cached by identity
+    comp2 = Compiler.create(td.InputTransform(lambda xs: xs[0]) >> block)
+    assert comp2.expand(inputs)[0] is comp2.expand(inputs)[0]

@@ -20,7 +20,7 @@ run by `td.Unfold` in two ways, sharing the layers:
 >>> tokens[0] == START and 1 <= len(tokens) - 1 <= 3
 True
 >>> reverse_task(np.random.default_rng(0), 2, max_len=4)
-[[8, 6, 5, 2], [0]]
+[[5, 2, 3, 0], [0, 0, 1]]
 """
 
 from __future__ import annotations

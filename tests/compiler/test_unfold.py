@@ -141,3 +141,36 @@ def test_an_unfold_that_reads_no_values_expands_without_rounds_and_is_cached():
     inputs = [[2.0]]  # a list: cached by identity
     comp2 = Compiler.create(td.InputTransform(lambda xs: xs[0]) >> block)
     assert comp2.expand(inputs)[0] is comp2.expand(inputs)[0]
+
+
+def test_model_fit_trains_through_the_steps_taken_and_the_decisions_follow():
+    # Each step's loss pulls its logits towards symbol 1; symbol 0 ends decoding and
+    # starts 3 ahead, so every example first stops after one step. Training through
+    # the steps taken (rounds run every batch: nothing cached) makes it emit 1s.
+    import keras
+
+    from compiler import Model
+    keras.utils.set_random_seed(0)
+    enc, cell = td.FC(4, activation="tanh"), td.FC(4, activation="tanh")
+    out = td.FC(3, activation=None)
+
+    def decoder():
+        def xent(z):
+            return tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=tf.ones(tf.shape(z)[:1], tf.int32), logits=z)
+        logits = out >> td.Function(lambda z: z + tf.constant([3.0, 0.0, 0.0]))
+        step = td.GetItem(0) >> cell >> td.AllOf(td.Identity(), logits >> td.AllOf(
+            td.Identity(), td.Function(xent) >> td.Metric("loss")) >> td.GetItem(0))
+        return td.AllOf(td.Vector(2) >> enc, td.InputTransform(lambda x: ())) >> td.Unfold(
+            step, decide=lambda c, z: c + (int(np.argmax(z)),), max_steps=4,
+            done=lambda c: c[-1:] == (0,))
+
+    decode = Compiler.create(decoder() >> td.GetItem(2))
+    xs = [[0.5, -1.0], [1.0, 0.25], [-0.5, 0.75], [0.0, 1.0]]
+    assert [c for c, _ in decode.run(xs)] == [(0,)] * 4
+    model = Model(decoder() >> td.Void())
+    model.compile(optimizer=keras.optimizers.Adam(0.1))
+    losses = model.fit(xs, batch_size=2, epochs=15, verbose=0).history["loss"]
+    assert losses[-1] < losses[0]
+    assert [c for c, _ in decode.run(xs)] == [(1, 1, 1, 1)] * 4
+    assert decode.last_rounds == 4

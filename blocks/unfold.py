@@ -67,19 +67,31 @@ class Unfold(Block):
         reads_values: False when `decide` ignores the values (teacher forcing: it
             is given None). The structure then follows from the input, so the
             compiler expands the block as any other, without rounds, and caches it.
+        lookahead: with k > 1 the step is not given the configuration (it gets
+            None), so its structure cannot depend on the decisions: what it feeds
+            back travels in the state, on the device (a token as a tensor, an
+            argmax in a `Function`). Batched, an example then takes k steps per
+            round before Python reads their values, and the steps after the one
+            where it is done are dropped: ceil(T / k) rounds for T steps, for up to
+            k - 1 steps computed in vain per example. `lookahead=max_steps`
+            decodes in one round, every decision made on the device.
     """
 
     _expected_input_types = (TupleType,)
     _expected_output_types = (TupleType,)
+
     def __init__(self, step: Any, decide: Callable[[Any, Any], Any], max_steps: int,
                  done: Callable[[Any], bool] | None = None, reads_values: bool = True,
-                 name: str | None = None):
+                 lookahead: int = 1, name: str | None = None):
         if not callable(decide):
             raise TypeError(f"decide is not callable: {decide!r}")
         if done is not None and not callable(done):
             raise TypeError(f"done is not callable: {done!r}")
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive int, got {max_steps!r}")
+        if isinstance(lookahead, bool) or not isinstance(lookahead, int) or lookahead < 1:
+            raise ValueError(f"lookahead must be a positive int, got {lookahead!r}")
+        self.lookahead = lookahead
         if not isinstance(reads_values, bool):
             raise TypeError(f"reads_values must be True or False, got {reads_values!r}")
         self.reads_values = reads_values  # if so, the compiler expands in rounds
@@ -96,7 +108,8 @@ class Unfold(Block):
         return ".step"
 
     def _repr_args(self):
-        return {"max_steps": self.max_steps, "reads_values": self.reads_values}
+        return {"max_steps": self.max_steps, "reads_values": self.reads_values,
+                "lookahead": self.lookahead}
 
     def _infer(self):
         step = self._children[0]
@@ -136,15 +149,44 @@ class Unfold(Block):
                             "(state type, PyObjectType()) with the configuration second")
 
     def _evaluate(self, ctx, x):
+        if self.lookahead > 1 and self.reads_values and hasattr(ctx, "rewind"):
+            return self._evaluate_ahead(ctx, x)
         state, config = x
         step = self._children[0]
         out_type = step.output_type[1]
         outputs = []
         while len(outputs) < self.max_steps and not self._is_done(config):
-            state, out = step._eval(ctx, (state, config))
+            step_config = None if self.lookahead > 1 else config
+            state, out = step._eval(ctx, (state, step_config))
             outputs.append(out)
             values = ctx.read(out_type, out) if self.reads_values else None
             config = self._decide(config, values)
+        return outputs, state, config
+
+    def _evaluate_ahead(self, ctx, x):
+        """`_evaluate` with up to `lookahead` steps built before one `ctx.read` of
+        them all; the steps after the last one taken are rewound (`ctx.mark`)."""
+        state, config = x
+        step = self._children[0]
+        out_type = step.output_type[1]
+        outputs = []
+        finished = len(outputs) >= self.max_steps or self._is_done(config)
+        while not finished:
+            k = min(self.lookahead, self.max_steps - len(outputs))
+            ahead = []  # (state, out, the context's mark after the step)
+            s = state
+            for _ in range(k):
+                s, out = step._eval(ctx, (s, None))
+                ahead.append((s, out, ctx.mark()))
+            values = ctx.read(TupleType(*[out_type] * k), tuple(o for _, o, _ in ahead))
+            for (s, out, mark), v in zip(ahead, values):
+                state = s
+                outputs.append(out)
+                config = self._decide(config, v)
+                finished = len(outputs) >= self.max_steps or self._is_done(config)
+                if finished:
+                    ctx.rewind(mark)
+                    break
         return outputs, state, config
 
     def _is_done(self, config) -> bool:

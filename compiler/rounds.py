@@ -90,6 +90,14 @@ class RoundContext(ExpansionContext):
                               t.numpy_dtype)
         return self.known[v]
 
+    def rewind(self, mark: tuple) -> None:
+        super().rewind(mark)
+        self.nodes_done = min(self.nodes_done, len(self.node_op))
+        self._args_done = min(self._args_done, len(self.node_args))
+        values = len(self.value_type)
+        for v in [v for v in self.known if v >= values]:
+            del self.known[v]
+
     def has_pending(self) -> bool:
         return len(self.node_op) > self.nodes_done
 

@@ -228,6 +228,29 @@ def make_greedy_decoder() -> Case:
     return Case("greedy_decoder", block, vectors, weights_of(enc, cell, emb, out))
 
 
+def make_device_decoder() -> Case:
+    """`td.Unfold` with `lookahead`: the argmax is fed back on the device (the state
+    carries the token; a `Function` embeds it), 3 steps a round, those after END
+    dropped; a metric at every step."""
+    keras.utils.set_random_seed(10)
+    enc, cell = td.FC(H, activation="tanh"), td.FC(H, activation="tanh")
+    emb, out = td.Embedding(START + 1, 3), td.FC(START, activation=None)
+    embed = td.Function(lambda t: tf.gather(emb.embeddings, t))
+    argmax = td.Function(lambda z: tf.argmax(z, 1, output_type=tf.int32))
+    lse = td.Function(lambda z: tf.reduce_logsumexp(z, 1)) >> td.Metric("lse")
+    step = (td.GetItem(0) >> td.AllOf(td.GetItem(0), td.GetItem(1) >> embed) >> td.Concat()
+            >> cell >> td.AllOf(td.Identity(), out)
+            >> td.AllOf(td.AllOf(td.GetItem(0), td.GetItem(1) >> argmax),
+                        td.GetItem(1) >> td.AllOf(td.Identity(), lse) >> td.GetItem(0)))
+    decode = td.Unfold(step, decide=lambda tokens, z: tokens + (int(np.argmax(z)),),
+                       done=lambda tokens: tokens[-1:] == (END,), max_steps=5, lookahead=3)
+    start = td.AllOf(td.Vector(2) >> enc, td.InputTransform(lambda x: START) >> td.Scalar(
+        "int32"))
+    block = td.AllOf(start, td.InputTransform(lambda x: ())) >> decode
+    vectors = st.lists(st.floats(-2, 2, width=32), min_size=2, max_size=2)
+    return Case("device_decoder", block, vectors, weights_of(enc, cell, emb, out))
+
+
 SHIFT, REDUCE = 0, 1
 
 
@@ -265,7 +288,8 @@ def make_transition_system() -> Case:
 
 ALL = [make_tree_lstm, make_tree_lstm_loss_everywhere, make_fold_rnn,
        make_rnn_with_metric_per_step, make_bidirectional_tagger, make_reduce_and_oneof,
-       make_nested_records, make_custom_block, make_greedy_decoder, make_transition_system]
+       make_nested_records, make_custom_block, make_greedy_decoder, make_device_decoder,
+       make_transition_system]
 
 
 def random_weights_like(shapes: list, seed: int = 0) -> list:

@@ -17,13 +17,14 @@ from compiler import Compiler
 from tests.compiler import models
 
 
-def _counter(max_steps: int, done=None, decide=None, reads_values=True):
+def _counter(max_steps: int, done=None, decide=None, reads_values=True, lookahead=1):
     """A state counting up by one per step; the configuration holds the values seen."""
     step = td.GetItem(0) >> td.Function(lambda s: s + 1.0) >> td.AllOf(
         td.Identity(), td.Identity())
     decide = decide or (lambda seen, out: seen + (float(out),))
     return td.AllOf(td.Scalar(), td.InputTransform(lambda x: ())) >> td.Unfold(
-        step, decide=decide, done=done, max_steps=max_steps, reads_values=reads_values)
+        step, decide=decide, done=done, max_steps=max_steps, reads_values=reads_values,
+        lookahead=lookahead)
 
 
 @pytest.mark.parametrize("scheduler", ["agenda", "depth"])
@@ -174,3 +175,38 @@ def test_model_fit_trains_through_the_steps_taken_and_the_decisions_follow():
     assert losses[-1] < losses[0]
     assert [c for c, _ in decode.run(xs)] == [(1, 1, 1, 1)] * 4
     assert decode.last_rounds == 4
+
+
+@pytest.mark.parametrize("scheduler", ["agenda", "depth"])
+def test_lookahead_takes_k_steps_a_round_and_drops_those_after_done(scheduler):
+    def done(seen):
+        return bool(seen) and seen[-1] >= 5.0
+    step_by_step = Compiler.create(_counter(max_steps=9, done=done), scheduler=scheduler)
+    block = _counter(max_steps=9, done=done, lookahead=3)
+    ahead = Compiler.create(block, scheduler=scheduler)
+    inputs = [0.0, 3.5, 7.0, -4.0]  # 5, 2, 1 and 9 steps (the last stops at max_steps)
+    got, want = ahead.run(inputs), step_by_step.run(inputs)
+    assert [len(r[0]) for r in got] == [5, 2, 1, 9]
+    refs = [block.eval(x) for x in inputs]
+    for (outs, state, seen), (w_outs, w_state, w_seen), ref in zip(got, want, refs):
+        assert seen == w_seen == ref[2] and float(state) == float(w_state) == float(ref[1])
+        assert [float(o) for o in outs] == [float(o) for o in w_outs]
+    assert (ahead.last_rounds, step_by_step.last_rounds) == (3, 9)
+    # the dropped steps leave nothing behind in the graphs that training runs
+    assert [g.graph.num_nodes for g in ahead.expand(inputs)] == [
+        g.graph.num_nodes for g in step_by_step.expand(inputs)]
+
+
+def test_with_lookahead_the_step_is_not_given_the_configuration():
+    configs = []
+
+    def step_fn(s):
+        return s + 1.0
+    step = td.AllOf(td.GetItem(1) >> td.InputTransform(lambda c: configs.append(c) or 0),
+                    td.GetItem(0) >> td.Function(step_fn)) >> td.GetItem(1) >> td.AllOf(
+        td.Identity(), td.Identity())
+    block = td.AllOf(td.Scalar(), td.InputTransform(lambda x: "config")) >> td.Unfold(
+        step, decide=lambda c, out: c, max_steps=2, lookahead=2)
+    block.eval(0.0)
+    Compiler.create(block).run([0.0])
+    assert configs == [None] * 4

@@ -12,6 +12,8 @@ run by `td.Unfold` in two ways, sharing the layers:
   (`reads_values=False`), so it expands once, as any block, and is cached.
 - `greedy_block`: the model's own argmax is fed back until it emits `END` or has
   taken `max_steps` steps; the output is the configuration, the symbols emitted.
+  Python feeds it back after each step (a round each), or, `on_device`, the step
+  does (`device_step`, `lookahead`: one round for the whole decoding).
 
 >>> import keras
 >>> keras.utils.set_random_seed(0)
@@ -28,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import tensorflow as tf
 
 import blocks as td
 from models import heads, rnn_cells
@@ -101,13 +104,38 @@ class Seq2Seq:
         start = td.InputTransform(lambda digits: ((START,), answer(digits)))
         return td.AllOf(self.encode(), start) >> decode >> td.Void()
 
-    def greedy_block(self, max_steps: int) -> td.Block:
+    def device_step(self) -> td.Block:
+        """`(((h, c), symbol), None) -> (((h', c'), argmax), logits)`: the step of
+        `decoder_step`, with the last symbol carried as a tensor in the state and
+        the argmax taken on the device, so that it needs no configuration."""
+        embed = td.Function(lambda ids: tf.gather(self.target.embeddings, ids))
+        argmax = td.Function(lambda z: tf.argmax(z, 1, output_type=tf.int32))
+        cell = (td.GetItem(0) >> td.AllOf(td.GetItem(1) >> embed, td.GetItem(0))
+                >> self.decoder_cell)
+        return cell >> td.AllOf(td.GetItem(1), td.GetItem(0) >> self.logits) >> td.AllOf(
+            td.AllOf(td.GetItem(0), td.GetItem(1) >> argmax), td.GetItem(1))
+
+    def greedy_block(self, max_steps: int, on_device: bool = False) -> td.Block:
         """digits -> the configuration after greedy decoding: `(symbols, None)`, the
-        symbols starting with `START` and ending with `END` unless `max_steps` ran out."""
+        symbols starting with `START` and ending with `END` unless `max_steps` ran out.
+
+        By default Python reads each step's logits and feeds the argmax back through
+        the configuration: one round (engine call) per step. `on_device` feeds it
+        back on the device (`device_step`) and reads the logits once, after
+        `max_steps` steps (`lookahead=max_steps`): one round, the steps after `END`
+        computed and dropped. Both emit the same symbols."""
         def feed_the_argmax(config, logits):
             return config[0] + (int(np.argmax(logits)),), None
 
-        decode = td.Unfold(self.decoder_step(teacher=False), decide=feed_the_argmax,
-                           done=lambda c: c[0][-1] == END, max_steps=max_steps)
-        start = td.InputTransform(lambda digits: ((START,), None))
-        return td.AllOf(self.encode(), start) >> decode >> td.GetItem(2)
+        config = td.InputTransform(lambda digits: ((START,), None))
+        if on_device:
+            decode = td.Unfold(self.device_step(), decide=feed_the_argmax,
+                               done=lambda c: c[0][-1] == END, max_steps=max_steps,
+                               lookahead=max_steps)
+            start = td.AllOf(self.encode(), td.InputTransform(lambda d: START)
+                             >> td.Scalar("int32"))
+        else:
+            decode = td.Unfold(self.decoder_step(teacher=False), decide=feed_the_argmax,
+                               done=lambda c: c[0][-1] == END, max_steps=max_steps)
+            start = self.encode()
+        return td.AllOf(start, config) >> decode >> td.GetItem(2)

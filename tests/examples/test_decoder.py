@@ -30,16 +30,21 @@ def test_teacher_forcing_takes_one_step_per_answer_symbol_with_a_loss_each():
 @pytest.mark.parametrize("scheduler", ["agenda", "depth"])
 def test_greedy_decoding_batched_equals_the_reference_and_stops(scheduler):
     keras.utils.set_random_seed(3)
-    block = Seq2Seq(embed=4, hidden=8).greedy_block(max_steps=5)
+    seq2seq = Seq2Seq(embed=4, hidden=8)
     strings = reverse_task(np.random.default_rng(2), 12, max_len=5)
-    comp = Compiler.create(block, scheduler=scheduler)
-    got = comp.run(strings)
-    want = [block.eval(s) for s in strings]
-    assert got == want
+    results = {}
+    for on_device in (False, True):
+        block = seq2seq.greedy_block(max_steps=5, on_device=on_device)
+        comp = Compiler.create(block, scheduler=scheduler)
+        got = comp.run(strings)
+        assert got == [block.eval(s) for s in strings]
+        results[on_device] = got, comp.last_rounds
+    got, rounds = results[False]
+    assert results[True] == (got, 1)  # the same symbols, in one round
     lengths = [len(tokens) - 1 for tokens, _ in got]
-    assert all(1 <= n <= 5 for n in lengths)
+    assert all(1 <= n <= 5 for n in lengths) and len(set(lengths)) > 1
     assert all(tokens[-1] == END or n == 5 for (tokens, _), n in zip(got, lengths))
-    assert comp.last_rounds == max(lengths)
+    assert rounds == max(lengths)
 
 
 def test_main_learns_to_reverse_short_strings(capsys):
@@ -49,5 +54,6 @@ def test_main_learns_to_reverse_short_strings(capsys):
     losses = out["history"]["loss"]
     assert all(math.isfinite(v) for v in losses) and losses[-1] < 0.5 * losses[0]
     assert 0 <= out["baseline"] <= out["accuracy"] <= 1 and out["accuracy"] >= 0.5
-    assert len(out["decoded"]) == 16 and 1 <= out["rounds"] <= 2 * 2 + 2
+    assert len(out["decoded"]) == 16 and 1 <= out["rounds"]["python"] <= 2 * 2 + 2
+    assert out["rounds"]["device"] == 1
     assert "exact match" in capsys.readouterr().out

@@ -61,6 +61,7 @@ from blocks.types import (
     canonicalize_type,
     convert_to_type,
 )
+from blocks.unfold import Unfold
 from blocks.validation import validate
 
 __all__ = [
@@ -77,7 +78,7 @@ __all__ = [
     "Map", "Fold", "RNN", "Reduce", "Sum", "Min", "Max", "Mean", "Broadcast", "Zip",
     "ZipWith", "NGrams", "Nth", "GetItem", "Length", "Slice",
     # other blocks
-    "ForwardDeclaration", "OneOf", "Metric", "Void",
+    "ForwardDeclaration", "OneOf", "Metric", "Void", "Unfold",
     # layers
     "Layer", "FC", "Embedding", "ScopedLayer",
     # evaluation support

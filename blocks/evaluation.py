@@ -2,8 +2,10 @@
 
 A block's `_evaluate(ctx, x)` never computes tensors itself: it asks its context
 for constants (`ctx.constant`), op calls (`ctx.op`) and metrics (`ctx.metric`),
-and passes the handles it gets back along. Python values (PyObjects), tuples,
-lists (sequences) and `itertools.repeat` (broadcast sequences) hold the handles.
+and passes the handles it gets back along; a block whose next step depends on
+computed values (`blocks.Unfold`) asks for their numpy values (`ctx.read`).
+Python values (PyObjects), tuples, lists (sequences) and `itertools.repeat`
+(broadcast sequences) hold the handles.
 Three contexts give the handles a meaning:
 
 - `ReferenceContext`: handles are eager tensors, computed op by op with batch
@@ -38,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from blocks.errors import BadValueError, InputError
+from blocks.errors import BadValueError, InputError, InternalError
 from blocks.op import Op
 from blocks.types import (
     ResultType,
@@ -142,6 +144,11 @@ class ReferenceContext:
         self.metrics.setdefault(name, []).append(value)
         self.metric_labels.setdefault(name, []).append(label)
 
+    def read(self, value_type: ResultType, value: Any) -> Any:
+        """`value` with numpy arrays for its tensors: what a block that decides from
+        computed values (`blocks.Unfold`) sees."""
+        return to_numpy(value_type, value)
+
 
 class DepthContext:
     """Tracks only depths: constants at 0, an op call at 1 + its deepest input."""
@@ -161,6 +168,11 @@ class DepthContext:
 
     def metric(self, name: str, value, label: Any = None) -> None:
         self.metrics.setdefault(name, []).append(value)
+
+    def read(self, value_type: ResultType, value: Any) -> Any:
+        raise InternalError(
+            "max_depth cannot follow a block whose structure depends on computed values "
+            "(Unfold); Compiler(block).schedule(inputs).stats counts its steps")
 
 
 def to_numpy(value_type: ResultType, value: Any, tolist: bool = False) -> Any:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -23,9 +24,10 @@ import numpy as np
 from blocks.types import TensorType
 from compiler.expansion import ExampleGraph, expand_all
 from compiler.lowering import Program, lower
+from compiler.rounds import expand_in_rounds
 from scheduler.executor import Executor, Feed
 from scheduler.graph import OpGraph
-from scheduler.planner import Plan, Planner
+from scheduler.planner import Plan, Planner, plan_record
 from scheduler.schedules import Schedule, ScheduleStats
 
 
@@ -97,7 +99,9 @@ class Compiler:
             one added with `scheduler.register_scheduler`.
         cache: whether to keep each input's expanded graph, keyed by the input
             object's identity, so later batches skip expansion. Inputs must then
-            not be mutated.
+            not be mutated. A block whose structure depends on computed values
+            (`blocks.Unfold`) is never cached: its inputs expand in rounds that run
+            the model (`compiler.rounds`), and its decisions change with the weights.
         workers: if > 0, expand uncached inputs of large batches (at least
             `min_parallel_batch`, 64 by default) in that many forked worker
             processes (`compiler.parallel.ExpansionPool`), and let
@@ -115,11 +119,17 @@ class Compiler:
         if not isinstance(workers, int) or workers < 0:
             raise ValueError(f"workers must be a non-negative int, got {workers!r}")
         self.program: Program = lower(block, share_layers=share_layers)
+        if self.program.reads_values:
+            if workers:
+                raise ValueError("workers cannot expand a block whose structure depends on "
+                                 "computed values (Unfold): its expansion runs the model")
+            cache = False
         self.scheduler = scheduler
         self.executor = Executor(self.program.ops, self.program.value_types)
         self.planner = Planner(self.executor.layout, scheduler, len(self.program.metric_names))
         self._cache: dict[int, tuple[Any, ExampleGraph]] | None = {} if cache else None
         self._run_fn = None
+        self.last_rounds = 0  # engine calls the last expansion in rounds made
         self.workers = workers
         self._pool = None
 
@@ -177,6 +187,8 @@ class Compiler:
         input's index, `start + positions[i]` (or `start + i`)."""
         from blocks.errors import InputError
         try:
+            if self.program.reads_values:
+                return self._expand_in_rounds(inputs)
             if self.workers and len(inputs) >= self.min_parallel_batch:
                 return self.pool().expand(inputs, 0)
             return expand_all(self.program, inputs, 0)
@@ -184,6 +196,20 @@ class Compiler:
             idx = e.example_index or 0
             raise e.with_example_index(
                 start + (positions[idx] if positions is not None else idx)) from e.__cause__
+
+    def _expand_in_rounds(self, inputs: list) -> list[ExampleGraph]:
+        graphs, self.last_rounds = expand_in_rounds(self.program, inputs, self._run_graphs)
+        return graphs
+
+    def _run_graphs(self, graphs: list[OpGraph], reads: list) -> list[list[np.ndarray]]:
+        """Runs op graphs as one batch (forward only); per graph, the values of its
+        value ids `reads` (a round of `compiler.rounds`)."""
+        self.planner.check(OpGraph.concatenate(graphs))
+        records = [plan_record(g, r, [], []) for g, r in zip(graphs, reads)]
+        plan = self.planner.plan(records, [g.constants for g in graphs])
+        outputs = [o.numpy() for o in self._function()(plan.feed.arrays)]
+        rows = iter(zip(plan.read_type.tolist(), plan.read_pos.tolist()))
+        return [[outputs[k][p] for k, p in itertools.islice(rows, len(r))] for r in reads]
 
     def plan_batches(self, batches: Iterable[Sequence[Any]], grouped: bool = False,
                      ahead: int = 0):

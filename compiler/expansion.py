@@ -140,6 +140,30 @@ class ExpansionContext:
             self._sources[o] = outs
         return outs
 
+    def mark(self) -> tuple:
+        """Where the graph ends now, for `rewind` (a block building steps ahead)."""
+        return (len(self.node_op), len(self.node_args), len(self.value_type),
+                [len(t) for t in self.constants], len(self.metrics), set(self._sources))
+
+    def rewind(self, mark: tuple) -> None:
+        """Drops every node, value, constant and metric added since `mark`."""
+        nodes, args, values, rows, metrics, sources = mark
+        for a in (self.node_op, self.node_arity, self.sdepth):
+            del a[nodes:]
+        del self.node_args[args:]
+        for a in (self.value_type, self.value_node, self.value_index, self.value_depth):
+            del a[values:]
+        for table, n in zip(self.constants, rows):
+            del table[n:]
+        del self.metrics[metrics:]
+        for o in set(self._sources) - sources:
+            del self._sources[o]
+
+    def read(self, value_type, value):
+        from blocks.errors import InternalError
+        raise InternalError("this block reads computed values (Unfold), so its inputs "
+                            "expand in rounds (compiler.rounds.expand_in_rounds)")
+
     def _constant_row(self, v: int) -> np.ndarray:
         return np.asarray(self.constants[self.value_type[v]][self.value_index[v]])[None]
 

@@ -46,6 +46,9 @@ class Program:
         metric_names: metric names, sorted (their ids).
         metric_id: name -> id; `metric_types`: id -> value `TensorType`.
         metric_labels: id -> whether that metric carries labels.
+        reads_values: some block's structure depends on computed values (it has
+            `reads_values` set, e.g. `blocks.Unfold`): inputs expand in rounds
+            (`compiler.rounds`).
     """
 
     root: Block
@@ -57,6 +60,7 @@ class Program:
     metric_id: dict = field(default_factory=dict)
     metric_types: list = field(default_factory=list)
     metric_labels: list = field(default_factory=list)
+    reads_values: bool = False
 
 
 def lower(block_like, share_layers: bool = True) -> Program:
@@ -95,7 +99,8 @@ def lower(block_like, share_layers: bool = True) -> Program:
         type_id={t: k for k, t in enumerate(value_types)},
         metric_names=names, metric_id={n: i for i, n in enumerate(names)},
         metric_types=[metrics[n].value_type for n in names],
-        metric_labels=[metrics[n].has_labels for n in names])
+        metric_labels=[metrics[n].has_labels for n in names],
+        reads_values=any(getattr(b, "reads_values", False) for b in blocks))
 
 
 class UnloweredOpError(InternalError):

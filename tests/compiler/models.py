@@ -208,9 +208,88 @@ def make_custom_block() -> Case:
                 [gate.w, *weights_of(fc)])
 
 
+END, START = 0, 4  # the greedy decoder's end symbol and start symbol (vocabulary 4)
+
+
+def make_greedy_decoder() -> Case:
+    """`td.Unfold`: a decoder feeding its own argmax back until END or 5 steps, with a
+    metric at every step; the steps taken depend on the values computed."""
+    keras.utils.set_random_seed(8)
+    enc, cell = td.FC(H, activation="tanh"), td.FC(H, activation="tanh")
+    emb, out = td.Embedding(START + 1, 3), td.FC(START, activation=None)
+    last = td.InputTransform(lambda tokens: tokens[-1]) >> td.Scalar("int32") >> emb
+    lse = td.Function(lambda z: tf.reduce_logsumexp(z, 1)) >> td.Metric("lse")
+    step = (td.Record((td.Identity(), last)) >> td.Concat() >> cell
+            >> td.AllOf(td.Identity(), out >> td.AllOf(td.Identity(), lse) >> td.GetItem(0)))
+    decode = td.Unfold(step, decide=lambda tokens, z: tokens + (int(np.argmax(z)),),
+                       done=lambda tokens: tokens[-1] == END, max_steps=5)
+    block = td.AllOf(td.Vector(2) >> enc, td.InputTransform(lambda x: (START,))) >> decode
+    vectors = st.lists(st.floats(-2, 2, width=32), min_size=2, max_size=2)
+    return Case("greedy_decoder", block, vectors, weights_of(enc, cell, emb, out))
+
+
+def make_device_decoder() -> Case:
+    """`td.Unfold` with `lookahead`: the argmax is fed back on the device (the state
+    carries the token; a `Function` embeds it), 3 steps a round, those after END
+    dropped; a metric at every step."""
+    keras.utils.set_random_seed(10)
+    enc, cell = td.FC(H, activation="tanh"), td.FC(H, activation="tanh")
+    emb, out = td.Embedding(START + 1, 3), td.FC(START, activation=None)
+    embed = td.Function(lambda t: tf.gather(emb.embeddings, t))
+    argmax = td.Function(lambda z: tf.argmax(z, 1, output_type=tf.int32))
+    lse = td.Function(lambda z: tf.reduce_logsumexp(z, 1)) >> td.Metric("lse")
+    step = (td.GetItem(0) >> td.AllOf(td.GetItem(0), td.GetItem(1) >> embed) >> td.Concat()
+            >> cell >> td.AllOf(td.Identity(), out)
+            >> td.AllOf(td.AllOf(td.GetItem(0), td.GetItem(1) >> argmax),
+                        td.GetItem(1) >> td.AllOf(td.Identity(), lse) >> td.GetItem(0)))
+    decode = td.Unfold(step, decide=lambda tokens, z: tokens + (int(np.argmax(z)),),
+                       done=lambda tokens: tokens[-1:] == (END,), max_steps=5, lookahead=3)
+    start = td.AllOf(td.Vector(2) >> enc, td.InputTransform(lambda x: START) >> td.Scalar(
+        "int32"))
+    block = td.AllOf(start, td.InputTransform(lambda x: ())) >> decode
+    vectors = st.lists(st.floats(-2, 2, width=32), min_size=2, max_size=2)
+    return Case("device_decoder", block, vectors, weights_of(enc, cell, emb, out))
+
+
+SHIFT, REDUCE = 0, 1
+
+
+def parser_decide(config, scores):
+    """A transition system's bookkeeping: the best legal action, applied. `config` is
+    `(stack, next word, arcs, length)`; REDUCE attaches the top to the one below."""
+    stack, i, arcs, n = config
+    legal = np.array([i < n, len(stack) >= 2])
+    action = int(np.argmax(np.where(legal, scores, -np.inf)))
+    if action == SHIFT:
+        return stack + (i,), i + 1, arcs, n
+    return stack[:-1], i, arcs + ((stack[-2], stack[-1]),), n
+
+
+def make_transition_system() -> Case:
+    """`td.Unfold` as a transition system: each step scores SHIFT/REDUCE from the
+    encodings of the stack's top and the buffer's front, which the earlier decisions
+    chose (`td.Nth` with a Python index); Python applies the action."""
+    keras.utils.set_random_seed(9)
+    enc, score = td.FC(H, activation="tanh"), td.FC(2, activation=None)
+
+    def word_at(pick):  # (encodings, config) -> the encoding at pick(config)
+        return td.Record((td.Identity(), td.InputTransform(pick))) >> td.Nth()
+    top = word_at(lambda c: c[0][-1] if c[0] else 0)
+    front = word_at(lambda c: min(c[1], c[3] - 1))
+    step = td.AllOf(td.GetItem(0), td.AllOf(top, front) >> td.Concat() >> score)
+    parse = td.Unfold(step, decide=parser_decide, max_steps=12,
+                      done=lambda c: c[1] == c[3] and len(c[0]) <= 1)
+    block = td.AllOf(td.Map(td.Vector(2) >> enc),
+                     td.InputTransform(lambda words: ((), 0, (), len(words)))) >> parse
+    sentences = st.lists(st.lists(st.floats(-2, 2, width=32), min_size=2, max_size=2),
+                         min_size=1, max_size=6)
+    return Case("transition_system", block, sentences, weights_of(enc, score))
+
+
 ALL = [make_tree_lstm, make_tree_lstm_loss_everywhere, make_fold_rnn,
        make_rnn_with_metric_per_step, make_bidirectional_tagger, make_reduce_and_oneof,
-       make_nested_records, make_custom_block]
+       make_nested_records, make_custom_block, make_greedy_decoder, make_device_decoder,
+       make_transition_system]
 
 
 def random_weights_like(shapes: list, seed: int = 0) -> list:

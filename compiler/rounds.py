@@ -1,0 +1,257 @@
+"""Expanding a batch whose structure depends on computed values, in rounds.
+
+A block like `blocks.Unfold` asks, in the middle of its expansion, for the values of
+tensors it has just built (`ctx.read`): which token the decoder chose decides what
+the next step looks like. Expansion is a recursive Python evaluation per example,
+so each example expands on its own thread (`RoundContext`), and a thread that reads
+values waits. When every example is waiting or finished, the waiting examples'
+nodes added since their last round are run as one batch by the engine (one engine
+call per round, batched across examples and nodes as always), their values are
+handed back, and the threads go on. Every node is computed once: the values of
+earlier rounds enter a round as constants (the *pending graph* of an example is
+its new nodes, with the values they read from before as constant rows), so a
+decoder of T steps costs T calls of one step's worth of work each, not T^2.
+
+The rounds run forward only and make the decisions. What they leave is, for every
+example, the ordinary `ExampleGraph` of the steps it took, which the compiler
+plans and runs as any other batch, with gradients: the decisions are Python values
+by then, so the gradient flows through every step taken, exactly as the reference
+evaluator's (eager `GradientTape`) does. The price is a second forward pass in
+training; inference could read its results from the rounds, but runs the finished
+graphs too, so that there is one way results are computed.
+
+>>> import tensorflow as tf
+>>> import blocks as td
+>>> from compiler import Compiler
+>>> step = td.GetItem(0) >> td.Function(lambda s: s + 1.0) >> td.AllOf(
+...     td.Identity(), td.Identity())
+>>> count = td.AllOf(td.Scalar(), td.Identity()) >> td.Unfold(
+...     step, decide=lambda c, out: float(out), done=lambda c: c >= 4.0, max_steps=10)
+>>> c = Compiler.create(count)
+>>> [float(state) for _, state, _ in c.run([0.0, 2.5, 7.0])]   # 4, 3 and 0 steps
+[4.0, 4.5, 7.0]
+>>> c.last_rounds                                               # engine calls to decide
+4
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from blocks.errors import InputError
+from blocks.evaluation import call_with_deep_stack, root_input
+from blocks.types import TensorType
+from compiler.expansion import ExampleGraph, ExpansionContext
+from scheduler.graph import OpGraph
+
+_THREAD_STACK_BYTES = 64 * 1024 * 1024
+
+# run_graphs(graphs, reads) -> per graph, the values of its `reads` (value ids).
+RunGraphs = Callable[[list[OpGraph], list[np.ndarray]], list[list[np.ndarray]]]
+
+
+class _Aborted(BaseException):
+    """Ends an example's thread when its batch failed elsewhere (a `BaseException`,
+    so that blocks do not turn it into an `InputError`)."""
+
+
+class RoundContext(ExpansionContext):
+    """An `ExpansionContext` whose `read` waits for the round that computes the values."""
+
+    def __init__(self, program, gate: _Gate, index: int):
+        super().__init__(program)
+        self._program = program
+        self._gate = gate
+        self.index = index
+        self.known: dict[int, np.ndarray] = {}  # value id of a computed node output -> value
+        self.nodes_done = 0  # nodes computed in earlier rounds
+        self._args_done = 0  # their arguments' length in node_args
+
+    def read(self, value_type, value) -> Any:
+        """`value` with numpy arrays for its tensors, computing them if need be."""
+        handles = []
+        value_type.for_each_terminal(
+            lambda t, v: handles.append(v) if isinstance(t, TensorType) else None, value)
+        vn = self.value_node
+        if any(vn[h] >= self.nodes_done for h in handles):
+            self._gate.wait(self)
+        return value_type.for_each_terminal(
+            lambda t, v: self.value_of(v) if isinstance(t, TensorType) else v, value)
+
+    def value_of(self, v: int) -> np.ndarray:
+        """The value of value id `v`: a constant, or a node output computed already."""
+        if self.value_node[v] < 0:
+            t = self._program.value_types[self.value_type[v]]
+            return np.asarray(self.constants[self.value_type[v]][self.value_index[v]],
+                              t.numpy_dtype)
+        return self.known[v]
+
+    def rewind(self, mark: tuple) -> None:
+        super().rewind(mark)
+        self.nodes_done = min(self.nodes_done, len(self.node_op))
+        self._args_done = min(self._args_done, len(self.node_args))
+        values = len(self.value_type)
+        for v in [v for v in self.known if v >= values]:
+            del self.known[v]
+
+    def has_pending(self) -> bool:
+        return len(self.node_op) > self.nodes_done
+
+    def pending_graph(self) -> tuple[OpGraph, np.ndarray, np.ndarray]:
+        """The nodes not computed yet as an `OpGraph` of their own: the values they
+        read from earlier rounds (and constants) become its constant rows. Returns
+        the graph, the value ids of its node outputs there (what to read) and here."""
+        n0 = self.nodes_done
+        vnode = np.asarray(self.value_node, np.int64)
+        vtype = np.asarray(self.value_type, np.int64)
+        vindex = np.asarray(self.value_index, np.int64)
+        args = np.asarray(self.node_args[self._args_done:], np.int64)
+        produced = np.flatnonzero(vnode >= n0)
+        outside = np.unique(args[vnode[args] < n0])
+        remap = np.full(len(vnode), -1, np.int64)
+        remap[outside] = np.arange(len(outside))
+        remap[produced] = len(outside) + np.arange(len(produced))
+        rows: list[list] = [[] for _ in self._program.value_types]
+        row_of = np.empty(len(outside), np.int64)
+        for j, v in enumerate(outside.tolist()):
+            k = vtype[v]
+            row_of[j] = len(rows[k])
+            rows[k].append(self.value_of(v))
+        constants = [np.asarray(r, t.numpy_dtype).reshape((len(r), *t.shape))
+                     for r, t in zip(rows, self._program.value_types)]
+        graph = OpGraph.build(
+            self.node_op[n0:], self.node_arity[n0:], remap[args],
+            np.concatenate([vtype[outside], vtype[produced]]),
+            np.concatenate([np.full(len(outside), -1), vnode[produced] - n0]),
+            np.concatenate([row_of, vindex[produced]]), constants)
+        return graph, remap[produced], produced
+
+    def computed(self, produced: np.ndarray, values: list[np.ndarray]) -> None:
+        """Stores the values of the pending nodes' outputs; they are done."""
+        self.known.update(zip(produced.tolist(), values))
+        self.nodes_done = len(self.node_op)
+        self._args_done = len(self.node_args)
+
+
+class _Gate:
+    """Where example threads wait for their round and the driver waits for them."""
+
+    def __init__(self, n: int):
+        self._cond = threading.Condition()
+        self._running = n
+        self._waiting: dict[int, RoundContext] = {}
+        self._aborted = False
+
+    def wait(self, ctx: RoundContext) -> None:
+        """In an example's thread: wait until a round has computed ctx's pending nodes."""
+        with self._cond:
+            self._waiting[ctx.index] = ctx
+            self._running -= 1
+            self._cond.notify_all()
+            while ctx.index in self._waiting and not self._aborted:
+                self._cond.wait()
+            if self._aborted:
+                raise _Aborted
+
+    def finished(self) -> None:
+        with self._cond:
+            self._running -= 1
+            self._cond.notify_all()
+
+    def next_round(self) -> list[RoundContext]:
+        """In the driver: once no example is running, the waiting ones (by index)."""
+        with self._cond:
+            while self._running:
+                self._cond.wait()
+            return [self._waiting[i] for i in sorted(self._waiting)]
+
+    def resume(self, contexts: list[RoundContext]) -> None:
+        with self._cond:
+            for ctx in contexts:
+                del self._waiting[ctx.index]
+            self._running += len(contexts)
+            self._cond.notify_all()
+
+    def abort(self) -> None:
+        with self._cond:
+            self._aborted = True
+            self._cond.notify_all()
+
+
+def expand_in_rounds(program, inputs: list, run_graphs: RunGraphs) -> tuple[list, int]:
+    """Expands `inputs` (see the module docstring): `(example graphs, rounds run)`.
+
+    An input that fails raises its `InputError` naming its index in `inputs` (the
+    lowest such index); the others are expanded to the end first.
+    """
+    return call_with_deep_stack(_expand_in_rounds, program, inputs, run_graphs)
+
+
+def _expand_in_rounds(program, inputs: list, run_graphs: RunGraphs) -> tuple[list, int]:
+    gate = _Gate(len(inputs))
+    graphs: list[ExampleGraph | None] = [None] * len(inputs)
+    errors: dict[int, BaseException] = {}
+    root = program.root
+
+    def expand_one(i: int, x: Any) -> None:
+        ctx = RoundContext(program, gate, i)
+        try:
+            result = root._eval(ctx, root_input(root, ctx, x))
+            graphs[i] = ExampleGraph(ctx.graph(program), result, ctx.metrics)
+        except _Aborted:
+            pass
+        except BaseException as e:  # raised in the driver's thread
+            errors[i] = e
+        finally:
+            gate.finished()
+
+    threads = _start_threads(expand_one, inputs)
+    rounds = 0
+    try:
+        while contexts := gate.next_round():
+            _run_round(contexts, run_graphs)
+            rounds += 1
+            gate.resume(contexts)
+    except BaseException:
+        gate.abort()
+        raise
+    finally:
+        for t in threads:
+            t.join()
+    if errors:
+        i = min(errors)
+        e = errors[i]
+        if isinstance(e, InputError):
+            raise e.with_example_index(i) from e.__cause__
+        raise e
+    return graphs, rounds
+
+
+def _start_threads(target: Callable, inputs: list) -> list[threading.Thread]:
+    old = threading.stack_size(_THREAD_STACK_BYTES)
+    try:
+        threads = [threading.Thread(target=target, args=(i, x), name=f"refold-round-{i}",
+                                    daemon=True) for i, x in enumerate(inputs)]
+        for t in threads:
+            t.start()
+    finally:
+        threading.stack_size(old)
+    return threads
+
+
+def _run_round(contexts: list[RoundContext], run_graphs: RunGraphs) -> None:
+    """Computes the pending nodes of the waiting examples in one engine call."""
+    busy = [ctx for ctx in contexts if ctx.has_pending()]
+    if not busy:
+        return
+    pending = [ctx.pending_graph() for ctx in busy]
+    values = run_graphs([g for g, _, _ in pending], [r for _, r, _ in pending])
+    for ctx, (_, _, produced), vals in zip(busy, pending, values):
+        ctx.computed(produced, vals)
+
+
+__all__ = ["RoundContext", "expand_in_rounds"]

@@ -1,0 +1,1 @@
+"""Greedy decoding with `td.Unfold`: reverse a digit string, stop at the end symbol."""

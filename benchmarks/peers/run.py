@@ -1,4 +1,4 @@
-"""Refold ÷ DyNet on the two standard workloads, interleaved in one run.
+"""Refold ÷ DyNet on the standard workloads, interleaved in one run.
 
 For each (workload, mode, batch size B), every side runs one untimed pass, then
 `--rounds` timed passes in turn (DyNet, Refold, Refold on one TensorFlow thread,
@@ -28,7 +28,10 @@ DYNET_SETUP = "bash /work/shared/peers/dynet_setup.sh"
 DYNET_PYTHON = os.path.join(os.environ.get("PEERS_HOME", os.path.expanduser(
     "~/.cache/refold-peers")), "dynetvenv", "bin", "python")
 WORKLOADS = {"treelstm": ("sst-synth TreeLSTM, loss at the root (variant R)", "trees/s"),
-             "bilstm": ("bilstm tagger, loss at every word", "sentences/s")}
+             "bilstm": ("bilstm tagger, loss at every word", "sentences/s"),
+             "chartagger": ("BiLSTM tagger with a char BiLSTM for rare words "
+                            "(examples.tagger.chars' language), loss at every word",
+                            "sentences/s")}
 LABELS = {"dynet": "DyNet", "refold": "Refold", "refold-1t": "Refold 1t"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -45,6 +48,10 @@ def make_data(workloads, n: int, seed: int = 0) -> dict:
                             "labels": rng.integers(0, CLASSES, n).tolist()}
     if "bilstm" in workloads:
         data["bilstm"] = {"sentences": [sentence(rng) for _ in range(n)]}
+    if "chartagger" in workloads:
+        from examples.tagger.rare_words import dataset
+        sentences, _, _, vocabulary = dataset(n, 0, rng)
+        data["chartagger"] = {"sentences": sentences, "vocabulary": len(vocabulary)}
     return data
 
 

@@ -97,7 +97,7 @@ def test_the_batched_char_tagger_equals_the_reference(scheduler):
     variables = heads.variables(block)
     vocab = Vocabulary.build([["she", "she", "the", "the", "sings", "sings"]])
     rng = np.random.default_rng(5)
-    sentences = [vocab.encode(*random_sentence(rng)) for _ in range(6)]
+    sentences = [vocab.encode(*random_sentence(rng)) for _ in range(2)]
     sentences.append(vocab.encode(["she", "sings"], ["PRON", "VERB"]))
     sentences.append({"words": [], "tags": []})
     assert any("chars" in w for s in sentences for w in s["words"])
@@ -116,7 +116,7 @@ def test_accuracies_count_all_rare_and_unseen_words():
 
 
 def test_main_trains_both_models_on_a_small_set(capsys):
-    out = chars_main.main(["--train-size", "48", "--test-size", "8", "--epochs", "3",
+    out = chars_main.main(["--train-size", "32", "--test-size", "4", "--epochs", "2",
                            "--batch-size", "16", "--char-embed", "4", "--char-hidden", "4",
                            "--hidden", "6", "--lr", "0.03", "--verbose", "0"])
     for words in ("lookup", "char"):
@@ -124,7 +124,7 @@ def test_main_trains_both_models_on_a_small_set(capsys):
         assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0]
         assert set(out["accuracy"][words]) == {"all", "rare", "unseen"}
     rng = np.random.default_rng(0)
-    _, test, _, _ = dataset(48, 8, rng)
+    _, test, _, _ = dataset(32, 4, rng)
     assert [len(p) for p in out["predictions"]["char"]] == [len(x["words"]) for x in test]
     printed = capsys.readouterr().out
     assert "| lookup only |" in printed and "| char BiLSTM for rare words |" in printed

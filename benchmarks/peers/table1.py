@@ -10,7 +10,8 @@ median sentences/s (trees/s for the TreeLSTM), Refold agenda ÷ DyNet agenda per
 round (median [min-max]), and the paper's own CPU figures (Neubig et al. 2017,
 Table 1) for reference; those come from other data, sizes and hardware, so only the
 ratios within a row here compare like with like. The transition-based parser's row
-is printed as not measured until its workload exists.
+says "not measured yet" until its workload exists; a task left out of `--tasks`
+shows "-".
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def format_table(results: dict, names: list) -> str:
         paper = PAPER_CPU[task]
         quoted = f"{paper['none']:g} / {paper['depth']:g} / {paper['agenda']:g}"
         row = results.get(task)
-        if row is None:
-            cells = ["not measured yet"] * (len(header) - 2)
+        if row is None:  # no workload yet, or not asked for in this run
+            gap = "not measured yet" if task not in MEASURED else "-"
+            cells = [gap] * (len(header) - 2)
         else:
             cells = [f"{row['median'][n]:.0f}" for n in names]
             if "dynet" in names and "refold" in names:

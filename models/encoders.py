@@ -5,7 +5,8 @@
   that position (cell layers run as one `rnn_cells.CellPair`: one launch per step
   for both directions);
 - `sequence_encoder(cell, backward_cell=None)`: a sequence of vectors to one vector
-  (the final `h`, of both directions if `backward_cell` is given);
+  (the final `h`, of both directions if `backward_cell` is given; two layer cells
+  run as one `CellPair`, as in `bidirectional`);
 - `tree_encoder(cell, node_input)`: a tree whose nodes have any number of children
   to the root's state, with a cell taking `(x, [child states])` (child-sum TreeLSTM);
 - `binary_tree_encoder(leaf, node)`: a binary tree of nested pairs to the root's
@@ -69,10 +70,19 @@ def sequence_encoder(cell: Any, backward_cell: Any = None) -> Block:
     With `backward_cell`, the final `h` of a second RNN run over the reversed
     sequence is concatenated to it. `h` is the state, or the state's first item
     when the state is a tuple (an LSTM's `(h, c)`).
+
+    Two layer cells run as one `rnn_cells.CellPair` over the sequence zipped with its
+    reverse, as in `bidirectional`: one launch per step for both directions (a
+    character BiLSTM over every rare word of a batch, say, takes half the steps).
     """
     forward = td.RNN(cell) >> td.GetItem(1) >> _StateH()
     if backward_cell is None:
         return forward
+    if isinstance(cell, Layer) and isinstance(backward_cell, Layer):
+        states = (td.AllOf(td.Identity(), td.Slice(step=-1)) >> td.Zip()
+                  >> td.RNN(CellPair(cell, backward_cell)) >> td.GetItem(1))
+        return states >> td.AllOf(td.GetItem(0) >> _StateH(),
+                                  td.GetItem(1) >> _StateH()) >> td.Concat()
     backward = td.Slice(step=-1) >> td.RNN(backward_cell) >> td.GetItem(1) >> _StateH()
     return td.AllOf(forward, backward) >> td.Concat()
 

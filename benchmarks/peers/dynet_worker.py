@@ -1,9 +1,10 @@
 """DyNet's side of the peer benchmark: our own DyNet programs of the workloads.
 
 Runs under the DyNet venv (`bash /work/shared/peers/dynet_setup.sh`), one CPU thread,
-autobatching on. A timed pass is everything a DyNet training loop does for each
-minibatch of the data (build the graph in Python, forward, backward, SGD update), or
-for inference builds the minibatch's outputs and reads their values in one forward.
+autobatching on (`--autobatch 1`, DyNet's agenda), by depth (2) or off (0). A timed
+pass is everything a DyNet training loop does for each minibatch of the data (build
+the graph in Python, forward, backward, SGD update), or for inference builds the
+minibatch's outputs and reads their values in one forward.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import protocol  # noqa: E402  (standard library only)
 # WORKLOADS.md; the same sizes as benchmarks/workloads.py and benchmarks/bilstm.py
 TREE = dict(vocab=16_000, embed=300, hidden=150, classes=5)
 TAGGER = dict(vocab=16_000, embed=128, hidden=128, tags=50)
+# examples/tagger/char_tagger.py's model at the workload's sizes (benchmarks/peers/run.py);
+# the word vocabulary comes with the data
+CHAR_TAGGER = dict(chars=27, char_embed=20, char_hidden=64, hidden=128, tags=8)
 
 
 def build_tree_lstm(dy, pc, gates: str):
@@ -117,6 +121,34 @@ def build_parser(dy, pc, sizes: dict):
                                                   dy.concatenate(features)]))
             out.append(dy.affine_transform([out_b, out_w, hidden]))
         return out
+def build_char_tagger(dy, pc, vocabulary: int):
+    """`logits(words)`: the tagger above, with a word's vector a lookup if it is
+    frequent (`{"word": id}`) and, if it is rare (`{"word": 0, "chars": [ids]}`), the
+    final outputs of a character LSTM each way over its spelling, concatenated."""
+    c = CHAR_TAGGER
+    e = 2 * c["char_hidden"]
+    embed = pc.add_lookup_parameters((vocabulary, e))
+    char_embed = pc.add_lookup_parameters((c["chars"], c["char_embed"]))
+    char_forward, char_backward = (dy.VanillaLSTMBuilder(1, c["char_embed"], c["char_hidden"],
+                                                         pc) for _ in range(2))
+    forward, backward = (dy.VanillaLSTMBuilder(1, e, c["hidden"], pc) for _ in range(2))
+    out_w = pc.add_parameters((c["tags"], 2 * c["hidden"]))
+    out_b = pc.add_parameters(c["tags"], init=0.0)
+
+    def vector(word):
+        if "chars" not in word:
+            return embed[word["word"]]
+        xs = [char_embed[i] for i in word["chars"]]
+        f = char_forward.initial_state().transduce(xs)[-1]
+        b = char_backward.initial_state().transduce(xs[::-1])[-1]
+        return dy.concatenate([f, b])
+
+    def logits(words):
+        xs = [vector(w) for w in words]
+        fs = forward.initial_state().transduce(xs)
+        bs = backward.initial_state().transduce(xs[::-1])[::-1]
+        return [dy.affine_transform([out_b, out_w, dy.concatenate([f, b])])
+                for f, b in zip(fs, bs)]
 
     return logits
 
@@ -129,7 +161,9 @@ class DynetSide:
         self.models, self.parameters = {}, {}
         builders = {"treelstm": lambda pc: build_tree_lstm(dy, pc, gates),
                     "bilstm": lambda pc: build_tagger(dy, pc),
-                    "parser": lambda pc: build_parser(dy, pc, data["parser"]["sizes"])}
+                    "parser": lambda pc: build_parser(dy, pc, data["parser"]["sizes"]),
+                    "chartagger": lambda pc: build_char_tagger(
+                        dy, pc, data["chartagger"]["vocabulary"])}
         for workload in data:
             # held here: a trainer does not keep its collection alive
             pc = self.parameters[workload] = dy.ParameterCollection()
@@ -194,13 +228,16 @@ def main() -> None:
     parser.add_argument("--gates", choices=["fused", "split"], default="fused",
                         help="TreeLSTM gates: one affine map per node, or one per gate")
     parser.add_argument("--mem", default="2048", help="DyNet's memory pool (MB)")
+    parser.add_argument("--autobatch", type=int, choices=(0, 1, 2), default=1,
+                        help="1: agenda (DyNet's default), 2: by depth, 0: no batching")
     args = parser.parse_args()
     reply = protocol.claim_stdout()
     import dynet_config
-    dynet_config.set(mem=args.mem, random_seed=1, autobatch=1)
+    dynet_config.set(mem=args.mem, random_seed=1, autobatch=args.autobatch)
     import dynet as dy
     side = DynetSide(dy, protocol.load_data(args.data), args.lr, args.gates)
-    protocol.serve(side.run, reply, {"system": "dynet", "autobatch": 1, "gates": args.gates,
+    protocol.serve(side.run, reply, {"system": "dynet", "autobatch": args.autobatch,
+                                     "gates": args.gates,
                                      "dynet": getattr(dy, "__version__", "2.1.2")})
 
 

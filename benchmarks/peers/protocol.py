@@ -2,10 +2,12 @@
 
 Standard library only: the DyNet worker imports it from another interpreter. The
 data file is `{"treelstm": {"trees": [...], "labels": [...]}, "bilstm":
-{"sentences": [{"words": [...], "tags": [...]}, ...]}}`, a tree being a word id
-or a list `[left, right]`. A worker answers a first line `{"ready": true, ...}`,
-then one line per request `{"op": "train"|"infer", "workload": ..., "batch": B,
-"items": n}`: `{"seconds": s, "loss": ...}` or `{"error": message}`.
+{"sentences": [{"words": [...], "tags": [...]}, ...]}, "chartagger": {"sentences":
+[...], "vocabulary": n}}`, a tree being a word id or a list `[left, right]`, a
+chartagger word `{"word": id}` or `{"word": 0, "chars": [ids]}`. A worker answers a
+first line `{"ready": true, ...}`, then one line per request `{"op": "train"|"infer",
+"workload": ..., "batch": B, "items": n}`: `{"seconds": s, "loss": ...}` or
+`{"error": message}`.
 """
 
 from __future__ import annotations

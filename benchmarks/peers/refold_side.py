@@ -21,11 +21,13 @@ class RefoldSide:
 
     Args:
         data: the runner's data (`protocol.make_data`), trees as nested tuples.
-        workloads: which models to build ("treelstm", "bilstm", "parser").
+        workloads: which models to build ("treelstm", "bilstm", "parser",
+            "chartagger").
         lr: the plain SGD learning rate.
+        scheduler: the engine's scheduler, "agenda" or "depth".
     """
 
-    def __init__(self, data: dict, workloads, lr: float):
+    def __init__(self, data: dict, workloads, lr: float, scheduler: str = "agenda"):
         import keras
 
         from compiler import Model
@@ -35,18 +37,22 @@ class RefoldSide:
         if "treelstm" in workloads:
             from benchmarks.workloads import TreeLSTMModel
             tree = TreeLSTMModel(seed=0)
-            model = Model(tree.block)
+            model = Model(tree.block, scheduler=scheduler)
             model.compile(optimizer=keras.optimizers.SGD(lr),
                           loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
             self.train_models["treelstm"] = self.infer_models["treelstm"] = model
         if "bilstm" in workloads:
-            train, infer = tagger_models()
+            train, infer = tagger_models(scheduler)
             train.compile(optimizer=keras.optimizers.SGD(lr))
             self.train_models["bilstm"], self.infer_models["bilstm"] = train, infer
         if "parser" in workloads:
             train, infer = parser_models(data["parser"])
             train.compile(optimizer=keras.optimizers.SGD(lr))
             self.train_models["parser"], self.infer_models["parser"] = train, infer
+        if "chartagger" in workloads:
+            train, infer = char_tagger_models(data["chartagger"]["vocabulary"], scheduler)
+            train.compile(optimizer=keras.optimizers.SGD(lr))
+            self.train_models["chartagger"], self.infer_models["chartagger"] = train, infer
 
     def _inputs(self, workload: str, n: int):
         d = self.data[workload]
@@ -77,7 +83,7 @@ class RefoldSide:
         """Nothing to stop (the runner calls it as it does on its worker processes)."""
 
 
-def tagger_models():
+def tagger_models(scheduler: str = "agenda"):
     """The bilstm tagger as two `Model`s on one set of layers: one trains with a loss
     at every word (`td.Metric`, Fold style), the other predicts logits without tags."""
     import blocks as td
@@ -88,7 +94,20 @@ def tagger_models():
     words = td.GetItem("words") >> td.Map(td.Scalar("int32") >> tagger.embedding)
     logits = heads.tagger(words >> encoders.bidirectional(tagger.forward, tagger.backward),
                           TAGS, logits_layer=tagger.output)
-    return Model(tagger.block), Model(logits)
+    return Model(tagger.block, scheduler=scheduler), Model(logits, scheduler=scheduler)
+
+
+def char_tagger_models(vocabulary: int, scheduler: str = "agenda"):
+    """`examples.tagger.char_tagger`'s model at the workload's sizes (those of the
+    DyNet side, `CHAR_TAGGER` in `dynet_worker.py`), to train with a loss at every word,
+    and the same architecture without tags to predict (its own weights: a pass costs
+    the same whatever the weights are)."""
+    from compiler import Model
+    from examples.tagger.char_tagger import char_tagger_model
+    sizes = dict(words="char", char_embed=20, char_hidden=64, hidden=128)
+    return (Model(char_tagger_model(vocabulary, **sizes), scheduler=scheduler, seed=0),
+            Model(char_tagger_model(vocabulary, tags=None, **sizes), scheduler=scheduler,
+                  seed=0))
 
 
 def parser_models(data: dict):
@@ -112,6 +131,7 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=0,
                         help="TensorFlow intra- and inter-op threads (0: TensorFlow's default)")
     parser.add_argument("--workloads", default="treelstm,bilstm")
+    parser.add_argument("--scheduler", choices=("agenda", "depth"), default="agenda")
     parser.add_argument("--lr", type=float, default=0.1)
     args = parser.parse_args(argv)
     reply = protocol.claim_stdout()
@@ -120,8 +140,9 @@ def main(argv=None) -> None:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     data = protocol.load_data(args.data, tuples=True)
-    side = RefoldSide(data, args.workloads.split(","), args.lr)
+    side = RefoldSide(data, args.workloads.split(","), args.lr, args.scheduler)
     protocol.serve(side.run, reply, {"system": "refold", "threads": args.threads,
+                                     "scheduler": args.scheduler,
                                      "tensorflow": tf.__version__})
 
 

@@ -1,4 +1,4 @@
-"""Refold ÷ DyNet on the standard workloads and the parser, interleaved in one run.
+"""Refold ÷ DyNet on the standard workloads, the parser and the char tagger, interleaved in one run.
 
 For each (workload, mode, batch size B), every side runs one untimed pass, then
 `--rounds` timed passes in turn (DyNet, Refold, Refold on one TensorFlow thread,
@@ -31,7 +31,10 @@ DYNET_PYTHON = os.path.join(os.environ.get("PEERS_HOME", os.path.expanduser(
 WORKLOADS = {"treelstm": ("sst-synth TreeLSTM, loss at the root (variant R)", "trees/s"),
              "bilstm": ("bilstm tagger, loss at every word", "sentences/s"),
              "parser": ("examples.parser's BiLSTM arc-hybrid parser on its synthetic "
-                        "treebank, loss at every oracle transition", "sentences/s")}
+                        "treebank, loss at every oracle transition", "sentences/s"),
+             "chartagger": ("BiLSTM tagger with a char BiLSTM for rare words "
+                            "(examples.tagger.chars' language), loss at every word",
+                            "sentences/s")}
 PARSER_SIZES = dict(embed=100, tag_embed=25, hidden=125, mlp=100)
 """Kiperwasser and Goldberg (2016)'s sizes, with one BiLSTM layer."""
 LABELS = {"dynet": "DyNet", "refold": "Refold", "refold-1t": "Refold 1t"}
@@ -59,6 +62,10 @@ def make_data(workloads, n: int, seed: int = 0) -> dict:
             "sentences": [training_input(s, vocab) for s in sentences],
             "vocab": {"words": vocab.words, "tags": vocab.tags},
             "sizes": {**PARSER_SIZES, "words": len(vocab.words), "tags": len(vocab.tags)}}
+    if "chartagger" in workloads:
+        from examples.tagger.rare_words import dataset
+        sentences, _, _, vocabulary = dataset(n, 0, rng)
+        data["chartagger"] = {"sentences": sentences, "vocabulary": len(vocabulary)}
     return data
 
 

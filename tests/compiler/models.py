@@ -15,7 +15,7 @@ import tensorflow as tf
 from hypothesis import strategies as st
 
 import blocks as td
-from models import encoders, rnn_cells, tree_lstm
+from models import encoders, heads, rnn_cells, tree_lstm
 
 H = 4  # hidden size everywhere
 
@@ -140,6 +140,29 @@ def make_bidirectional_tagger() -> Case:
     seqs = st.lists(st.lists(st.floats(-1, 1, width=32), min_size=3, max_size=3),
                     max_size=6)
     return Case("bidirectional_tagger", block, seqs, weights_of(fw, bw, head))
+
+
+def make_char_tagger() -> Case:
+    """A tagger whose words are a lookup or, for rare words, the final states of a
+    character BiLSTM (`td.OneOf` per word, `encoders.sequence_encoder` over characters),
+    then a BiLSTM over the words and a loss at every word (Plank et al. 2016)."""
+    keras.utils.set_random_seed(8)
+    words, chars = td.Embedding(5, 2 * H, name="words"), td.Embedding(6, 3, name="chars")
+    cells = [rnn_cells.LSTMCell(H, name=n) for n in ("cf", "cb", "wf", "wb")]
+    head = td.FC(3, activation=None)
+    lookup = td.GetItem("word") >> td.Scalar("int32") >> words
+    spelled = (td.GetItem("chars") >> td.Map(td.Scalar("int32") >> chars)
+               >> encoders.sequence_encoder(cells[0], cells[1]))
+    word = td.OneOf(lambda w: "chars" in w, {False: lookup, True: spelled})
+    encoder = td.GetItem("words") >> td.Map(word) >> encoders.bidirectional(cells[2], cells[3])
+    block = heads.tagger(encoder, 3, tags="tags", logits_layer=head)
+    word_input = st.one_of(
+        st.fixed_dictionaries({"word": st.integers(1, 4)}),
+        st.fixed_dictionaries({"word": st.just(0),
+                               "chars": st.lists(st.integers(0, 5), max_size=5)}))
+    sentence = st.lists(st.tuples(word_input, st.integers(0, 2)), max_size=5).map(
+        lambda pairs: {"words": [w for w, _ in pairs], "tags": [t for _, t in pairs]})
+    return Case("char_tagger", block, sentence, weights_of(words, chars, *cells, head))
 
 
 def make_reduce_and_oneof() -> Case:
@@ -287,9 +310,9 @@ def make_transition_system() -> Case:
 
 
 ALL = [make_tree_lstm, make_tree_lstm_loss_everywhere, make_fold_rnn,
-       make_rnn_with_metric_per_step, make_bidirectional_tagger, make_reduce_and_oneof,
-       make_nested_records, make_custom_block, make_greedy_decoder, make_device_decoder,
-       make_transition_system]
+       make_rnn_with_metric_per_step, make_bidirectional_tagger, make_char_tagger,
+       make_reduce_and_oneof, make_nested_records, make_custom_block, make_greedy_decoder,
+       make_device_decoder, make_transition_system]
 
 
 def random_weights_like(shapes: list, seed: int = 0) -> list:

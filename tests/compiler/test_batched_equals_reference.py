@@ -1,8 +1,9 @@
 """The core invariant: batched results and gradients equal the unbatched reference's.
 
 For a family of models (TreeLSTM, TreeLSTM with a loss at every node, Fold RNN,
-RNN with a metric per step, Reduce + OneOf, nested Record/Map with a shared layer),
-random batches of 1 to 64 inputs run through the engine with both schedulers;
+RNN with a metric per step, a BiLSTM tagger with a char BiLSTM for rare words
+(OneOf per word), Reduce + OneOf, nested Record/Map with a shared layer), random
+batches of 1 to 64 inputs run through the engine with both schedulers;
 every result, every metric value and the gradient of a weighted sum of all of
 them with respect to every weight must match the reference evaluator (float32,
 absolute tolerance 1e-5).
@@ -36,12 +37,12 @@ def case(name: str):
 
 @functools.cache
 def engine(name: str, scheduler: str):
+    """`engine_for(case(name), scheduler)`, built once per name and scheduler."""
+    return engine_for(case(name), scheduler)
+
+
+def engine_for(c: models.Case, scheduler: str):
     """A compiler and a traced function returning (outputs, loss, gradients)."""
-    return case_engine(case(name), scheduler)
-
-
-def case_engine(c: models.Case, scheduler: str):
-    """`engine` for any `Case` (e.g. an example's model; tests/examples)."""
     comp = Compiler.create(c.block, scheduler=scheduler)
     weights = _type_weights(comp.program.value_types)
     ex = comp.executor
@@ -108,25 +109,27 @@ def assert_same_result(got, want, where: str):
 
 
 def check_batch(name: str, scheduler: str, inputs: list):
-    check_case_batch(case(name), engine(name, scheduler), inputs, f"{name}/{scheduler}")
+    check_case_batch(case(name), scheduler, inputs, engine(name, scheduler))
 
 
-def check_case_batch(c: models.Case, engine_, inputs: list, where: str):
-    """Runs `inputs` as one batch on `engine_` (from `case_engine(c, ...)`) and checks
-    every result, metric and gradient against the reference evaluator."""
-    comp, run, weights = engine_
+def check_case_batch(c: models.Case, scheduler: str, inputs: list, built=None):
+    """Batched values, metrics and gradients of `c` on `inputs` equal the reference's
+    (`built`: `engine_for(c, scheduler)`, if already built)."""
+    name = c.name
+    comp, run, weights = built or engine_for(c, scheduler)
     plan = comp.plan(inputs)
     plan.schedule.validate()
     outs, loss, grads = run(plan.feed.arrays)
     got = comp.results(plan, [o.numpy() for o in outs])
     for i, x in enumerate(inputs):
         want = reference_eval(c.block, x)
-        assert_same_result(got[i], want, f"{where} input {i}")
+        assert_same_result(got[i], want, f"{name}/{scheduler} input {i}")
     ref_loss, ref_grads = reference_loss_and_grads(c, comp, weights, inputs)
     np.testing.assert_allclose(loss.numpy(), ref_loss.numpy(), atol=1e-4, rtol=1e-5)
     for v, g, r in zip(c.variables, grads, ref_grads):
         np.testing.assert_allclose(g.numpy(), tf.convert_to_tensor(r).numpy(), atol=ATOL,
-                                   rtol=GRAD_RTOL, err_msg=f"{where} gradient of {v.name}")
+                                   rtol=GRAD_RTOL,
+                                   err_msg=f"{name}/{scheduler} gradient of {v.name}")
 
 
 NAMES = [f.__name__[len("make_"):] for f in models.ALL]

@@ -41,7 +41,7 @@ from examples.parser.treebank import (
 )
 from models.heads import variables
 from tests.compiler.models import Case
-from tests.compiler.test_batched_equals_reference import case_engine, check_case_batch
+from tests.compiler.test_batched_equals_reference import check_case_batch, engine_for
 
 # --- trees ------------------------------------------------------------------------------
 
@@ -281,12 +281,12 @@ def parser_case():
 @pytest.mark.parametrize("scheduler", ["agenda", "depth"])
 def test_the_parser_batched_equals_the_reference_in_values_and_gradients(parser_case,
                                                                          scheduler):
-    engine = case_engine(parser_case, scheduler)
+    engine = engine_for(parser_case, scheduler)
 
     @settings(max_examples=3, deadline=None)
     @given(inputs=st.lists(parser_case.inputs, min_size=1, max_size=5))
     def check(inputs):
-        check_case_batch(parser_case, engine, inputs, f"parser/{scheduler}")
+        check_case_batch(parser_case, scheduler, inputs, engine)
     check()
 
 

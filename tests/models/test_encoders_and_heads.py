@@ -71,6 +71,26 @@ def test_sequence_encoder_gives_final_h_of_both_directions():
     np.testing.assert_array_equal(batched[-1], np.zeros(2 * U))
 
 
+def test_sequence_encoder_runs_two_layer_cells_as_one_pair_with_the_gradients_of_two():
+    fw, bw = rnn_cells.LSTMCell(U), rnn_cells.GRUCell(U)
+    paired = td.Map(td.Vector(D)) >> encoders.sequence_encoder(fw, bw)
+    # the same encoder written as two RNNs (what sequence_encoder builds for block cells)
+    two_rnns = td.Map(td.Vector(D)) >> td.AllOf(
+        td.RNN(fw) >> td.GetItem(1) >> td.GetItem(0),
+        td.Slice(step=-1) >> td.RNN(bw) >> td.GetItem(1)) >> td.Concat()
+    assert len(Compiler.create(paired).program.ops) == \
+        len(Compiler.create(two_rnns).program.ops) - 1  # one op runs both cells
+    weights = tf.constant(np.random.default_rng(1).normal(size=(2 * U,)), tf.float32)
+    grads = []
+    for block in (paired, two_rnns):
+        with tf.GradientTape() as tape:
+            loss = tf.add_n([tf.reduce_sum(block._eval(ReferenceContext(), seq) * weights)
+                             for seq in SEQS])
+        grads.append(tape.gradient(loss, fw.weights + bw.weights))
+    for got, want in zip(*grads):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
 def np_xent(logits, label):
     z = logits - logits.max()
     return np.log(np.exp(z).sum()) - z[label]

@@ -384,6 +384,7 @@ class _Reader:
         self.made: dict[int, Any] = {}
         self._busy: set[int] = set()
         self._declarations: list[tuple[Any, dict]] = []
+        self._where = "?"   # the path of the block being made, for errors
 
     def load(self) -> IOBase:
         root = self.value(self.root)
@@ -423,6 +424,7 @@ class _Reader:
                 x = getattr(x, key) if kind == "a" else x[key]
             return x
         path = e.get("path", "?")
+        outer, self._where = self._where, path
         try:
             if "factory" in e:
                 fn = self.value(e["factory"])
@@ -441,6 +443,8 @@ class _Reader:
                                 f"failed: {err}")
             wrapped._refold_block_path = path
             raise wrapped from err
+        finally:
+            self._where = outer
         if "resolves_to" in e:
             self._declarations.append((obj, e["resolves_to"]))
         return obj
@@ -496,7 +500,7 @@ class _Reader:
             import keras
             return keras.saving.deserialize_keras_object(x)
         if tag == "__function__":
-            return self._named(x, x)
+            return self._named(x, self._where)
         if tag == "__module__":
             return importlib.import_module(x)
         if tag == "__code__":

@@ -195,6 +195,8 @@ class _Writer:
             return {tag: [[rec(k), rec(x)] for k, x in v.items()]}
         if isinstance(v, slice):
             return {"__slice__": [rec(v.start), rec(v.stop), rec(v.step)]}
+        if isinstance(v, types.ModuleType):  # e.g. `tf` in a closure
+            return {"__module__": v.__name__}
         if isinstance(v, ResultType):
             return {"__type__": _type_config(v)}
         if isinstance(v, (IOBase, keras.layers.Layer, keras.Variable)):

@@ -582,7 +582,10 @@ class Model(keras.Model):
             tmp, overwrite=True, **kwargs))
 
     def load_weights(self, filepath, **kwargs):
-        """As Keras'; loaded weights count as good again (see `save_weights`)."""
+        """As Keras'; the optimizer's state is loaded too when the file has it (the
+        optimizer is built first, as `BackupAndRestore` does). Loaded weights count
+        as good again (see `save_weights`)."""
+        self._build_optimizer()
         super().load_weights(filepath, **kwargs)
         self._nan_seen = False
 

@@ -18,6 +18,9 @@ SequenceType(TensorType((), 'float32'))
 
 from __future__ import annotations
 
+import functools
+import itertools
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,11 +39,129 @@ def _class_names(classes: Iterable[type]) -> str:
     return " or ".join(c.__name__ for c in classes)
 
 
+# --- provenance: how each block was made, for saving (`blocks.serialization`) ---------
+
+_made = threading.local()        # .stack: the blocks (and factory calls) being built
+_serial = itertools.count()      # creation order of blocks and factory calls
+
+
+def _making() -> list:
+    return _made.__dict__.setdefault("stack", [])
+
+
+class FactoryCall:
+    """One call of a function that builds a block (`@block_factory`): the blocks it
+    made are rebuilt by calling it again, and `result` is what it returned."""
+
+    def __init__(self, fn, args: tuple, kwargs: dict):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.serial = next(_serial)
+        stack = _making()
+        self.made_inside = stack[-1] if stack else None
+        self.result = None
+
+
+def block_factory(fn):
+    """Marks a function that returns a new block (`td.Scalar`, `models.encoders.*`):
+    the block remembers the call, so saving it stores the call (the function by its
+    importable name and the arguments) instead of the blocks inside, which a
+    factory may make with functions defined in its body."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        record = FactoryCall(call, args, kwargs)
+        stack = _making()
+        stack.append(record)
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            stack.pop()
+        if isinstance(result, IOBase) and result._serial >= record.serial:
+            record.result = result
+            result._factory_call = record
+        return result
+
+    return call
+
+
+def _record_construction(init):
+    """Wraps a subclass's `__init__` so that blocks made while it runs know they were
+    made inside this one (a constructor remakes them when the block is loaded)."""
+
+    @functools.wraps(init)
+    def wrapped(self, *args, **kwargs):
+        stack = _making()
+        outer = not stack or stack[-1] is not self
+        if outer:
+            stack.append(self)
+        try:
+            init(self, *args, **kwargs)
+        finally:
+            if outer:
+                stack.pop()
+
+    return wrapped
+
+
 class IOBase:
-    """Anything with an input type and an output type that inference can set."""
+    """Anything with an input type and an output type that inference can set.
+
+    Every instance remembers the arguments it was constructed with and what was
+    being built when it was made: `blocks.serialization` saves a block expression
+    as those constructor calls (`get_config`), as Keras saves a layer.
+    """
 
     _expected_input_types: tuple[type, ...] = (ResultType,)
     _expected_output_types: tuple[type, ...] = (ResultType,)
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        self._init_args = (args, kwargs)
+        self._serial = next(_serial)
+        stack = _making()
+        self._made_inside = stack[-1] if stack else None
+        self._factory_call = None
+        return self
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _record_construction(cls.__dict__["__init__"])
+
+    def get_config(self) -> dict:
+        """The arguments this object was constructed with, by parameter name (blocks,
+        layers, functions and types among them are encoded by
+        `blocks.serialization`). A class whose state is not its constructor's
+        arguments overrides it and `from_config`."""
+        import inspect
+        args, kwargs = self._init_args
+        bound = inspect.signature(type(self).__init__).bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        config = dict(bound.arguments)
+        config.pop(next(iter(config)))  # self
+        return config
+
+    @classmethod
+    def from_config(cls, config: dict):
+        """An instance made from `get_config()`'s arguments (decoded)."""
+        import inspect
+        args, kwargs = [], {}
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        star = any(p.kind is p.VAR_POSITIONAL for p in params)
+        for p in params:  # positional up to *args (if any), keywords after
+            if p.name not in config:
+                continue
+            value = config[p.name]
+            if p.kind is p.VAR_POSITIONAL:
+                args.extend(value)
+                star = False
+            elif p.kind is p.VAR_KEYWORD:
+                kwargs.update(value)
+            elif p.kind is p.POSITIONAL_ONLY or star:
+                args.append(value)
+            else:
+                kwargs[p.name] = value
+        return cls(*args, **kwargs)
 
     def __init__(self, input_type: Any = None, output_type: Any = None, name: str | None = None):
         if name is not None and not isinstance(name, str):

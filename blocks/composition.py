@@ -135,6 +135,33 @@ class Composition(Block):
     def _child_key(self, child):
         return f"[{self._children.index(child)}]"
 
+    def get_config(self) -> dict:
+        """A composition wired with `reads` / `connect` is saved as its children and
+        its wires: `(reader, [(source, item), ...], several)` by child index, with
+        -1 for the composition's input and -2 for its output. (A subclass that
+        wires itself in its constructor, such as `Pipe`, saves its arguments.)"""
+        if type(self) is not Composition:
+            return super().get_config()
+        index = {id(c): i for i, c in enumerate(self._children)}
+        index[id(self._input)], index[id(self._output)] = -1, -2
+        wires = []
+        for reader, sources in self._sources.items():
+            items = [[index[id(b)], _wire_key(b, i)] for b, i in sources]
+            wires.append([index[id(reader)], items, self._multi[reader]])
+        return {"children": list(self._children), "name": self._name, "wires": wires}
+
+    @classmethod
+    def from_config(cls, config: dict):
+        if "wires" not in config:
+            return super().from_config(config)
+        comp = cls(config["children"], name=config["name"])
+        blocks = {i: c for i, c in enumerate(comp._children)}
+        blocks[-1], blocks[-2] = comp._input, comp._output
+        for reader, items, multi in config["wires"]:
+            sources = [blocks[b] if key is None else Wire(blocks[b], key) for b, key in items]
+            comp.connect(sources if multi else sources[0], blocks[reader])
+        return comp
+
     @contextlib.contextmanager
     def scope(self) -> Iterator[Composition]:
         """Makes this composition the one that `reads` wires into, in this thread."""
@@ -289,6 +316,11 @@ class Composition(Block):
         return _gather(values, sources, multi) if sources or multi else None
 
 
+def _wire_key(block: Block, index: Any) -> Any:
+    """How a wire names an item of `block`'s output: a `Record`'s key, else `index`."""
+    return block._keys[index] if index is not None and isinstance(block, Record) else index
+
+
 def _gather(values: list, sources: list, multi: bool) -> Any:
     if not multi:
         if not sources:
@@ -313,7 +345,7 @@ class Pipe(Composition):
             return Identity(name=name) if not converted else converted[0]
         if len(kept) == 1 and name is None:
             return kept[0]
-        pipe = super().__new__(cls)
+        pipe = super().__new__(cls, *blocks, name=name, _from_rshift=_from_rshift)
         pipe._members = kept
         return pipe
 
@@ -557,7 +589,7 @@ class AllOf(Block):
         if not blocks:
             from blocks.inputs import Void
             return Void(name=name)
-        return super().__new__(cls)
+        return super().__new__(cls, *blocks, name=name)
 
     def __init__(self, *blocks: Any, name: str | None = None):
         if not blocks:

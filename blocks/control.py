@@ -225,6 +225,10 @@ class _ForwardDeclarationRef(Block):
     def is_forward_declaration_ref(self) -> bool:
         return True
 
+    @classmethod
+    def from_config(cls, config: dict):
+        return config["decl"]()  # a reference its declaration knows
+
     @property
     def declaration(self) -> ForwardDeclaration:
         return self._decl

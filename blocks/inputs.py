@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from blocks.block import PY, Block, bad_input
+from blocks.block import PY, Block, bad_input, block_factory
 from blocks.errors import BadValueError, InputKeyError
 from blocks.types import (
     BroadcastSequenceType,
@@ -99,6 +99,7 @@ nan is not finite (give the block allow_nonfinite=True to accept NaN and inf)
         return ctx.constant(arr, t)
 
 
+@block_factory
 def Scalar(dtype: Any = "float32", name: str | None = None,  # noqa: N802
            allow_nonfinite: bool = False) -> Tensor:
     """A scalar tensor from a Python number. `Scalar('int32').eval(3)` is `array(3)`.
@@ -110,6 +111,7 @@ def Scalar(dtype: Any = "float32", name: str | None = None,  # noqa: N802
     return block
 
 
+@block_factory
 def Vector(size: int, dtype: Any = "float32", name: str | None = None,  # noqa: N802
            allow_nonfinite: bool = False) -> Tensor:
     """A vector tensor of `size` items from a Python list.
@@ -192,6 +194,7 @@ class GetItem(Block):
             raise bad_input(self, f"cannot take item {self._key!r} of {_describe(x)}") from None
 
 
+@block_factory
 def Slice(*args, start=None, stop=None, step=None, name: str | None = None) -> GetItem:  # noqa: N802
     """`x[start:stop:step]` of a tuple, sequence or Python object (keywords only)."""
     if args:

@@ -196,6 +196,15 @@ class Embedding(Layer):
         self._table.build((None,))
         super().__init__(output_type=TensorType((num_units_out,)), name=name)
 
+    def get_config(self) -> dict:
+        """The constructor's arguments, without an array initializer: the table's
+        values are weights, saved beside the config (a word-vector table would
+        otherwise be copied into it)."""
+        config = super().get_config()
+        if hasattr(config["initializer"], "shape"):
+            config["initializer"] = None
+        return config
+
     @property
     def num_buckets(self) -> int:
         return self._num_buckets

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from blocks.block import PY, Block, bad_input
+from blocks.block import PY, Block, bad_input, block_factory
 from blocks.composition import AllOf, Pipe, convert_to_block
 from blocks.types import (
     BroadcastSequenceType,
@@ -294,6 +294,7 @@ class Reduce(Block):
 
 
 def _reducer(fn_name: str, doc: str):
+    @block_factory
     def make(name: str | None = None) -> Reduce:
         import tensorflow as tf
 
@@ -313,6 +314,7 @@ Max = _reducer("maximum", "The elementwise maximum of a sequence of tensors (zer
 Max.__name__ = "Max"
 
 
+@block_factory
 def Mean(name: str | None = None) -> Block:  # noqa: N802
     """The mean of a sequence of tensors (zeros when empty).
 
@@ -377,6 +379,7 @@ class Zip(Block):
         return [tuple(items) for items in zip(*x)]
 
 
+@block_factory
 def ZipWith(elem_block: Any, name: str | None = None) -> Block:  # noqa: N802
     """`Zip() >> Map(elem_block)`."""
     block = Pipe(Zip(), Map(elem_block), name=name)

@@ -48,6 +48,7 @@ import numpy as np
 import tensorflow as tf
 
 from blocks.layers import is_keras_layer
+from blocks.serialization import deserialize, serialize
 from blocks.types import TensorType
 from blocks.validation import validate
 from compiler.blame import blaming
@@ -147,9 +148,17 @@ class Model(keras.Model):
     @classmethod
     def from_factory(cls, factory: str, factory_kwargs: dict | None = None, **kwargs) -> Model:
         """A model whose block is built by `factory` ("package.module:function"),
-        called with `factory_kwargs`. Such a model can be saved whole
-        (`model.save("m.keras")`) and loaded back with `keras.models.load_model`
-        in a fresh process, which calls the factory again.
+        called with `factory_kwargs`, and which saves that call instead of the block
+        expression.
+
+        `Model(block)` saves the expression itself (`blocks.serialization`), which
+        is what most users want. This stays for the cases where saving the call is
+        better: the file then holds no code, so it loads with `safe_mode=True` even
+        when the block has lambdas or closures (which `Model(block)` saves as
+        bytecode, loadable only with `safe_mode=False`); a load picks up fixes to
+        the factory's code; and arguments such as a pretrained embedding table are
+        not copied into the config. Loading calls the factory again in the loading
+        process, so it must be importable there.
         """
         import importlib
         module, _, fn = factory.partition(":")
@@ -160,20 +169,23 @@ class Model(keras.Model):
         return cls(build(**factory_kwargs), _factory=(factory, factory_kwargs), **kwargs)
 
     def get_config(self) -> dict:
-        if self._factory is None:
-            raise NotImplementedError(
-                "This Model was built from a block object, which cannot be written to a "
-                "file. To save the whole model, build it with Model.from_factory("
-                "'module:function', {...}); or save the weights with save_weights().")
-        return {"factory": self._factory[0], "factory_kwargs": self._factory[1],
-                "scheduler": self.scheduler, "seed": self.seed, "name": self.name,
-                "on_bad_example": self.on_bad_example, "loss_metrics": self.loss_metrics,
-                "cache": self.compiler._cache is not None, "workers": self.compiler.workers}
+        """The block expression (`blocks.serialization.serialize`), or the factory
+        call of `Model.from_factory`, and the model's arguments."""
+        config = {"scheduler": self.scheduler, "seed": self.seed, "name": self.name,
+                  "on_bad_example": self.on_bad_example, "loss_metrics": self.loss_metrics,
+                  "cache": self.compiler._cache is not None, "workers": self.compiler.workers}
+        if self._factory is not None:
+            return {"factory": self._factory[0], "factory_kwargs": self._factory[1],
+                    **config}
+        return {"block": serialize(self.block), **config}
 
     @classmethod
     def from_config(cls, config: dict) -> Model:
         config = dict(config)
-        return cls.from_factory(config.pop("factory"), config.pop("factory_kwargs"), **config)
+        if "factory" in config:
+            return cls.from_factory(config.pop("factory"), config.pop("factory_kwargs"),
+                                    **config)
+        return cls(deserialize(config.pop("block")), **config)
 
     # --- the traced computation ---------------------------------------------------
 
@@ -570,12 +582,18 @@ class Model(keras.Model):
             tmp, overwrite=True, **kwargs))
 
     def load_weights(self, filepath, **kwargs):
-        """As Keras'; loaded weights count as good again (see `save_weights`)."""
+        """As Keras'; the optimizer's state is loaded too when the file has it (the
+        optimizer is built first, as `BackupAndRestore` does). Loaded weights count
+        as good again (see `save_weights`)."""
+        self._build_optimizer()
         super().load_weights(filepath, **kwargs)
         self._nan_seen = False
 
     def save(self, filepath, overwrite: bool = True, **kwargs):
-        """As Keras' (needs `Model.from_factory`), but atomic."""
+        """As Keras': the block expression, the weights and the optimizer's state to
+        a `.keras` file that `keras.models.load_model` reads back. Atomic: written
+        to a temporary file, then renamed, so a failed save leaves the previous
+        file whole. A block that cannot be saved fails before anything is written."""
         if refuse_after_nan(self._nan_seen, filepath):
             return
         self.get_config()  # the clear error, before anything is written

@@ -1,15 +1,21 @@
-"""Writing a `Model` to files: atomic writes, refusal after a NaN, SavedModel export.
+"""Writing a `Model` to files and reading it back: atomic writes, refusal after a
+NaN, checked loading, SavedModel export.
 
 A checkpoint is written to a temporary file and renamed, so a crash mid-write
 leaves the previous one whole; and none is written once a training loss was NaN,
-so the last good weights survive a diverged run. The SavedModel for serving holds
-the traced forward computation on packed arrays, so loading it needs TensorFlow only.
+so the last good weights survive a diverged run. `load_model` is
+`keras.models.load_model` with the file checked first, so that a truncated or
+foreign file says so (Keras reports any unreadable file as "File not found").
+The SavedModel for serving holds the traced forward computation on packed
+arrays, so loading it needs TensorFlow only.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
+import zipfile
 from collections.abc import Callable
 
 import keras
@@ -56,3 +62,55 @@ def write_saved_model(filepath, weights: list, signature: dict,
     module.serve = serve
     tf.saved_model.save(module, str(filepath),
                         signatures={"serving_default": serve.get_concrete_function()})
+
+
+class ModelFileError(ValueError):
+    """A file that `load_model` cannot read as a saved model: missing, truncated,
+    corrupted, or not a `.keras` file."""
+
+
+def load_model(filepath, custom_objects=None, compile: bool = True,  # noqa: A002
+               safe_mode: bool = True):
+    """`keras.models.load_model(filepath, ...)`, after checking that the file is a
+    whole `.keras` archive; a bad file raises `ModelFileError` saying what is wrong.
+
+    Use it like Keras' (`keras.models.load_model` works too, with Keras' errors).
+    `safe_mode=True` refuses blocks holding lambdas or closures (saved as
+    bytecode); pass `safe_mode=False` for a file you trust.
+    """
+    check_model_file(filepath)
+    return keras.models.load_model(filepath, custom_objects=custom_objects,
+                                   compile=compile, safe_mode=safe_mode)
+
+
+def check_model_file(filepath) -> None:
+    """Raises `ModelFileError` unless `filepath` is a readable `.keras` archive."""
+    path = os.fspath(filepath)
+    if not os.path.exists(path):
+        raise ModelFileError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise ModelFileError(f"{path} is a directory, not a .keras file (a SavedModel "
+                             "from Model.export loads with tf.saved_model.load)")
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if not zipfile.is_zipfile(path):
+        what = "empty" if size == 0 else (
+            "the start of a zip archive without its end: truncated (an interrupted "
+            "copy or download?)" if head.startswith(b"PK") else
+            "an HDF5 file (weights: load them with model.load_weights)"
+            if head.startswith(b"\x89HDF") else f"not a zip archive (it starts with {head!r})")
+        raise ModelFileError(f"{path} is not a .keras model file ({size} bytes, {what})")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+            bad = archive.testzip()
+            config = json.loads(archive.read("config.json")) if "config.json" in names \
+                else None
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise ModelFileError(f"{path} is a damaged .keras archive: {e}") from e
+    if bad is not None:
+        raise ModelFileError(f"{path} is a damaged .keras archive: {bad} fails its checksum")
+    if config is None or "model.weights.h5" not in names:
+        raise ModelFileError(f"{path} is a zip archive but not a .keras model file (it has "
+                             f"{sorted(names)[:5]}, not config.json and model.weights.h5)")

@@ -33,12 +33,13 @@ from collections.abc import Callable
 from typing import Any
 
 import blocks as td
-from blocks.block import Block
+from blocks.block import Block, block_factory
 from blocks.layers import Layer
 from blocks.types import TupleType
 from models.rnn_cells import CellPair
 
 
+@block_factory
 def bidirectional(forward_cell: Any, backward_cell: Any) -> Block:
     """`[x_1..x_n] -> [concat(f_1, b_1), ..., concat(f_n, b_n)]`.
 
@@ -64,6 +65,7 @@ def bidirectional(forward_cell: Any, backward_cell: Any) -> Block:
     return td.AllOf(forward, backward) >> td.Zip() >> td.Map(td.Concat())
 
 
+@block_factory
 def sequence_encoder(cell: Any, backward_cell: Any = None) -> Block:
     """`[x_1..x_n] -> h`: the final `h` of `td.RNN(cell)` (zeros for an empty sequence).
 
@@ -99,6 +101,7 @@ class _StateH(Block):
         return x[0] if isinstance(self.input_type, TupleType) else x
 
 
+@block_factory
 def tree_encoder(cell: Any, node_input: Any, children: Any = "children",
                  per_node: Any = None) -> Block:
     """A tree to its root's state, with any number of children per node.
@@ -125,6 +128,7 @@ def tree_encoder(cell: Any, node_input: Any, children: Any = "children",
     return tree()
 
 
+@block_factory
 def binary_tree_encoder(leaf: Any, node: Any, is_leaf: Callable[[Any], bool] | None = None,
                         per_node: Any = None) -> Block:
     """A binary tree of nested pairs `(left, right)` to its root's state.

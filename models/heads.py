@@ -33,7 +33,7 @@ from typing import Any
 import tensorflow as tf
 
 import blocks as td
-from blocks.block import Block
+from blocks.block import Block, block_factory
 
 
 def _cross_entropy(logits, labels):
@@ -45,6 +45,7 @@ def _hit(logits, labels):
                    tf.float32)
 
 
+@block_factory
 def classification_metrics(loss: str = "loss", accuracy: str | None = "accuracy") -> Block:
     """`(logits, label) -> nothing`: emits the softmax cross-entropy under `loss`
     and, unless `accuracy` is None, 1.0 or 0.0 (is argmax the label) under `accuracy`.
@@ -67,6 +68,7 @@ def _reader(key_or_block: Any) -> Block:
     return key_or_block if isinstance(key_or_block, Block) else td.GetItem(key_or_block)
 
 
+@block_factory
 def classifier(encoder: Any, num_classes: int, label: Any = None,
                logits_layer: td.FC | None = None, loss: str = "loss",
                accuracy: str | None = "accuracy") -> Block:
@@ -93,6 +95,7 @@ def classifier(encoder: Any, num_classes: int, label: Any = None,
     return comp
 
 
+@block_factory
 def tagger(encoder: Any, num_tags: int, tags: Any = None, logits_layer: td.FC | None = None,
            loss: str = "loss", accuracy: str | None = "accuracy") -> Block:
     """`input -> [logits_1..logits_n]`: a linear layer on every vector `encoder` gives.
@@ -121,6 +124,7 @@ def tagger(encoder: Any, num_tags: int, tags: Any = None, logits_layer: td.FC | 
     return comp
 
 
+@block_factory
 def node_classifier(num_classes: int, label: Any = "label", logits_layer: td.FC | None = None,
                     loss: str = "loss", accuracy: str | None = "accuracy") -> Block:
     """`(state, node) -> nothing`: a loss on every tree node, for a tree encoder's

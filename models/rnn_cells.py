@@ -34,6 +34,7 @@ import keras
 import tensorflow as tf
 
 import blocks as td
+from blocks.block import block_factory
 from blocks.layers import Layer
 from blocks.types import ResultType, TensorType, TupleType
 from models import gates
@@ -270,6 +271,7 @@ class CellPair(Layer):
         return (out_1, out_2), (state_1, state_2)
 
 
+@block_factory
 def fold_step(cell: Any) -> td.Block:
     """A `td.Fold` combine block from a cell: `(state, x) -> cell((x, state))[1]`.
 
@@ -279,6 +281,7 @@ def fold_step(cell: Any) -> td.Block:
     return td.AllOf(td.GetItem(1), td.GetItem(0)) >> cell >> td.GetItem(1)
 
 
+@block_factory
 def rnn_outputs(cell: Any) -> td.Block:
     """`td.RNN(cell)`'s outputs only: a sequence of inputs to a sequence of outputs."""
     return td.RNN(cell) >> td.GetItem(0)

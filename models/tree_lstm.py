@@ -226,6 +226,9 @@ class ChildSumTreeLSTMCell(Block):
         name: a name for the block and its weights.
 
     Attributes:
+        variables: the gates' kernel and bias, then the forget gate's. (Its layers
+            are declared to a `Model` by the `Function` blocks inside it, so its
+            `weights()` is `Block`'s.)
         gates: the layer computing i, o, u from `[x, h~]` (kernel `[input_size +
             hidden, 3 * hidden]`, columns i, o, u).
         forget: the layer computing a child's forget gate from `[x, h_k]` (kernel
@@ -256,7 +259,7 @@ class ChildSumTreeLSTMCell(Block):
                                     name=self._name, _layers=(self.gates, self.forget))
 
     @property
-    def weights(self) -> list:
+    def variables(self) -> list:
         """The variables: the gates' kernel and bias, then the forget gate's."""
         return self.gates.weights + self.forget.weights
 

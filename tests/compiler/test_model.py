@@ -226,12 +226,6 @@ def test_resuming_from_a_checkpoint_continues_exactly(tmp_path):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6, err_msg=a.name)
 
 
-def test_a_model_built_from_a_block_object_explains_how_to_save_it_whole(tmp_path):
-    with pytest.raises(NotImplementedError, match="from_factory"):
-        Model(factories.tree_sign()).save(str(tmp_path / "m.keras"))
-    assert not os.listdir(tmp_path)
-
-
 def test_an_exported_savedmodel_predicts_the_same_in_a_fresh_process(tmp_path):
     trees, y = sign_data(20, seed=8)
     model = compiled(Model(factories.tree_sign()))

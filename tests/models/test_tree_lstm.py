@@ -151,7 +151,7 @@ def test_child_sum_forget_gates_are_per_child():
     # Two children with equal c but different h must be forgotten differently:
     # swapping which child holds which c changes the result.
     cell = tree_lstm.child_sum_cell(H, D)
-    randomize(cell.weights, 6)
+    randomize(cell.variables, 6)
     block = td.Record((td.Vector(D), td.Map(state_block()))) >> cell
     ha, hb, ca, cb = [1.0, 0, 0], [0, 0, 2.0], [1.0, 1.0, 1.0], [-1.0, 2.0, 0.5]
     a = block.eval(([0.5, 0.5], [(ha, ca), (hb, cb)]))[1]
@@ -162,7 +162,7 @@ def test_child_sum_forget_gates_are_per_child():
 def test_child_sum_shared_uses_the_same_weights():
     cell = tree_lstm.child_sum_cell(H, D)
     other = cell.shared()
-    assert [id(w) for w in other.weights] == [id(w) for w in cell.weights]
+    assert [id(w) for w in other.variables] == [id(w) for w in cell.variables]
     a = td.Record((td.Vector(D), td.Map(state_block()))) >> cell
     b = td.Record((td.Vector(D), td.Map(state_block()))) >> other
     inp = ([1.0, 2.0], [([0.1] * H, [0.2] * H)])

@@ -256,8 +256,13 @@ class ChildSumTreeLSTMCell(Block):
                                     name=self._name, _layers=(self.gates, self.forget))
 
     @property
-    def weights(self) -> list:
-        """The variables: the gates' kernel and bias, then the forget gate's."""
+    def variables(self) -> list:
+        """The variables: the gates' kernel and bias, then the forget gate's.
+
+        (Not `weights`: that is `Block.weights()`, the method through which
+        `compiler.Model` collects what to train; this block's sub-blocks declare
+        its layers there.)
+        """
         return self.gates.weights + self.forget.weights
 
     def _repr_args(self):

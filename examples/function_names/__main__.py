@@ -39,7 +39,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--classes", type=int, default=20, help="the k most frequent first words")
     p.add_argument("--other", action="store_true", help="keep the rest as class 'other'")
     p.add_argument("--max-nodes", type=int, default=120, help="leave out larger trees")
-    p.add_argument("--min-count", type=int, default=2,
+    p.add_argument("--min-count", type=int, default=5,
                    help="tokens seen fewer times in training are <unk>")
     p.add_argument("--models", nargs="+", default=list(ENCODERS), choices=ENCODERS)
     p.add_argument("--embed", type=int, default=32)

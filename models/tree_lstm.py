@@ -260,7 +260,12 @@ class ChildSumTreeLSTMCell(Block):
 
     @property
     def variables(self) -> list:
-        """The variables: the gates' kernel and bias, then the forget gate's."""
+        """The variables: the gates' kernel and bias, then the forget gate's.
+
+        (Not `weights`: that is `Block.weights()`, the method through which
+        `compiler.Model` collects what to train; this block's sub-blocks declare
+        its layers there.)
+        """
         return self.gates.weights + self.forget.weights
 
     def _repr_args(self):

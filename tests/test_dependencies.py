@@ -1,4 +1,4 @@
-"""The core library needs TensorFlow, NumPy and Numba only; the examples' tools are an extra."""
+"""The core library needs TensorFlow, NumPy and Numba only; the examples' tools are extras."""
 
 from __future__ import annotations
 
@@ -28,6 +28,12 @@ def test_plotting_and_tensorboard_are_the_examples_extra_and_the_tests_pull_it_i
     assert "refold[examples]" in extras["test"]
 
 
+def test_rdkit_is_the_molecules_extra_and_the_tests_pull_it_in():
+    extras = project()["optional-dependencies"]
+    assert [d.split(">")[0] for d in extras["molecules"]] == ["rdkit"]
+    assert "refold[molecules]" in extras["test"]
+
+
 def test_the_library_imports_without_matplotlib_or_tensorboard():
     # Keras itself imports matplotlib when it is installed (keras.visualization, in a
     # try/except), so "not in sys.modules" cannot hold in an environment with the extras.
@@ -35,7 +41,7 @@ def test_the_library_imports_without_matplotlib_or_tensorboard():
     # imports either at module level then fails here.
     script = textwrap.dedent("""
         import sys
-        for name in ("matplotlib", "tensorboard"):
+        for name in ("matplotlib", "tensorboard", "rdkit"):
             sys.modules[name] = None  # `import name` now raises ImportError
         import blocks, compiler, models, scheduler  # noqa: F401
         ours = ("blocks", "compiler", "models", "scheduler")

@@ -250,3 +250,18 @@ def test_tree_rnn_with_input_at_nodes_reads_x_then_children():
 def test_tree_rnn_leaf_needs_input_size():
     with pytest.raises(ValueError, match="input_size"):
         tree_rnn.TreeRNNCell(H, num_children=0)
+
+
+def test_a_model_over_a_child_sum_cell_trains_its_weights():
+    # The cell once hid Block.weights() behind a property of that name, so Model()
+    # failed with "'list' object is not callable" on any block holding one.
+    from compiler import Model
+    cell = tree_lstm.child_sum_cell(H, D)
+    block = child_sum_model(cell) >> td.GetItem(0) >> td.FC(1, activation=None)
+    model = Model(block)
+    assert {id(v) for v in cell.variables} <= {id(v) for v in model.trainable_weights}
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    before = [np.array(v) for v in cell.variables]
+    trees = [random_kids_tree(np.random.default_rng(3)) for _ in range(4)]
+    model.fit(trees, np.ones((4, 1), np.float32), batch_size=4, epochs=1, verbose=0)
+    assert all(not np.allclose(b, np.array(v)) for b, v in zip(before, cell.variables))

@@ -1,0 +1,47 @@
+"""Three encoders of a function's syntax tree, for the same classifier.
+
+All read the input of `data.Task.encode`, embed the same tokens (node types and
+identifiers) with an `embed`-sized table and end in a linear layer to the classes:
+
+* `tree_lstm`: a child-sum TreeLSTM (`models.tree_lstm`, Tai et al. 2015) over the
+  syntax tree, bottom-up; the root's `h` (`hidden` units) is classified;
+* `bag`: the mean of the tokens' embeddings, then a `hidden`-unit ReLU layer: a bag of
+  node types and identifiers, blind to structure and order;
+* `bilstm`: an LSTM of `hidden` units each way over the tokens in pre-order; the final
+  `h` of both directions is classified: order, but structure only as far as pre-order
+  and the node types show it.
+
+>>> m = encoder_block("tree_lstm", vocab_size=5, num_classes=3, embed=4, hidden=6)
+>>> x = {"tree": {"t": 1, "c": [{"t": 2, "c": []}, {"t": 3, "c": []}]}, "tokens": [1, 2, 3]}
+>>> [encoder_block(k, 5, 3, 4, 6).eval(x).shape for k in ENCODERS]
+[(3,), (3,), (3,)]
+"""
+
+from __future__ import annotations
+
+import blocks as td
+from models import encoders, rnn_cells, tree_lstm
+
+__all__ = ["ENCODERS", "encoder_block"]
+
+ENCODERS = ("tree_lstm", "bag", "bilstm")
+
+
+def encoder_block(kind: str, vocab_size: int, num_classes: int, embed: int = 32,
+                  hidden: int = 64) -> td.Block:
+    """`example -> logits[num_classes]` for encoder `kind` (one of `ENCODERS`)."""
+    embedding = td.Embedding(vocab_size, embed, name="tokens")
+    token = td.Scalar("int32") >> embedding
+    logits = td.FC(num_classes, activation=None, name="logits")
+    if kind == "tree_lstm":
+        cell = tree_lstm.ChildSumTreeLSTMCell(hidden, embed, name="child_sum")
+        tree = encoders.tree_encoder(cell, td.GetItem("t") >> token, children="c")
+        return td.GetItem("tree") >> tree >> td.GetItem(0) >> logits
+    tokens = td.GetItem("tokens") >> td.Map(token)
+    if kind == "bag":
+        return tokens >> td.Mean() >> td.FC(hidden, name="hidden") >> logits
+    if kind == "bilstm":
+        both = encoders.sequence_encoder(rnn_cells.LSTMCell(hidden, embed, name="forward"),
+                                         rnn_cells.LSTMCell(hidden, embed, name="backward"))
+        return tokens >> both >> logits
+    raise ValueError(f"encoder must be one of {ENCODERS}, got {kind!r}")

@@ -26,8 +26,8 @@ time per call counts, so the machine's load drifts over all of them alike.
   program, sst-synth, same-shape trees, train and inference steps (planning not
   included).
 - `weightgrads`: the weight gradients of the loop's ops taken once per step,
-  batched over all their nodes (`Executor(batched_weight_grads=True)`, the
-  default), against TensorFlow's, taken in every iteration of the backward loop.
+  batched over all their nodes (`Executor(batched_weight_grads=True)`), against
+  TensorFlow's, taken in every iteration of the backward loop (the default).
   Training steps of the sst-synth TreeLSTM (same-shape trees, loss at the root)
   and of the bilstm tagger (loss at every word), planning not included, each
   variant on several engines (`--instances`), at `--batch-sizes`; the last
@@ -274,7 +274,7 @@ def weightgrads(batch_sizes: list, rounds: int, instances: int = 2) -> dict:
     from benchmarks import bilstm
     from benchmarks.treelstm import EngineVariant
     from benchmarks.workloads import TreeLSTMModel
-    variants = {"once per step (default)": True, "every iteration": False}
+    variants = {"once per step": True, "every iteration (default)": False}
     out = {}
     print(f"\n## weight gradients of the loop's ops: ms per training step (median of "
           f"{rounds}, {instances} engines each)")
@@ -302,7 +302,7 @@ def weightgrads(batch_sizes: list, rounds: int, instances: int = 2) -> dict:
         for work in ("TreeLSTM", "tagger"):
             t = {n: np.mean([raw[(work, n, i)] for i in range(instances)], axis=0)
                  for n in variants}
-            once, every = t["once per step (default)"], t["every iteration"]
+            once, every = t["once per step"], t["every iteration (default)"]
             ratio = float(np.median(every / once))
             out[(work, b)] = {"once": float(np.median(once)), "every": float(np.median(every)),
                               "every / once": ratio}

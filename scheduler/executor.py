@@ -104,14 +104,16 @@ class Executor:
             benchmarks.ablations --only rowlists`).
         batched_weight_grads: under a gradient tape, take the weight gradients
             of the loop's ops once per step, batched over all their nodes, rather
-            than in every iteration of the backward loop
-            (`scheduler.weight_grads`; the default); False keeps TensorFlow's
-            per-iteration gradients (for comparison: `python -m
-            benchmarks.ablations --only weightgrads`).
+            than in every iteration of the backward loop, as TensorFlow does (the
+            default, False). Measured faster at batch 1 and for the bilstm
+            tagger, slower for the TreeLSTM from batch 16 on, since it runs the
+            loop's ops once more (`scheduler.weight_grads`; BENCHMARKS.md,
+            "Weight gradients once per step"; `python -m benchmarks.ablations
+            --only weightgrads`).
     """
 
     def __init__(self, ops: Sequence[Any], value_types: Sequence[Any], row_lists: bool = True,
-                 batched_weight_grads: bool = True):
+                 batched_weight_grads: bool = False):
         for name, flag in (("row_lists", row_lists),
                            ("batched_weight_grads", batched_weight_grads)):
             if not isinstance(flag, bool):

@@ -4,7 +4,7 @@ Differentiating a `tf.while_loop` gives a backward loop that, every iteration,
 computes the gradient of each weight the body reads (one small matmul per weight
 at a launch of a few rows) and adds it to a running sum (an `AddN` per weight).
 At batch 1 and 16 those small kernels are a large part of a training step. The
-executor can instead (`Executor(batched_weight_grads=True)`):
+executor can instead (`Executor(batched_weight_grads=True)`; off by default):
 
 1. call each loop op through `inputs_only`, whose gradient reaches the op's
    arguments but not its weights, so the backward loop only carries values back;
@@ -15,8 +15,11 @@ executor can instead (`Executor(batched_weight_grads=True)`):
    read from the buffers as the loop left them) and take its weight gradients in
    one batched call, which the tap returns as the gradients of the weights' reads.
 
-The values are the same sums in another order (tested against the per-iteration
-gradients). Figures: BENCHMARKS.md, "Weight gradients once per step".
+The values are the same sums in another order (tested against the oracle, as
+the per-iteration gradients are). It pays where the backward loop's small
+kernels dominate (batch 1; the bilstm tagger's many short launches) and costs
+where the op's second run does (the TreeLSTM from batch 16 on), so it is not
+the default. Figures: BENCHMARKS.md, "Weight gradients once per step".
 """
 
 from __future__ import annotations

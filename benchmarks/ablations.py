@@ -1,6 +1,7 @@
 """Ablations: a model-zoo choice against its alternatives, paired in one process.
 
-Run: `python -m benchmarks.ablations [--only rowlists,conds,cells,bidirectional] [--rounds N]`.
+Run: `python -m benchmarks.ablations [--only rowlists,conds,cells,bidirectional,weightgrads]
+[--rounds N] [--batch-sizes 16,64]`.
 Every variant is built on the same weights and batch; the calls of all variants
 are interleaved round after round (each round in another order), and the median
 time per call counts, so the machine's load drifts over all of them alike.
@@ -24,6 +25,13 @@ time per call counts, so the machine's load drifts over all of them alike.
   strided slices with a one-concat custom gradient. Engine and hand-batched
   program, sst-synth, same-shape trees, train and inference steps (planning not
   included).
+- `weightgrads`: the weight gradients of the loop's ops taken once per step,
+  batched over all their nodes (`Executor(batched_weight_grads=True)`), against
+  TensorFlow's, taken in every iteration of the backward loop (the default).
+  Training steps of the sst-synth TreeLSTM (same-shape trees, loss at the root)
+  and of the bilstm tagger (loss at every word), planning not included, each
+  variant on several engines (`--instances`), at `--batch-sizes`; the last
+  column is the median of per-round ratios.
 - `bidirectional`: the bilstm tagger with `encoders.bidirectional` (both cells as
   one `rnn_cells.CellPair`) against the same encoder written as two RNNs, and the
   padded Keras BiLSTM, train and inference steps (planning included).
@@ -260,6 +268,49 @@ def bidirectional(batch_sizes: list, rounds: int) -> dict:
     return out
 
 
+def weightgrads(batch_sizes: list, rounds: int, instances: int = 2) -> dict:
+    """ms per training step with the loop's weight gradients once per step (batched)
+    and once per iteration (TensorFlow's), TreeLSTM and bilstm tagger."""
+    from benchmarks import bilstm
+    from benchmarks.treelstm import EngineVariant
+    from benchmarks.workloads import TreeLSTMModel
+    variants = {"once per step": True, "every iteration (default)": False}
+    out = {}
+    print(f"\n## weight gradients of the loop's ops: ms per training step (median of "
+          f"{rounds}, {instances} engines each)")
+    print("| workload | B | once per step | every iteration | every ÷ once |")
+    print("|---|---|---|---|---|")
+    for b in batch_sizes:
+        _, trees, labels = _treelstm_batch(b)
+        sentences = [bilstm.sentence(np.random.default_rng(i)) for i in range(b)]
+        tree_model, tagger_model = TreeLSTMModel(seed=0), bilstm.TaggerModel(seed=0)
+        fns = {}
+        for i in range(instances):
+            for name in list(variants)[i % 2:] + list(variants)[:i % 2]:
+                tree = EngineVariant(tree_model, "agenda")
+                tree.compiler.executor.batched_weight_grads = variants[name]  # read when traced
+                arrays = tree.compiler.plan(trees).feed.arrays
+                fns[("TreeLSTM", name, i)] = \
+                    lambda e=tree, a=arrays, y=labels: e.train_fn(a, y).numpy()
+                tagger = bilstm.Engine(tagger_model)
+                tagger.compiler.executor.batched_weight_grads = variants[name]
+                plan = tagger.compiler.plan(sentences, grouped=True)
+                bounds = plan.metric_bounds(tagger.compiler.program)[tagger.loss_id]
+                fns[("tagger", name, i)] = \
+                    lambda e=tagger, a=plan.feed.arrays, bd=bounds: e.train_fn(a, bd).numpy()
+        raw = _rounds(fns, rounds)
+        for work in ("TreeLSTM", "tagger"):
+            t = {n: np.mean([raw[(work, n, i)] for i in range(instances)], axis=0)
+                 for n in variants}
+            once, every = t["once per step"], t["every iteration (default)"]
+            ratio = float(np.median(every / once))
+            out[(work, b)] = {"once": float(np.median(once)), "every": float(np.median(every)),
+                              "every / once": ratio}
+            print(f"| {work} | {b} | {np.median(once):.2f} | {np.median(every):.2f} | "
+                  f"{ratio:.3f} |", flush=True)
+    return out
+
+
 def _fetch(outputs):
     return [np.asarray(o) for o in outputs] if isinstance(outputs, (list, tuple)) \
         else np.asarray(outputs)
@@ -267,11 +318,13 @@ def _fetch(outputs):
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="rowlists,conds,cells,bidirectional")
+    parser.add_argument("--only", default="rowlists,conds,cells,bidirectional,weightgrads")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--batch", type=int, default=64, help="for rowlists, conds and cells")
-    parser.add_argument("--batch-sizes", default="16,64", help="for bidirectional")
-    parser.add_argument("--instances", type=int, default=3, help="engines per variant, conds")
+    parser.add_argument("--batch-sizes", default="16,64",
+                        help="for bidirectional and weightgrads")
+    parser.add_argument("--instances", type=int, default=3,
+                        help="engines per variant, conds and weightgrads")
     args = parser.parse_args(argv)
     only = args.only.split(",")
     out = {}
@@ -284,6 +337,9 @@ def main(argv=None) -> dict:
     if "bidirectional" in only:
         out["bidirectional"] = bidirectional(
             [int(b) for b in args.batch_sizes.split(",")], args.rounds)
+    if "weightgrads" in only:
+        out["weightgrads"] = weightgrads(
+            [int(b) for b in args.batch_sizes.split(",")], args.rounds, args.instances)
     return out
 
 

@@ -102,13 +102,25 @@ class Executor:
             as its own row list (the default); False stacks the rows of a value
             type, as a loop of several ops must (for comparison: `python -m
             benchmarks.ablations --only rowlists`).
+        batched_weight_grads: under a gradient tape, take the weight gradients
+            of the loop's ops once per step, batched over all their nodes, rather
+            than in every iteration of the backward loop, as TensorFlow does (the
+            default, False). Measured faster at batch 1 and for the bilstm
+            tagger, slower for the TreeLSTM from batch 16 on, since it runs the
+            loop's ops once more (`scheduler.weight_grads`; BENCHMARKS.md,
+            "Weight gradients once per step"; `python -m benchmarks.ablations
+            --only weightgrads`).
     """
 
-    def __init__(self, ops: Sequence[Any], value_types: Sequence[Any], row_lists: bool = True):
-        if not isinstance(row_lists, bool):
-            raise TypeError(f"row_lists must be True or False, got {row_lists!r}")
+    def __init__(self, ops: Sequence[Any], value_types: Sequence[Any], row_lists: bool = True,
+                 batched_weight_grads: bool = False):
+        for name, flag in (("row_lists", row_lists),
+                           ("batched_weight_grads", batched_weight_grads)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False, got {flag!r}")
         self.ops = list(ops)
         self.row_lists = row_lists
+        self.batched_weight_grads = batched_weight_grads
         self.layout = Layout.build(self.ops, value_types)
 
     @property
@@ -141,9 +153,12 @@ class Executor:
             return parts[segment_id[name]]
 
         made = [[c] for c in self._constants(arrays, seg)]
-        bufs = self._before_loop(made, seg)
-        carried, ys, g_end = self._loop(bufs, seg)
-        return self._after_loop(bufs, carried, ys, g_end, seg)
+        deferred = self._deferred_weights()
+        final: dict = {}  # loop type -> its buffer as the loop left it (for the tap)
+        tap = self._weight_tap(deferred, final, seg) if deferred else None
+        bufs = self._before_loop(made, seg, tap)
+        carried, ys, g_end = self._loop(bufs, seg, deferred)
+        return self._after_loop(bufs, carried, ys, g_end, seg, final if tap else None)
 
     def _constants(self, arrays: dict, seg) -> list:
         """Per value type, its constant rows `[c_k, *shape]`."""
@@ -157,23 +172,25 @@ class Executor:
                 consts[k] = tf.reshape(flat, (-1, *lay.value_types[k].shape))
         return consts
 
-    def _before_loop(self, made: list, seg) -> list:
+    def _before_loop(self, made: list, seg, tap=None) -> list:
         """Runs the outer launches (appending to `made`, per type the row blocks made
-        so far); returns each type's buffer (a loop type's padded to its rows)."""
+        so far); returns each type's buffer (a loop type's padded to its rows; the
+        float types' padding, the loop's rows, through `tap` if given)."""
         import tensorflow as tf
         lay = self.layout
         self._run_outside_loop("outer", lay.outer_ops, made, seg)
         n_rows = seg("n_rows")
-        bufs = []
-        for k, t in enumerate(lay.value_types):
-            if k not in lay.loop_types:
-                bufs.append(_joined(made[k]))
-                continue
+        pads = {}
+        for k in lay.loop_types:
+            t = lay.value_types[k]
             have = tf.add_n([tf.shape(p)[0] for p in made[k]])
             pad_shape = tf.concat([[n_rows[k] - have],
                                    tf.constant(t.shape, tf.int32, shape=[len(t.shape)])], 0)
-            bufs.append(tf.concat(made[k] + [tf.zeros(pad_shape, dtype_name(t))], 0))
-        return bufs
+            pads[k] = tf.zeros(pad_shape, dtype_name(t))
+        if tap is not None:
+            pads.update(zip(self._tapped_types(), tap([pads[k] for k in self._tapped_types()])))
+        return [tf.concat(made[k] + [pads[k]], 0) if k in pads else _joined(made[k])
+                for k in range(lay.n_types)]
 
     def _row_lists(self) -> tuple[dict, dict]:
         """Per loop type, how many row lists an iteration gathers and writes: with
@@ -185,9 +202,10 @@ class Executor:
         n_out = {k: 1 if only is None else lay.op_out[only].count(k) for k in lay.loop_types}
         return n_in, n_out
 
-    def _branch(self, o: int, xs: list, n, stacked: bool):
+    def _branch(self, o: int, xs: list, n, stacked: bool, deferred: dict):
         """Loop op o's launch on gathered rows `xs` (per loop type, its row lists):
-        returns its outputs as row lists per loop type."""
+        returns its outputs as row lists per loop type (through
+        `weight_grads.inputs_only` if its weight gradients are `deferred`)."""
         import tensorflow as tf
         lay = self.layout
         ins = lay.op_in[o]
@@ -199,7 +217,11 @@ class Executor:
                      for k in set(ins) if ins.count(k) > 1}
             args = [split[k][int(lay.arg_typepos[o, a])] if k in split else xs[slot[k]][0]
                     for a, k in enumerate(ins)]
-        outs = self._call(o, args, n)
+        if o in deferred:
+            from scheduler.weight_grads import inputs_only
+            outs = inputs_only(lambda *a: self._call(o, list(a), n), args)
+        else:
+            outs = self._call(o, args, n)
         ys = []
         for k in lay.loop_types:
             mine = [outs[s] for s, kk in enumerate(lay.op_out[o]) if kk == k]
@@ -222,7 +244,7 @@ class Executor:
             cols += [s[:-1], s[1:] - s[:-1], out_bounds[:-2], out_bounds[1:-1]]
         return tf.stack(cols, axis=1)
 
-    def _loop(self, bufs: list, seg):
+    def _loop(self, bufs: list, seg, deferred: dict):
         """The loop, one launch per iteration; returns the loop types' buffers, the
         last launch's outputs (not yet written) and the number of launches."""
         import tensorflow as tf
@@ -247,7 +269,8 @@ class Executor:
                                   _parts(rows, n_in[k]))
                 new_bufs.append(b)
                 xs.append(x)
-            branches = [lambda o=o: self._branch(o, xs, row[1], stacked) for o in lay.loop_ops]
+            branches = [lambda o=o: self._branch(o, xs, row[1], stacked, deferred)
+                        for o in lay.loop_ops]
             ys = tf.switch_case(row[0], branches) if len(branches) > 1 else branches[0]()
             ys = [[tf.ensure_shape(y, (None, *shapes[k])) for y in ys_k]
                   for k, ys_k in zip(loop_types, ys)]
@@ -267,9 +290,13 @@ class Executor:
                                          for k in loop_types], invariants))
         return carried, ys, g_end
 
-    def _after_loop(self, bufs: list, carried: list, ys: list, g_end, seg) -> list:
+    def _after_loop(self, bufs: list, carried: list, ys: list, g_end, seg,
+                    final: dict | None = None) -> list:
         """Gathers the rows the tail and the results need, runs the tail; returns,
-        per value type, the rows asked for."""
+        per value type, the rows asked for. With `final`, also keeps there each
+        loop type's buffer as the loop left it, for the weight gradients: it holds
+        every row a loop launch read (the last launch's outputs, not yet written,
+        are read by no launch)."""
         import tensorflow as tf
 
         from scheduler.inplace import final_read
@@ -284,6 +311,8 @@ class Executor:
                 written = tf.range(bounds[g_end], bounds[g_end + 1])
                 post.append(final_read(carried[slot[k]], ys[slot[k]],
                                        _parts(written, n_out[k]), rows))
+                if final is not None:  # every row a loop launch reads is written
+                    final[k] = carried[slot[k]]
             else:  # never touched by the loop: a plain read
                 post.append(tf.gather(bufs[k], rows))
         if not lay.tail_ops:
@@ -291,6 +320,92 @@ class Executor:
         made = [[p] for p in post]
         self._run_outside_loop("tail", lay.tail_ops, made, seg)
         return [tf.gather(_joined(made[k]), seg(f"read_rows_{k}")) for k in range(lay.n_types)]
+
+    # --- weight gradients once per step (scheduler.weight_grads) -----------------------
+
+    def _deferred_weights(self) -> dict:
+        """Loop op -> the weights whose gradients it defers to the tap (only under a
+        gradient tape, with `batched_weight_grads`): every loop op that reads
+        trainable weights, has a float output, and runs on zero rows."""
+        from tensorflow.python.eager import record
+        if not (self.batched_weight_grads and self.layout.loop_ops
+                and record.could_possibly_record()):
+            return {}
+        if not hasattr(self, "_loop_weights"):
+            from scheduler.weight_grads import variables_of
+            lay, tapped = self.layout, set(self._tapped_types())
+            self._loop_weights = {}
+            for o in lay.loop_ops:
+                found = variables_of(self.ops[o].fn, [lay.value_types[k] for k in lay.op_in[o]])
+                if found and tapped & set(lay.op_out[o]):
+                    self._loop_weights[o] = found
+        return self._loop_weights
+
+    def _tapped_types(self) -> list:
+        """The loop's float value types: the ones whose gradients the tap reads."""
+        import tensorflow as tf
+        lay = self.layout
+        return [k for k in lay.loop_types
+                if tf.as_dtype(dtype_name(lay.value_types[k])).is_floating]
+
+    def _weight_tap(self, deferred: dict, final: dict, seg):
+        """The tap whose gradient adds the deferred weights' gradients (`final`:
+        per loop type, its buffer after the loop, filled in by `_after_loop`)."""
+        import tensorflow as tf
+
+        from scheduler.weight_grads import WeightTap
+        variables = list({v.ref(): v for vs in deferred.values() for v in vs}.values())
+        types = self._tapped_types()
+
+        def weight_grads(g_pads: list) -> list:
+            grads = {v.ref(): [] for v in variables}
+            for o, vs in deferred.items():
+                for v, g in zip(vs, self._op_weight_grads(o, vs, final,
+                                                          dict(zip(types, g_pads)), seg)):
+                    grads[v.ref()].append(g)
+            return [tf.add_n(grads[v.ref()]) for v in variables]
+
+        return WeightTap(variables, weight_grads)
+
+    def _op_weight_grads(self, o: int, variables: list, final: dict, g_pad: dict, seg) -> list:
+        """Gradients of loop op o's `variables` over all its launches in the loop:
+        the op run once on all their nodes (arguments read from `final`) and
+        differentiated against its outputs' total gradients (`g_pad[k]`: type k's
+        padding rows, i.e. the rows the loop wrote)."""
+        import tensorflow as tf
+        lay = self.layout
+        mine = tf.cast(tf.reshape(tf.where(tf.equal(seg("group_op"), int(lay.branch_of[o]))),
+                                  [-1]), tf.int32)
+        n = tf.gather(seg("group_size"), mine)
+        total = tf.reduce_sum(n)
+
+        def rows(starts, pos: int):  # per launch, its pos-th part of n rows, all launches
+            first = starts + pos * n
+            return tf.ragged.range(first, first + n).flat_values
+
+        args = [tf.gather(final[k], tf.gather(seg(f"in_rows_{k}"), rows(
+                    tf.gather(seg(f"in_splits_{k}"), mine), int(lay.arg_typepos[o, a]))))
+                for a, k in enumerate(lay.op_in[o])]
+        slots, g_outs = [], []
+        for s, k in enumerate(lay.op_out[o]):
+            if k in g_pad:  # launch j's outputs start at out_bounds[j + 1]
+                written = rows(tf.gather(seg(f"out_bounds_{k}"), mine + 1),
+                               int(lay.slot_typepos[o, s]))
+                offset = seg("n_rows")[k] - tf.shape(g_pad[k])[0]
+                slots.append(s)
+                g_outs.append(tf.gather(g_pad[k], written - offset))
+
+        def grads():
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(variables)
+                outs = self._call(o, args, total)
+            got = tape.gradient([outs[s] for s in slots], variables, output_gradients=g_outs)
+            return [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                    for v, g in zip(variables, got)]
+
+        if getattr(self.ops[o], "handles_empty", False) is True:
+            return grads()
+        return tf.cond(total > 0, grads, lambda: [tf.zeros_like(v) for v in variables])
 
     def _run_outside_loop(self, stage: str, ops: Sequence[int], made: list, seg) -> None:
         """Runs the launches of `stage` ("outer" or "tail"), one per op of `ops`, in

@@ -128,9 +128,10 @@ class OpSet:
     """The ops one executor runs, with their specs for drawing graphs and the traced
     functions (values; values and gradients) of its executor."""
 
-    def __init__(self, ops: list, row_lists: bool = True):
+    def __init__(self, ops: list, row_lists: bool = True, batched_weight_grads: bool = False):
         self.ops = list(ops)
         self.row_lists = row_lists
+        self.batched_weight_grads = batched_weight_grads
         self.specs = [OpSpec(tuple(TYPES.index(t) for t in op.input_types),
                              tuple(TYPES.index(t) for t in op.output_types))
                       for op in self.ops]
@@ -138,7 +139,8 @@ class OpSet:
 
     @functools.cached_property
     def executor(self) -> Executor:
-        return Executor(self.ops, TYPES, row_lists=self.row_lists)
+        return Executor(self.ops, TYPES, row_lists=self.row_lists,
+                        batched_weight_grads=self.batched_weight_grads)
 
     @functools.cached_property
     def planner(self) -> Planner:
@@ -185,6 +187,11 @@ CELL = Op("cell", (F, E, F), (F, G, F),
 ONE_LOOP_OP = OpSet([OPS[OP_ID[name]] for name in ("bias", "embed2", "leaf", "sq", "outer")]
                     + [CELL])
 ONE_LOOP_OP_STACKED = OpSet(ONE_LOOP_OP.ops, row_lists=False)  # rows stacked per value type
+# The loop's weight gradients once per step, batched (scheduler.weight_grads)
+ONCE_PER_STEP = OpSet(OPS, batched_weight_grads=True)
+ONE_LOOP_OP_ONCE_PER_STEP = OpSet(ONE_LOOP_OP.ops, batched_weight_grads=True)
+ONE_LOOP_OP_STACKED_ONCE_PER_STEP = OpSet(ONE_LOOP_OP.ops, row_lists=False,
+                                          batched_weight_grads=True)
 # Every op said to work on zero rows (they all do): launches outside the loop run unconditionally
 NO_CONDS = OpSet([dataclasses.replace(op, handles_empty=True) for op in OPS])
 
@@ -383,6 +390,69 @@ def test_values_and_gradients_without_conds_equal_the_oracle(name, data):
     check_values(graph, raw, name, reads, opset=NO_CONDS)
     check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
                     opset=NO_CONDS)
+
+
+@pytest.mark.parametrize("opset", [ONCE_PER_STEP, ONE_LOOP_OP_ONCE_PER_STEP,
+                                   ONE_LOOP_OP_STACKED_ONCE_PER_STEP],
+                         ids=["several", "one", "one-stacked"])
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=20)
+@given(data=st.data())
+def test_gradients_with_weight_gradients_once_per_step_equal_the_oracle(name, opset, data):
+    graph, raw = random_batch(data.draw, opset=opset)
+    reads = draw_reads(data.draw, graph.num_values)
+    check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
+                    opset=opset)
+
+
+GRADIENT_RUNS: list = []
+
+
+def _note_run():
+    GRADIENT_RUNS.append(1)
+    return np.int32(0)
+
+
+@tf.custom_gradient
+def _counted(w):
+    """`w`; each run of its gradient appends to GRADIENT_RUNS (a stateful host call)."""
+    def grad(g):
+        with tf.control_dependencies([tf.numpy_function(_note_run, [], tf.int32)]):
+            return tf.identity(g)
+    return tf.identity(w), grad
+
+
+# `cell` with W1 read through `_counted`: GRADIENT_RUNS tells how often W1's gradient ran
+COUNTED = dataclasses.replace(
+    CELL, fn=lambda a, e, b: [
+        tf.tanh(a @ _counted(tf.convert_to_tensor(W1)) + b @ W2 + e @ W4),
+        a[:, :2] * e + WS, 0.5 * tf.sin(b) - a],
+    handles_empty=True)
+
+
+# A chain of 7 cells, all in the loop (the first reads a head output), and an empty
+# launch before it (cell's step-0 nodes: none; it runs, as cell handles zero rows).
+@pytest.mark.parametrize("batched, runs", [(True, 1 + 1), (False, 1 + 7)])
+def test_loop_weight_gradients_run_once_per_step_when_batched(batched, runs):
+    opset = OpSet([OPS[OP_ID["embed2"]], COUNTED], batched_weight_grads=batched)
+    b = Builder(opset)
+    e = b.node("embed2", b.const(TOK, 1))[0]
+    x = b.const(F, [0.1, -0.2, 0.3])
+    for _ in range(7):
+        x = b.node("cell", x, e, x)[0]
+    graph, raw = b.graph()
+    GRADIENT_RUNS.clear()
+    check_gradients(graph, raw, "agenda", np.arange(graph.num_values), 0, opset=opset)
+    assert len(GRADIENT_RUNS) == runs
+
+
+def test_inference_traces_no_weight_tap():
+    def tap_ops(fn):
+        return [op.name for op in fn.get_concrete_function().graph.get_operations()
+                if "weight_tap" in op.name]
+    assert tap_ops(ONCE_PER_STEP.forward) == []
+    assert tap_ops(ONCE_PER_STEP.with_gradients) != []
+    assert tap_ops(ALL.with_gradients) == []  # the default: TensorFlow's gradients
 
 
 def _conds(fn) -> int:
@@ -593,6 +663,8 @@ def test_feed_rejects_a_node_with_the_wrong_number_of_arguments():
 def test_executor_rejects_a_row_lists_setting_that_is_not_a_bool():
     with pytest.raises(TypeError, match="row_lists must be True or False, got 'no'"):
         Executor(OPS, TYPES, row_lists="no")
+    with pytest.raises(TypeError, match="batched_weight_grads must be True or False, got 1"):
+        Executor(OPS, TYPES, batched_weight_grads=1)
 
 
 def test_executor_rejects_an_op_whose_value_type_is_not_listed():

@@ -1,0 +1,98 @@
+"""Weight gradients of the loop's ops, taken once per step instead of once per iteration.
+
+Differentiating a `tf.while_loop` gives a backward loop that, every iteration,
+computes the gradient of each weight the body reads (one small matmul per weight
+at a launch of a few rows) and adds it to a running sum (an `AddN` per weight).
+At batch 1 and 16 those small kernels are a large part of a training step. The
+executor can instead (`Executor(batched_weight_grads=True)`; off by default):
+
+1. call each loop op through `inputs_only`, whose gradient reaches the op's
+   arguments but not its weights, so the backward loop only carries values back;
+2. put a `WeightTap` on the rows the loop will fill, before the loop: an identity
+   whose gradient, once the backward loop is done, holds every loop value's total
+   gradient;
+3. there, run each loop op once more on all its nodes of the batch (arguments
+   read from the buffers as the loop left them) and take its weight gradients in
+   one batched call, which the tap returns as the gradients of the weights' reads.
+
+The values are the same sums in another order (tested against the oracle, as
+the per-iteration gradients are). It pays where the backward loop's small
+kernels dominate (batch 1; the bilstm tagger's many short launches) and costs
+where the op's second run does (the TreeLSTM from batch 16 on), so it is not
+the default. Figures: BENCHMARKS.md, "Weight gradients once per step".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import tensorflow as tf
+from tensorflow.python.framework.func_graph import FuncGraph
+from tensorflow.python.ops import gradients_util
+
+
+def inputs_only(fn: Callable, args: Sequence[tf.Tensor]) -> list:
+    """`fn(*args)` (a list of tensors) whose gradient reaches `args` only.
+
+    The weights `fn` reads get no gradient here: the caller takes them elsewhere
+    (`WeightTap`). Meant for calls inside a `tf.while_loop` body, whose gradient is
+    built in another graph than the forward call: the input gradients are taken
+    from the forward graph's tensors as `tf.while_loop`'s own gradient does.
+    """
+
+    @tf.custom_gradient
+    def call(*xs):
+        ys = list(fn(*xs))
+
+        def grad(*g_ys, variables=None):
+            g_xs = gradients_util._GradientsHelper(  # noqa: SLF001 (as while_v2 does)
+                ys, list(xs), grad_ys=list(g_ys), src_graph=ys[0].graph)
+            return (g_xs, [None] * len(variables)) if variables else g_xs
+
+        return ys, grad
+
+    return list(call(*args))
+
+
+def variables_of(fn: Callable, arg_types: Sequence) -> list | None:
+    """The trainable variables `fn` reads, found by calling it on zero rows of
+    `arg_types` (each with `shape` and `dtype`) in a scratch graph; None if that
+    call fails (a function that cannot take zero rows keeps per-iteration
+    gradients)."""
+    with FuncGraph("refold_variables_of").as_default():
+        try:
+            with tf.GradientTape() as tape:
+                fn(*[tf.zeros((0, *t.shape), t.dtype) for t in arg_types])
+        except Exception:  # noqa: BLE001 (any failure: fall back, never break the step)
+            return None
+    return list(tape.watched_variables())
+
+
+class WeightTap:
+    """An identity on the loop's padding rows whose gradient adds the weights'.
+
+    Args:
+        variables: the loop ops' weights (each once).
+        weight_grads: `weight_grads(pad_grads) -> list of gradients, one per
+            variable` (None where none flows); `pad_grads[i]` is the total gradient
+            of the i-th tapped tensor.
+    """
+
+    def __init__(self, variables: Sequence[tf.Variable], weight_grads: Callable):
+        self.variables = list(variables)
+        self.weight_grads = weight_grads
+
+    def __call__(self, pads: Sequence[tf.Tensor]) -> list:
+        """`pads`, unchanged; their gradient triggers the weight gradients."""
+        n = len(pads)
+
+        @tf.custom_gradient
+        def tap(*xs):
+            def grad(*g_pads):
+                g_pads = [tf.zeros_like(p) if g is None else g for p, g in zip(xs, g_pads)]
+                return list(g_pads) + list(self.weight_grads(g_pads))
+
+            return [tf.identity(x) for x in xs[:n]], grad
+
+        with tf.name_scope("weight_tap"):
+            return list(tap(*pads, *[tf.convert_to_tensor(v) for v in self.variables]))

@@ -193,15 +193,19 @@ class ParserModel:
 
     def parse(self, sentences: Sequence[Sentence], batch_size: int = 256) -> list[list[int]]:
         """The heads the model gives each sentence (greedy, legal transitions only)."""
+        return self.parse_tokens([self.vocab.tokens(s) for s in sentences], batch_size)
+
+    def parse_tokens(self, tokens: Sequence[list], batch_size: int = 256) -> list[list[int]]:
+        """`parse` of sentences given as their `Vocabulary.tokens`, `batch_size` sentences
+        at a time."""
         out: list[list[int]] = []
-        for start in range(0, len(sentences), batch_size):
-            out.extend(self._parse_batch(sentences[start:start + batch_size]))
+        for start in range(0, len(tokens), batch_size):
+            out.extend(self._parse_batch(tokens[start:start + batch_size]))
         return out
 
-    def _parse_batch(self, sentences: Sequence[Sentence]) -> list[list[int]]:
-        encodings = self._compiler("encoder").run(
-            [{"tokens": self.vocab.tokens(s)} for s in sentences])
-        configs = [Configuration(len(s)) for s in sentences]
+    def _parse_batch(self, tokens: Sequence[list]) -> list[list[int]]:
+        encodings = self._compiler("encoder").run([{"tokens": t} for t in tokens])
+        configs = [Configuration(len(t) - 1) for t in tokens]
         active = [i for i, c in enumerate(configs) if not c.is_terminal()]
         while active:
             inputs = []

@@ -312,6 +312,17 @@ def test_the_training_block_scores_every_configuration_from_its_positions():
     np.testing.assert_allclose(metrics["loss"], want_loss, atol=1e-5)
 
 
+def test_a_bad_configuration_is_an_input_error_naming_the_block_path():
+    from blocks.errors import InputError
+    s = Sentence(["the", "dog"], ["DET", "NOUN"], [2, 0])
+    parser = tiny_parser([s])
+    item = training_input(s, parser.vocab)
+    item["configs"][1] = (None, None, 1, 9, 0)  # b0 beyond the sentence
+    with pytest.raises(InputError, match=r"parser.*Nth.*index 9 is out of range for a "
+                                         r"sequence of length 3"):
+        parser.training_block.eval(item)
+
+
 def test_words_alone_without_a_tag_embedding():
     s = SHORT[0]
     parser = tiny_parser([s], tag_embed=0)

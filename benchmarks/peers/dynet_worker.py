@@ -18,6 +18,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import protocol  # noqa: E402  (standard library only)
 
+# the repository's root: the parser's transition system (examples.parser.transitions,
+# standard library only) for greedy parsing
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__)))))
+
 # WORKLOADS.md; the same sizes as benchmarks/workloads.py and benchmarks/bilstm.py
 TREE = dict(vocab=16_000, embed=300, hidden=150, classes=5)
 TAGGER = dict(vocab=16_000, embed=128, hidden=128, tags=50)
@@ -95,10 +100,10 @@ def build_tagger(dy, pc):
 
 
 def build_parser(dy, pc, sizes: dict):
-    """`logits(sentence)`: one logits expression per configuration of the sentence's
-    oracle sequence, as `examples.parser` computes them: a BiLSTM over word and tag
-    embeddings (the root token first), then a tanh MLP on the encodings at s2, s1, s0
-    and b0 (a learned pad vector for an empty stack slot)."""
+    """`(encode, score)` of `examples.parser`'s model: `encode(tokens)` is the BiLSTM's
+    encoding of each position (word and tag embeddings, the root token first), and
+    `score(encodings, positions)` the logits of a configuration, a tanh MLP on the
+    encodings at s2, s1, s0 and b0 (a learned pad vector for an empty stack slot)."""
     e, t, h, m = sizes["embed"], sizes["tag_embed"], sizes["hidden"], sizes["mlp"]
     words = pc.add_lookup_parameters((sizes["words"], e))
     tags = pc.add_lookup_parameters((sizes["tags"], t))
@@ -108,19 +113,29 @@ def build_parser(dy, pc, sizes: dict):
     hidden_w, hidden_b = pc.add_parameters((m, 8 * h)), pc.add_parameters(m, init=0.0)
     out_w, out_b = pc.add_parameters((3, m)), pc.add_parameters(3, init=0.0)
 
-    def logits(sentence):
-        xs = [dy.concatenate([words[w], tags[k]]) for w, k in sentence["tokens"]]
+    def encode(tokens):
+        xs = [dy.concatenate([words[w], tags[k]]) for w, k in tokens]
         fs = forward.initial_state().transduce(xs)
         bs = backward.initial_state().transduce(xs[::-1])[::-1]
-        encodings = [dy.concatenate([f, b]) for f, b in zip(fs, bs)]
-        out = []
-        for *positions, _ in sentence["configs"]:
-            features = [encodings[p] if p is not None else pads[k]
-                        for k, p in enumerate(positions[:3])] + [encodings[positions[3]]]
-            hidden = dy.tanh(dy.affine_transform([hidden_b, hidden_w,
-                                                  dy.concatenate(features)]))
-            out.append(dy.affine_transform([out_b, out_w, hidden]))
-        return out
+        return [dy.concatenate([f, b]) for f, b in zip(fs, bs)]
+
+    def score(encodings, positions):
+        features = [encodings[p] if p is not None else pads[k]
+                    for k, p in enumerate(positions[:3])] + [encodings[positions[3]]]
+        hidden = dy.tanh(dy.affine_transform([hidden_b, hidden_w, dy.concatenate(features)]))
+        return dy.affine_transform([out_b, out_w, hidden])
+
+    return encode, score
+
+
+def parser_logits(encode, score):
+    """`logits(sentence)`: the logits of every configuration of its oracle sequence."""
+    def logits(sentence):
+        encodings = encode(sentence["tokens"])
+        return [score(encodings, config[:4]) for config in sentence["configs"]]
+    return logits
+
+
 def build_char_tagger(dy, pc, vocabulary: int):
     """`logits(words)`: the tagger above, with a word's vector a lookup if it is
     frequent (`{"word": id}`) and, if it is rare (`{"word": 0, "chars": [ids]}`), the
@@ -153,6 +168,26 @@ def build_char_tagger(dy, pc, vocabulary: int):
     return logits
 
 
+def greedy_parse(dy, encode, score, batch) -> list:
+    """The heads of each sentence of the minibatch, parsed greedily as
+    `ParserModel.parse` does: every round one forward of the current configuration of
+    every unfinished sentence, then each one's best legal transition."""
+    from examples.parser.transitions import Configuration
+    dy.renew_cg()
+    encodings = [encode(s["tokens"]) for s in batch]
+    configs = [Configuration(len(s["tokens"]) - 1) for s in batch]
+    active = [i for i, c in enumerate(configs) if not c.is_terminal()]
+    while active:
+        exprs = [score(encodings[i], configs[i].features()) for i in active]
+        values = dy.concatenate_cols(exprs).npvalue().reshape(3, len(active))
+        for j, i in enumerate(active):
+            legal = configs[i].legal()
+            configs[i].apply(max((t for t in range(3) if legal[t]),
+                                 key=lambda t: values[t, j]))
+        active = [i for i in active if not configs[i].is_terminal()]
+    return [c.heads for c in configs]
+
+
 class DynetSide:
     """The workloads' DyNet models, each with its own plain SGD trainer."""
 
@@ -161,13 +196,17 @@ class DynetSide:
         self.models, self.parameters = {}, {}
         builders = {"treelstm": lambda pc: build_tree_lstm(dy, pc, gates),
                     "bilstm": lambda pc: build_tagger(dy, pc),
-                    "parser": lambda pc: build_parser(dy, pc, data["parser"]["sizes"]),
+                    "parser": lambda pc: parser_logits(*self._parser(pc, data)),
                     "chartagger": lambda pc: build_char_tagger(
                         dy, pc, data["chartagger"]["vocabulary"])}
         for workload in data:
             # held here: a trainer does not keep its collection alive
             pc = self.parameters[workload] = dy.ParameterCollection()
             self.models[workload] = (builders[workload](pc), self._trainer(pc, lr))
+
+    def _parser(self, pc, data):
+        self.parser = build_parser(self.dy, pc, data["parser"]["sizes"])
+        return self.parser
 
     def _trainer(self, pc, lr):
         trainer = self.dy.SimpleSGDTrainer(pc, learning_rate=lr)
@@ -213,6 +252,9 @@ class DynetSide:
                 else:
                     outs = [z for s in batch for z in logits(s["words"])]
                 dy.concatenate_cols(outs).npvalue()  # one forward for the whole minibatch
+        elif request["op"] == "parse" and workload == "parser":
+            for batch in batches:
+                greedy_parse(dy, *self.parser, batch)
         else:
             raise ValueError(f"unknown op {request['op']!r}")
         seconds = time.perf_counter() - start

@@ -2,9 +2,11 @@
 
 A timed training pass is one whole `Model.fit(x, y, batch_size=B, epochs=1,
 shuffle=False)` call, and a timed inference pass one whole `Model.predict(x,
-batch_size=B)` call, since that is what a user pays for. Run as a module it
-answers the runner's JSON-line requests (see `benchmarks.peers.protocol`), with
-TensorFlow's thread pools set by `--threads` before any op runs.
+batch_size=B)` call, since that is what a user pays for; the parser's parsing pass is
+one `ParserModel.parse_tokens(batch_size=B)` call (greedy, a scorer call per round).
+Run as a module it answers the runner's JSON-line requests (see
+`benchmarks.peers.protocol`), with TensorFlow's thread pools set by `--threads` before
+any op runs.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class RefoldSide:
             train.compile(optimizer=keras.optimizers.SGD(lr))
             self.train_models["bilstm"], self.infer_models["bilstm"] = train, infer
         if "parser" in workloads:
-            train, infer = parser_models(data["parser"])
+            self.parser, train, infer = parser_models(data["parser"])
             train.compile(optimizer=keras.optimizers.SGD(lr))
             self.train_models["parser"], self.infer_models["parser"] = train, infer
         if "chartagger" in workloads:
@@ -72,6 +74,8 @@ class RefoldSide:
             loss = history.history["loss"][-1]
         elif op == "infer":
             self.infer_models[workload].predict(x, batch_size=b, verbose=0)
+        elif op == "parse" and workload == "parser":
+            self.parser.parse_tokens([s["tokens"] for s in x], batch_size=b)
         else:
             raise ValueError(f"unknown op {op!r}")
         seconds = time.perf_counter() - start
@@ -111,9 +115,9 @@ def char_tagger_models(vocabulary: int, scheduler: str = "agenda"):
 
 
 def parser_models(data: dict):
-    """`examples.parser`'s model at the data's sizes as two `Model`s on one set of
-    layers: one trains with a loss at every transition, the other predicts the logits
-    of every configuration without the loss."""
+    """`examples.parser`'s model at the data's sizes (its `ParserModel`, which parses
+    greedily) and two `Model`s on its layers: one trains with a loss at every
+    transition, the other predicts the logits of every configuration without the loss."""
     import keras
 
     from compiler import Model
@@ -122,7 +126,7 @@ def parser_models(data: dict):
     sizes = data["sizes"]
     parser = ParserModel(Vocabulary(**data["vocab"]), embed=sizes["embed"],
                          tag_embed=sizes["tag_embed"], hidden=sizes["hidden"], mlp=sizes["mlp"])
-    return Model(parser.training_block), Model(parser.scoring_block)
+    return parser, Model(parser.training_block), Model(parser.scoring_block)
 
 
 def main(argv=None) -> None:

@@ -35,6 +35,8 @@ WORKLOADS = {"treelstm": ("sst-synth TreeLSTM, loss at the root (variant R)", "t
              "chartagger": ("BiLSTM tagger with a char BiLSTM for rare words "
                             "(examples.tagger.chars' language), loss at every word",
                             "sentences/s")}
+MODES = {"parser": ("train", "infer", "parse")}
+"""Each workload's timed modes (train and infer unless said here); parse: greedy parsing."""
 PARSER_SIZES = dict(embed=100, tag_embed=25, hidden=125, mlp=100)
 """Kiperwasser and Goldberg (2016)'s sizes, with one BiLSTM layer."""
 LABELS = {"dynet": "DyNet", "refold": "Refold", "refold-1t": "Refold 1t"}
@@ -95,21 +97,22 @@ def format_table(workload: str, rows: dict, names: list) -> str:
     title, unit = WORKLOADS[workload]
     refolds = [n for n in names if n != "dynet"]
     header = ["B", "items"]
+    modes = list(next(iter(rows.values())))
     if "dynet" in names:
-        header += [f"{mode} {LABELS[n]} ÷ DyNet" for n in refolds for mode in ("train", "infer")]
+        header += [f"{mode} {LABELS[n]} ÷ DyNet" for n in refolds for mode in modes]
     sides = " / ".join(LABELS[n] for n in names)
-    header += [f"train {sides}", f"infer {sides}"]
+    header += [f"{mode} {sides}" for mode in modes]
     lines = [f"### {workload}: {title}; {unit}, median of rounds", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for b, modes in rows.items():
-        cells = [str(b), str(modes["train"]["items"])]
+    for b, row in rows.items():
+        cells = [str(b), str(row["train"]["items"])]
         if "dynet" in names:
             for n in refolds:
-                for mode in ("train", "infer"):
-                    r = modes[mode]["ratio"][n]
+                for mode in modes:
+                    r = row[mode]["ratio"][n]
                     cells.append(f"{r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}]")
-        for mode in ("train", "infer"):
-            cells.append(" / ".join(f"{modes[mode]['median'][n]:.0f}" for n in names))
+        for mode in modes:
+            cells.append(" / ".join(f"{row[mode]['median'][n]:.0f}" for n in names))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -189,7 +192,7 @@ def main(argv=None) -> dict:
                 for b in sizes:
                     results[w][b] = {mode: measure(sides, w, mode, b, items_for(b),
                                                    args.rounds)
-                                     for mode in ("train", "infer")}
+                                     for mode in MODES.get(w, ("train", "infer"))}
         finally:
             for worker in workers.values():
                 worker.close()
@@ -207,7 +210,8 @@ def main(argv=None) -> dict:
          "refold": "Refold, TensorFlow's default threads",
          "refold-1t": "Refold, TensorFlow on 1 thread"}[n] for n in order))
     print("train = one Model.fit(epochs=1) call over the items / DyNet's minibatch loop; "
-          "infer = one Model.predict call / a forward per minibatch; ratio > 1: Refold faster")
+          "infer = one Model.predict call / a forward per minibatch; parse = greedy parsing, "
+          "one batched scoring per round; ratio > 1: Refold faster")
     for w in workloads:
         print()
         print(format_table(w, results[w], order))

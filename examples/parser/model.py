@@ -17,11 +17,13 @@ learned pad vector instead (one per slot). The MLP's logits over the three
 transitions get a cross-entropy loss at every transition (`td.Metric`s, so `fit`
 needs no labels).
 
-Parsing (`ParserModel.parse`) is greedy and runs through Python: one batched call
-encodes all sentences, then each round makes one batched call to the scorer (the
-same MLP and pad vectors, reading the encodings as inputs) on the current
-configuration of every unfinished sentence, and applies each one's best legal
-transition. A sentence of n words is done after 2n rounds.
+Parsing (`ParserModel.parse`) is greedy and runs through Python: one engine call
+encodes all sentences (`Compiler.run` of the encoder), then each round gathers the
+features of the current configuration of every unfinished sentence into one matrix,
+calls the trained MLP's layers on it once (`ParserModel.score`: a fixed-shape batch,
+so the layers are called directly rather than expanding every configuration through
+the engine), and applies each sentence's best legal transition. A sentence of n words
+is done after 2n rounds.
 
 >>> import numpy as np
 >>> from examples.parser.treebank import Sentence
@@ -101,8 +103,6 @@ class ParserModel:
             with a cross-entropy `"loss"` and a 0/1 `"accuracy"` at every transition.
         scoring_block: the same without the metrics (the gold transitions are read
             but not used), e.g. for `Model.predict`.
-        scorer: `(v_s2, v_s1, v_s0, v_b0) -> logits`, each `v` an encoding or None for
-            an empty stack slot: the MLP as parsing calls it.
 
     Args:
         vocab: the word and tag ids.
@@ -130,8 +130,7 @@ class ParserModel:
         self.encoder = self._encoder()
         self.training_block = self._configurations_block(loss=True)
         self.scoring_block = self._configurations_block(loss=False)
-        self.scorer = self._scorer()
-        self._compilers: dict = {}
+        self._encoder_compiler = None
 
     def _mlp(self, features: td.Block) -> td.Block:
         return td.Pipe(features, td.Concat(), self.hidden_layer)
@@ -178,38 +177,51 @@ class ParserModel:
             comp.output.reads(scores)
         return comp
 
-    def _scorer(self) -> td.Block:
-        slots = [td.Optional(td.Vector(self.width), td.FromTensor(pad)) for pad in self.pads]
-        features = td.Record((*slots, td.Vector(self.width)))
-        return td.Pipe(self._mlp(features), self.logits_layer)
+    def score(self, encodings: Sequence[np.ndarray], configurations: Sequence[tuple]
+              ) -> np.ndarray:
+        """`[len(configurations), 3]` logits, in one call of the MLP's layers.
 
-    def _compiler(self, name: str):
-        from compiler import Compiler
-        if name not in self._compilers:
-            block = self.encoder if name == "encoder" else self.scorer
-            self._compilers[name] = Compiler.create(block, scheduler=self.scheduler,
-                                                    cache=False)
-        return self._compilers[name]
+        Args:
+            encodings: for each configuration, its sentence's `[n + 1, 2 * hidden]`
+                encodings (the encoder's output, stacked).
+            configurations: each one's `Configuration.features()` positions.
+        """
+        pads = np.stack([keras.ops.convert_to_numpy(p) for p in self.pads])
+        w = self.width
+        rows = np.empty((len(configurations), (STACK_FEATURES + 1) * w), "float32")
+        for j, (enc, positions) in enumerate(zip(encodings, configurations)):
+            for k, p in enumerate(positions):
+                rows[j, k * w:(k + 1) * w] = pads[k] if p is None else enc[p]
+        return keras.ops.convert_to_numpy(self.logits_layer(self.hidden_layer(rows)))
 
     def parse(self, sentences: Sequence[Sentence], batch_size: int = 256) -> list[list[int]]:
         """The heads the model gives each sentence (greedy, legal transitions only)."""
+        return self.parse_tokens([self.vocab.tokens(s) for s in sentences], batch_size)
+
+    def parse_tokens(self, tokens: Sequence[list], batch_size: int = 256) -> list[list[int]]:
+        """`parse` of sentences given as their `Vocabulary.tokens`, `batch_size` sentences
+        at a time."""
         out: list[list[int]] = []
-        for start in range(0, len(sentences), batch_size):
-            out.extend(self._parse_batch(sentences[start:start + batch_size]))
+        for start in range(0, len(tokens), batch_size):
+            out.extend(self._parse_batch(tokens[start:start + batch_size]))
         return out
 
-    def _parse_batch(self, sentences: Sequence[Sentence]) -> list[list[int]]:
-        encodings = self._compiler("encoder").run(
-            [{"tokens": self.vocab.tokens(s)} for s in sentences])
-        configs = [Configuration(len(s)) for s in sentences]
+    def encode(self, tokens: Sequence[list]) -> list[np.ndarray]:
+        """Each sentence's `[n + 1, 2 * hidden]` encodings, in one engine call."""
+        if self._encoder_compiler is None:
+            from compiler import Compiler
+            self._encoder_compiler = Compiler.create(self.encoder, scheduler=self.scheduler,
+                                                     cache=False)
+        encoded = self._encoder_compiler.run([{"tokens": t} for t in tokens])
+        return [np.stack(e) for e in encoded]
+
+    def _parse_batch(self, tokens: Sequence[list]) -> list[list[int]]:
+        encodings = self.encode(tokens)
+        configs = [Configuration(len(t) - 1) for t in tokens]
         active = [i for i, c in enumerate(configs) if not c.is_terminal()]
         while active:
-            inputs = []
-            for i in active:
-                enc = encodings[i]
-                inputs.append(tuple(None if p is None else enc[p]
-                                    for p in configs[i].features()))
-            logits = self._compiler("scorer").run(inputs)
+            logits = self.score([encodings[i] for i in active],
+                                [configs[i].features() for i in active])
             for i, scores in zip(active, logits):
                 legal = np.asarray(configs[i].legal())
                 configs[i].apply(int(np.argmax(np.where(legal, scores, -np.inf))))

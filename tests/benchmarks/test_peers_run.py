@@ -59,10 +59,11 @@ def test_ratio_table_has_a_column_per_refold_variant_and_mode():
 def test_the_parser_workload_runs_on_refolds_side(capsys):
     out = run.main(["--peer", "none", "--tf-threads", "default", "--workloads", "parser",
                     "--batch-sizes", "2", "--items", "3", "--rounds", "1"])
-    for mode in ("train", "infer"):
+    for mode in ("train", "infer", "parse"):
         row = out["results"]["parser"][2][mode]
         assert row["items"] == 3 and all(map(_rate, row["rates"]["refold"]))
-    assert "### parser:" in capsys.readouterr().out
+    lines = capsys.readouterr().out.split("### parser:")[1].strip().splitlines()
+    assert lines[2] == "| B | items | train Refold | infer Refold | parse Refold |"
 
 
 def test_parser_data_holds_each_sentences_oracle_configurations_and_the_sizes():

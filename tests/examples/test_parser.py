@@ -297,12 +297,12 @@ def test_the_training_block_scores_every_configuration_from_its_positions():
     logits, metrics = parser.training_block.eval(item)
     assert len(logits) == len(item["configs"]) == 6
     assert metrics["loss"].shape == (6,) and set(metrics["accuracy"]) <= {0.0, 1.0}
-    # the scorer parsing uses gives the same logits from the encodings at the positions
-    encodings = parser.encoder.eval(item)
-    assert len(encodings) == 4  # the root and three words
-    for (*positions, _), want in zip(item["configs"], logits):
-        features = tuple(None if p is None else encodings[p] for p in positions)
-        np.testing.assert_allclose(parser.scorer.eval(features), want, atol=1e-6)
+    # parsing's scoring gives the same logits from the encodings at the positions
+    [encodings] = parser.encode([item["tokens"]])
+    assert encodings.shape == (4, 6)  # the root and three words
+    np.testing.assert_allclose(parser.encoder.eval(item), encodings, atol=1e-6)
+    np.testing.assert_allclose(parser.score([encodings] * 6, [c[:4] for c in item["configs"]]),
+                               np.stack(logits), atol=1e-5)
     # the scoring block: the same logits, no metrics
     for got, want in zip(parser.scoring_block.eval(item), logits):
         np.testing.assert_allclose(got, want, atol=1e-6)
@@ -310,6 +310,17 @@ def test_the_training_block_scores_every_configuration_from_its_positions():
     gold = [t for *_, t in item["configs"]]
     want_loss = [-tf.nn.log_softmax(x)[t].numpy() for x, t in zip(logits, gold)]
     np.testing.assert_allclose(metrics["loss"], want_loss, atol=1e-5)
+
+
+def test_a_bad_configuration_is_an_input_error_naming_the_block_path():
+    from blocks.errors import InputError
+    s = Sentence(["the", "dog"], ["DET", "NOUN"], [2, 0])
+    parser = tiny_parser([s])
+    item = training_input(s, parser.vocab)
+    item["configs"][1] = (None, None, 1, 9, 0)  # b0 beyond the sentence
+    with pytest.raises(InputError, match=r"parser.*Nth.*index 9 is out of range for a "
+                                         r"sequence of length 3"):
+        parser.training_block.eval(item)
 
 
 def test_words_alone_without_a_tag_embedding():
@@ -328,11 +339,10 @@ def test_parse_gives_trees_and_follows_the_scores():
         check_tree(heads)
     # greedy: replaying each parse, every step took the best-scored legal transition
     s, heads = sentences[0], parses[0]
-    encodings = parser.encoder.eval({"tokens": parser.vocab.tokens(s)})
+    [encodings] = parser.encode([parser.vocab.tokens(s)])
     c = Configuration(len(s))
     while not c.is_terminal():
-        scores = parser.scorer.eval(tuple(None if p is None else encodings[p]
-                                          for p in c.features()))
+        [scores] = parser.score([encodings], [c.features()])
         c.apply(int(np.argmax(np.where(c.legal(), scores, -np.inf))))
     assert c.heads == heads
 

@@ -17,8 +17,8 @@ example, the ordinary `ExampleGraph` of the steps it took, which the compiler
 plans and runs as any other batch, with gradients: the decisions are Python values
 by then, so the gradient flows through every step taken, exactly as the reference
 evaluator's (eager `GradientTape`) does. The price is a second forward pass in
-training; inference could read its results from the rounds, but runs the finished
-graphs too, so that there is one way results are computed.
+training. Inference (`Compiler.run`) needs none: a last round computes what no
+read asked for, and the results are read from the rounds' values.
 
 >>> import tensorflow as tf
 >>> import blocks as td
@@ -30,7 +30,7 @@ graphs too, so that there is one way results are computed.
 >>> c = Compiler.create(count)
 >>> [float(state) for _, state, _ in c.run([0.0, 2.5, 7.0])]   # 4, 3 and 0 steps
 [4.0, 4.5, 7.0]
->>> c.last_rounds                                               # engine calls to decide
+>>> c.last_rounds           # engine calls; nothing is left to compute after the last
 4
 """
 
@@ -182,23 +182,28 @@ class _Gate:
             self._cond.notify_all()
 
 
-def expand_in_rounds(program, inputs: list, run_graphs: RunGraphs) -> tuple[list, int]:
-    """Expands `inputs` (see the module docstring): `(example graphs, rounds run)`.
+def expand_in_rounds(program, inputs: list, run_graphs: RunGraphs,
+                     finish: bool = False) -> tuple[list, list, int]:
+    """Expands `inputs` (see the module docstring): `(example graphs, their contexts,
+    rounds run)`. With `finish`, a last round computes the nodes no read asked
+    for, so that every value of every example is known (`RoundContext.value_of`).
 
     An input that fails raises its `InputError` naming its index in `inputs` (the
     lowest such index); the others are expanded to the end first.
     """
-    return call_with_deep_stack(_expand_in_rounds, program, inputs, run_graphs)
+    return call_with_deep_stack(_expand_in_rounds, program, inputs, run_graphs, finish)
 
 
-def _expand_in_rounds(program, inputs: list, run_graphs: RunGraphs) -> tuple[list, int]:
+def _expand_in_rounds(program, inputs: list, run_graphs: RunGraphs,
+                      finish: bool) -> tuple[list, list, int]:
     gate = _Gate(len(inputs))
     graphs: list[ExampleGraph | None] = [None] * len(inputs)
+    contexts: list[RoundContext | None] = [None] * len(inputs)
     errors: dict[int, BaseException] = {}
     root = program.root
 
     def expand_one(i: int, x: Any) -> None:
-        ctx = RoundContext(program, gate, i)
+        ctx = contexts[i] = RoundContext(program, gate, i)
         try:
             result = root._eval(ctx, root_input(root, ctx, x))
             graphs[i] = ExampleGraph(ctx.graph(program), result, ctx.metrics)
@@ -212,10 +217,10 @@ def _expand_in_rounds(program, inputs: list, run_graphs: RunGraphs) -> tuple[lis
     threads = _start_threads(expand_one, inputs)
     rounds = 0
     try:
-        while contexts := gate.next_round():
-            _run_round(contexts, run_graphs)
+        while waiting := gate.next_round():
+            _run_round(waiting, run_graphs)
             rounds += 1
-            gate.resume(contexts)
+            gate.resume(waiting)
     except BaseException:
         gate.abort()
         raise
@@ -228,7 +233,10 @@ def _expand_in_rounds(program, inputs: list, run_graphs: RunGraphs) -> tuple[lis
         if isinstance(e, InputError):
             raise e.with_example_index(i) from e.__cause__
         raise e
-    return graphs, rounds
+    if finish and any(ctx.has_pending() for ctx in contexts):
+        _run_round(contexts, run_graphs)
+        rounds += 1
+    return graphs, contexts, rounds
 
 
 def _start_threads(target: Callable, inputs: list) -> list[threading.Thread]:

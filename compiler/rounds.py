@@ -70,6 +70,7 @@ class RoundContext(ExpansionContext):
         self.known: dict[int, np.ndarray] = {}  # value id of a computed node output -> value
         self.nodes_done = 0  # nodes computed in earlier rounds
         self._args_done = 0  # their arguments' length in node_args
+        self._values_done = 0  # the values there were at the last round
 
     def read(self, value_type, value) -> Any:
         """`value` with numpy arrays for its tensors, computing them if need be."""
@@ -95,6 +96,7 @@ class RoundContext(ExpansionContext):
         self.nodes_done = min(self.nodes_done, len(self.node_op))
         self._args_done = min(self._args_done, len(self.node_args))
         values = len(self.value_type)
+        self._values_done = min(self._values_done, values)
         for v in [v for v in self.known if v >= values]:
             del self.known[v]
 
@@ -104,37 +106,44 @@ class RoundContext(ExpansionContext):
     def pending_graph(self) -> tuple[OpGraph, np.ndarray, np.ndarray]:
         """The nodes not computed yet as an `OpGraph` of their own: the values they
         read from earlier rounds (and constants) become its constant rows. Returns
-        the graph, the value ids of its node outputs there (what to read) and here."""
-        n0 = self.nodes_done
-        vnode = np.asarray(self.value_node, np.int64)
-        vtype = np.asarray(self.value_type, np.int64)
-        vindex = np.asarray(self.value_index, np.int64)
+        the graph, the value ids of its node outputs there (what to read) and here.
+        Its cost is linear in what was added since the last round."""
+        n0, v0 = self.nodes_done, self._values_done
         args = np.asarray(self.node_args[self._args_done:], np.int64)
-        produced = np.flatnonzero(vnode >= n0)
-        outside = np.unique(args[vnode[args] < n0])
-        remap = np.full(len(vnode), -1, np.int64)
-        remap[outside] = np.arange(len(outside))
-        remap[produced] = len(outside) + np.arange(len(produced))
-        rows: list[list] = [[] for _ in self._program.value_types]
-        row_of = np.empty(len(outside), np.int64)
+        tail_node = np.asarray(self.value_node[v0:], np.int64)
+        tail_type = np.asarray(self.value_type[v0:], np.int64)
+        tail_index = np.asarray(self.value_index[v0:], np.int64)
+        produced = v0 + np.flatnonzero(tail_node >= 0)  # the new nodes' outputs
+        fresh = args >= v0
+        fresh[fresh] = tail_node[args[fresh] - v0] >= 0
+        outside = np.unique(args[~fresh])  # constants and earlier rounds' values
+        local = np.empty_like(args)
+        local[~fresh] = np.searchsorted(outside, args[~fresh])
+        local[fresh] = len(outside) + np.searchsorted(produced, args[fresh])
+        types = self._program.value_types
+        rows: list[list] = [[] for _ in types]
+        out_type = np.empty(len(outside), np.int64)
+        out_row = np.empty(len(outside), np.int64)
         for j, v in enumerate(outside.tolist()):
-            k = vtype[v]
-            row_of[j] = len(rows[k])
+            k = out_type[j] = self.value_type[v]
+            out_row[j] = len(rows[k])
             rows[k].append(self.value_of(v))
         constants = [np.asarray(r, t.numpy_dtype).reshape((len(r), *t.shape))
-                     for r, t in zip(rows, self._program.value_types)]
+                     for r, t in zip(rows, types)]
+        own = produced - v0
         graph = OpGraph.build(
-            self.node_op[n0:], self.node_arity[n0:], remap[args],
-            np.concatenate([vtype[outside], vtype[produced]]),
-            np.concatenate([np.full(len(outside), -1), vnode[produced] - n0]),
-            np.concatenate([row_of, vindex[produced]]), constants)
-        return graph, remap[produced], produced
+            self.node_op[n0:], self.node_arity[n0:], local,
+            np.concatenate([out_type, tail_type[own]]),
+            np.concatenate([np.full(len(outside), -1), tail_node[own] - n0]),
+            np.concatenate([out_row, tail_index[own]]), constants)
+        return graph, len(outside) + np.arange(len(produced)), produced
 
     def computed(self, produced: np.ndarray, values: list[np.ndarray]) -> None:
         """Stores the values of the pending nodes' outputs; they are done."""
         self.known.update(zip(produced.tolist(), values))
         self.nodes_done = len(self.node_op)
         self._args_done = len(self.node_args)
+        self._values_done = len(self.value_type)
 
 
 class _Gate:

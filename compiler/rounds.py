@@ -147,48 +147,66 @@ class RoundContext(ExpansionContext):
 
 
 class _Gate:
-    """Where example threads wait for their round and the driver waits for them."""
+    """Where example threads wait for their round and the driver waits for them.
+
+    Each waiting example has its own event, and the driver's event is set only when
+    the last running example stops, so a round wakes each thread once (one shared
+    condition would wake every thread at every change: n^2 wake-ups a round).
+    """
 
     def __init__(self, n: int):
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._running = n
+        self._idle = threading.Event()  # no example is running
+        if n == 0:
+            self._idle.set()
         self._waiting: dict[int, RoundContext] = {}
+        self._resume: dict[int, threading.Event] = {}
         self._aborted = False
 
     def wait(self, ctx: RoundContext) -> None:
         """In an example's thread: wait until a round has computed ctx's pending nodes."""
-        with self._cond:
-            self._waiting[ctx.index] = ctx
-            self._running -= 1
-            self._cond.notify_all()
-            while ctx.index in self._waiting and not self._aborted:
-                self._cond.wait()
+        with self._lock:
             if self._aborted:
                 raise _Aborted
+            event = self._resume.setdefault(ctx.index, threading.Event())
+            self._waiting[ctx.index] = ctx
+            self._stopped()
+        event.wait()
+        event.clear()
+        if self._aborted:
+            raise _Aborted
 
     def finished(self) -> None:
-        with self._cond:
-            self._running -= 1
-            self._cond.notify_all()
+        with self._lock:
+            self._stopped()
+
+    def _stopped(self) -> None:  # with the lock held
+        self._running -= 1
+        if self._running == 0:
+            self._idle.set()
 
     def next_round(self) -> list[RoundContext]:
         """In the driver: once no example is running, the waiting ones (by index)."""
-        with self._cond:
-            while self._running:
-                self._cond.wait()
+        self._idle.wait()
+        with self._lock:
             return [self._waiting[i] for i in sorted(self._waiting)]
 
     def resume(self, contexts: list[RoundContext]) -> None:
-        with self._cond:
+        with self._lock:
             for ctx in contexts:
                 del self._waiting[ctx.index]
             self._running += len(contexts)
-            self._cond.notify_all()
+            if contexts:
+                self._idle.clear()
+        for ctx in contexts:
+            self._resume[ctx.index].set()
 
     def abort(self) -> None:
-        with self._cond:
+        with self._lock:
             self._aborted = True
-            self._cond.notify_all()
+            for i in self._waiting:
+                self._resume[i].set()
 
 
 def expand_in_rounds(program, inputs: list, run_graphs: RunGraphs,

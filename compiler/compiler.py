@@ -198,7 +198,8 @@ class Compiler:
                 start + (positions[idx] if positions is not None else idx)) from e.__cause__
 
     def _expand_in_rounds(self, inputs: list) -> list[ExampleGraph]:
-        graphs, self.last_rounds = expand_in_rounds(self.program, inputs, self._run_graphs)
+        graphs, _, self.last_rounds = expand_in_rounds(self.program, inputs,
+                                                       self._run_graphs)
         return graphs
 
     def _run_graphs(self, graphs: list[OpGraph], reads: list) -> list[list[np.ndarray]]:
@@ -293,12 +294,53 @@ class Compiler:
         the block path where it failed.
         """
         inputs = _as_list(inputs)
+        if self.program.reads_values:
+            return self._run_in_rounds(inputs, tolist)
         plan = self.plan(inputs)
         try:
             outputs = self._function()(plan.feed.arrays)
         except Exception as e:
             raise _blame(self.program.root, inputs, e) from e
         return self.results(plan, [o.numpy() for o in outputs], tolist=tolist)
+
+    def _run_in_rounds(self, inputs: list, tolist: bool) -> list:
+        """`run` of a block that reads computed values: the results are read from the
+        rounds (`compiler.rounds`), which compute every node once, forward only."""
+        from blocks.errors import InputError
+        try:
+            graphs, contexts, self.last_rounds = expand_in_rounds(
+                self.program, inputs, self._run_graphs, finish=True)
+        except InputError:
+            raise
+        except Exception as e:
+            raise _blame(self.program.root, inputs, e) from e
+        return [self._result(g, ctx.value_of, tolist) for g, ctx in zip(graphs, contexts)]
+
+    def _result(self, example: ExampleGraph, value_of, tolist: bool) -> Any:
+        """One input's result (as `block.eval` returns it), `value_of(value id)` giving
+        the values."""
+        def fill(t, v):
+            if isinstance(t, TensorType):
+                arr = np.array(value_of(v))
+                return arr.tolist() if tolist else arr
+            return v
+        value = self.program.root.output_type.for_each_terminal(fill, example.result)
+        names = self.program.metric_names
+        if not names:
+            return value
+        found: dict[int, list] = {}
+        for m, v, _ in example.metrics:
+            found.setdefault(m, []).append(np.array(value_of(v)))
+        return value, self._metric_dict(found, tolist)
+
+    def _metric_dict(self, found: dict, tolist: bool) -> dict:
+        """`{name: stacked values}` from `{metric id: [values]}` (every metric named)."""
+        metrics = {}
+        for m, name in enumerate(self.program.metric_names):
+            t = self.program.metric_types[m]
+            arr = np.stack(found[m]) if m in found else np.zeros((0, *t.shape), t.numpy_dtype)
+            metrics[name] = arr.tolist() if tolist else arr
+        return metrics
 
     def run_eagerly(self, inputs: Iterable[Any], tolist: bool = False) -> list:
         """`run` without tracing a `tf.function`: quicker for one-off small batches."""
@@ -337,12 +379,7 @@ class Compiler:
             for m, _, _ in e.metrics:
                 k, p = next(rows)
                 found.setdefault(m, []).append(np.array(outputs[k][p]))
-            metrics = {}
-            for m, name in enumerate(names):
-                t = self.program.metric_types[m]
-                arr = np.stack(found[m]) if m in found else np.zeros((0, *t.shape), t.numpy_dtype)
-                metrics[name] = arr.tolist() if tolist else arr
-            results.append((value, metrics))
+            results.append((value, self._metric_dict(found, tolist)))
         return results
 
 

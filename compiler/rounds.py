@@ -17,8 +17,8 @@ example, the ordinary `ExampleGraph` of the steps it took, which the compiler
 plans and runs as any other batch, with gradients: the decisions are Python values
 by then, so the gradient flows through every step taken, exactly as the reference
 evaluator's (eager `GradientTape`) does. The price is a second forward pass in
-training; inference could read its results from the rounds, but runs the finished
-graphs too, so that there is one way results are computed.
+training. Inference (`Compiler.run`) needs none: a last round computes what no
+read asked for, and the results are read from the rounds' values.
 
 >>> import tensorflow as tf
 >>> import blocks as td
@@ -30,7 +30,7 @@ graphs too, so that there is one way results are computed.
 >>> c = Compiler.create(count)
 >>> [float(state) for _, state, _ in c.run([0.0, 2.5, 7.0])]   # 4, 3 and 0 steps
 [4.0, 4.5, 7.0]
->>> c.last_rounds                                               # engine calls to decide
+>>> c.last_rounds           # engine calls; nothing is left to compute after the last
 4
 """
 
@@ -70,6 +70,7 @@ class RoundContext(ExpansionContext):
         self.known: dict[int, np.ndarray] = {}  # value id of a computed node output -> value
         self.nodes_done = 0  # nodes computed in earlier rounds
         self._args_done = 0  # their arguments' length in node_args
+        self._values_done = 0  # the values there were at the last round
 
     def read(self, value_type, value) -> Any:
         """`value` with numpy arrays for its tensors, computing them if need be."""
@@ -95,6 +96,7 @@ class RoundContext(ExpansionContext):
         self.nodes_done = min(self.nodes_done, len(self.node_op))
         self._args_done = min(self._args_done, len(self.node_args))
         values = len(self.value_type)
+        self._values_done = min(self._values_done, values)
         for v in [v for v in self.known if v >= values]:
             del self.known[v]
 
@@ -104,101 +106,131 @@ class RoundContext(ExpansionContext):
     def pending_graph(self) -> tuple[OpGraph, np.ndarray, np.ndarray]:
         """The nodes not computed yet as an `OpGraph` of their own: the values they
         read from earlier rounds (and constants) become its constant rows. Returns
-        the graph, the value ids of its node outputs there (what to read) and here."""
-        n0 = self.nodes_done
-        vnode = np.asarray(self.value_node, np.int64)
-        vtype = np.asarray(self.value_type, np.int64)
-        vindex = np.asarray(self.value_index, np.int64)
+        the graph, the value ids of its node outputs there (what to read) and here.
+        Its cost is linear in what was added since the last round."""
+        n0, v0 = self.nodes_done, self._values_done
         args = np.asarray(self.node_args[self._args_done:], np.int64)
-        produced = np.flatnonzero(vnode >= n0)
-        outside = np.unique(args[vnode[args] < n0])
-        remap = np.full(len(vnode), -1, np.int64)
-        remap[outside] = np.arange(len(outside))
-        remap[produced] = len(outside) + np.arange(len(produced))
-        rows: list[list] = [[] for _ in self._program.value_types]
-        row_of = np.empty(len(outside), np.int64)
+        tail_node = np.asarray(self.value_node[v0:], np.int64)
+        tail_type = np.asarray(self.value_type[v0:], np.int64)
+        tail_index = np.asarray(self.value_index[v0:], np.int64)
+        produced = v0 + np.flatnonzero(tail_node >= 0)  # the new nodes' outputs
+        fresh = args >= v0
+        fresh[fresh] = tail_node[args[fresh] - v0] >= 0
+        outside = np.unique(args[~fresh])  # constants and earlier rounds' values
+        local = np.empty_like(args)
+        local[~fresh] = np.searchsorted(outside, args[~fresh])
+        local[fresh] = len(outside) + np.searchsorted(produced, args[fresh])
+        types = self._program.value_types
+        rows: list[list] = [[] for _ in types]
+        out_type = np.empty(len(outside), np.int64)
+        out_row = np.empty(len(outside), np.int64)
         for j, v in enumerate(outside.tolist()):
-            k = vtype[v]
-            row_of[j] = len(rows[k])
+            k = out_type[j] = self.value_type[v]
+            out_row[j] = len(rows[k])
             rows[k].append(self.value_of(v))
         constants = [np.asarray(r, t.numpy_dtype).reshape((len(r), *t.shape))
-                     for r, t in zip(rows, self._program.value_types)]
+                     for r, t in zip(rows, types)]
+        own = produced - v0
         graph = OpGraph.build(
-            self.node_op[n0:], self.node_arity[n0:], remap[args],
-            np.concatenate([vtype[outside], vtype[produced]]),
-            np.concatenate([np.full(len(outside), -1), vnode[produced] - n0]),
-            np.concatenate([row_of, vindex[produced]]), constants)
-        return graph, remap[produced], produced
+            self.node_op[n0:], self.node_arity[n0:], local,
+            np.concatenate([out_type, tail_type[own]]),
+            np.concatenate([np.full(len(outside), -1), tail_node[own] - n0]),
+            np.concatenate([out_row, tail_index[own]]), constants)
+        return graph, len(outside) + np.arange(len(produced)), produced
 
     def computed(self, produced: np.ndarray, values: list[np.ndarray]) -> None:
         """Stores the values of the pending nodes' outputs; they are done."""
         self.known.update(zip(produced.tolist(), values))
         self.nodes_done = len(self.node_op)
         self._args_done = len(self.node_args)
+        self._values_done = len(self.value_type)
 
 
 class _Gate:
-    """Where example threads wait for their round and the driver waits for them."""
+    """Where example threads wait for their round and the driver waits for them.
+
+    Each waiting example has its own event, and the driver's event is set only when
+    the last running example stops, so a round wakes each thread once (one shared
+    condition would wake every thread at every change: n^2 wake-ups a round).
+    """
 
     def __init__(self, n: int):
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._running = n
+        self._idle = threading.Event()  # no example is running
+        if n == 0:
+            self._idle.set()
         self._waiting: dict[int, RoundContext] = {}
+        self._resume: dict[int, threading.Event] = {}
         self._aborted = False
 
     def wait(self, ctx: RoundContext) -> None:
         """In an example's thread: wait until a round has computed ctx's pending nodes."""
-        with self._cond:
-            self._waiting[ctx.index] = ctx
-            self._running -= 1
-            self._cond.notify_all()
-            while ctx.index in self._waiting and not self._aborted:
-                self._cond.wait()
+        with self._lock:
             if self._aborted:
                 raise _Aborted
+            event = self._resume.setdefault(ctx.index, threading.Event())
+            self._waiting[ctx.index] = ctx
+            self._stopped()
+        event.wait()
+        event.clear()
+        if self._aborted:
+            raise _Aborted
 
     def finished(self) -> None:
-        with self._cond:
-            self._running -= 1
-            self._cond.notify_all()
+        with self._lock:
+            self._stopped()
+
+    def _stopped(self) -> None:  # with the lock held
+        self._running -= 1
+        if self._running == 0:
+            self._idle.set()
 
     def next_round(self) -> list[RoundContext]:
         """In the driver: once no example is running, the waiting ones (by index)."""
-        with self._cond:
-            while self._running:
-                self._cond.wait()
+        self._idle.wait()
+        with self._lock:
             return [self._waiting[i] for i in sorted(self._waiting)]
 
     def resume(self, contexts: list[RoundContext]) -> None:
-        with self._cond:
+        with self._lock:
             for ctx in contexts:
                 del self._waiting[ctx.index]
             self._running += len(contexts)
-            self._cond.notify_all()
+            if contexts:
+                self._idle.clear()
+        for ctx in contexts:
+            self._resume[ctx.index].set()
 
     def abort(self) -> None:
-        with self._cond:
+        with self._lock:
             self._aborted = True
-            self._cond.notify_all()
+            for i in self._waiting:
+                self._resume[i].set()
 
 
-def expand_in_rounds(program, inputs: list, run_graphs: RunGraphs) -> tuple[list, int]:
-    """Expands `inputs` (see the module docstring): `(example graphs, rounds run)`.
+def expand_in_rounds(program, inputs: list, run_graphs: RunGraphs,
+                     finish: bool = False) -> tuple[list, list, int]:
+    """Expands `inputs` (see the module docstring): `(example graphs, their contexts,
+    rounds run)`. With `finish`, a last round computes the nodes no read asked
+    for, so that every value of every example is known (`RoundContext.value_of`).
 
     An input that fails raises its `InputError` naming its index in `inputs` (the
     lowest such index); the others are expanded to the end first.
     """
-    return call_with_deep_stack(_expand_in_rounds, program, inputs, run_graphs)
+    return call_with_deep_stack(_expand_in_rounds, program, inputs, run_graphs, finish)
 
 
-def _expand_in_rounds(program, inputs: list, run_graphs: RunGraphs) -> tuple[list, int]:
+def _expand_in_rounds(program, inputs: list, run_graphs: RunGraphs,
+                      finish: bool) -> tuple[list, list, int]:
     gate = _Gate(len(inputs))
     graphs: list[ExampleGraph | None] = [None] * len(inputs)
+    contexts: list[RoundContext | None] = [None] * len(inputs)
     errors: dict[int, BaseException] = {}
     root = program.root
 
     def expand_one(i: int, x: Any) -> None:
-        ctx = RoundContext(program, gate, i)
+        ctx = contexts[i] = RoundContext(program, gate, i)
         try:
             result = root._eval(ctx, root_input(root, ctx, x))
             graphs[i] = ExampleGraph(ctx.graph(program), result, ctx.metrics)
@@ -212,10 +244,10 @@ def _expand_in_rounds(program, inputs: list, run_graphs: RunGraphs) -> tuple[lis
     threads = _start_threads(expand_one, inputs)
     rounds = 0
     try:
-        while contexts := gate.next_round():
-            _run_round(contexts, run_graphs)
+        while waiting := gate.next_round():
+            _run_round(waiting, run_graphs)
             rounds += 1
-            gate.resume(contexts)
+            gate.resume(waiting)
     except BaseException:
         gate.abort()
         raise
@@ -228,7 +260,10 @@ def _expand_in_rounds(program, inputs: list, run_graphs: RunGraphs) -> tuple[lis
         if isinstance(e, InputError):
             raise e.with_example_index(i) from e.__cause__
         raise e
-    return graphs, rounds
+    if finish and any(ctx.has_pending() for ctx in contexts):
+        _run_round(contexts, run_graphs)
+        rounds += 1
+    return graphs, contexts, rounds
 
 
 def _start_threads(target: Callable, inputs: list) -> list[threading.Thread]:

@@ -12,8 +12,8 @@ run by `td.Unfold` in two ways, sharing the layers:
   (`reads_values=False`), so it expands once, as any block, and is cached.
 - `greedy_block`: the model's own argmax is fed back until it emits `END` or has
   taken `max_steps` steps; the output is the configuration, the symbols emitted.
-  Python feeds it back after each step (a round each), or, `on_device`, the step
-  does (`device_step`, `lookahead`: one round for the whole decoding).
+  Python feeds it back after each step (a round each), or the step does, on the
+  device (`device_step`), Python reading the logits every `lookahead` steps.
 
 >>> import keras
 >>> keras.utils.set_random_seed(0)
@@ -115,23 +115,23 @@ class Seq2Seq:
         return cell >> td.AllOf(td.GetItem(1), td.GetItem(0) >> self.logits) >> td.AllOf(
             td.AllOf(td.GetItem(0), td.GetItem(1) >> argmax), td.GetItem(1))
 
-    def greedy_block(self, max_steps: int, on_device: bool = False) -> td.Block:
+    def greedy_block(self, max_steps: int, lookahead: int | None = None) -> td.Block:
         """digits -> the configuration after greedy decoding: `(symbols, None)`, the
         symbols starting with `START` and ending with `END` unless `max_steps` ran out.
 
         By default Python reads each step's logits and feeds the argmax back through
-        the configuration: one round (engine call) per step. `on_device` feeds it
-        back on the device (`device_step`) and reads the logits once, after
-        `max_steps` steps (`lookahead=max_steps`): one round, the steps after `END`
-        computed and dropped. Both emit the same symbols."""
+        the configuration: one round (engine call) per step. With `lookahead=k` the
+        step feeds it back on the device (`device_step`) and Python reads the logits
+        every k steps: a round per k steps, the steps after `END` computed and
+        dropped. Both emit the same symbols."""
         def feed_the_argmax(config, logits):
             return config[0] + (int(np.argmax(logits)),), None
 
         config = td.InputTransform(lambda digits: ((START,), None))
-        if on_device:
+        if lookahead is not None:
             decode = td.Unfold(self.device_step(), decide=feed_the_argmax,
                                done=lambda c: c[0][-1] == END, max_steps=max_steps,
-                               lookahead=max_steps)
+                               lookahead=lookahead)
             start = td.AllOf(self.encode(), td.InputTransform(lambda d: START)
                              >> td.Scalar("int32"))
         else:

@@ -55,7 +55,7 @@ def test_an_example_done_at_the_start_takes_no_step():
     assert block.eval(2.0)[0] == []
 
 
-def test_every_node_is_computed_once_across_rounds():
+def test_every_node_is_computed_once_across_rounds():  # and a run needs no other pass
     case = models.make_greedy_decoder()
     comp = Compiler.create(case.block)
     ran = []
@@ -210,3 +210,20 @@ def test_with_lookahead_the_step_is_not_given_the_configuration():
     block.eval(0.0)
     Compiler.create(block).run([0.0])
     assert configs == [None] * 4
+
+
+@pytest.mark.parametrize("name", ["greedy_decoder", "device_decoder", "transition_system"])
+def test_run_reads_the_rounds_values_which_equal_running_the_finished_graphs(name):
+    from tests.compiler.test_batched_equals_reference import assert_same_result
+    case = {c.__name__: c for c in models.ALL}[f"make_{name}"]()
+    comp = Compiler.create(case.block)
+    rng = np.random.default_rng(0)
+    if name == "transition_system":
+        inputs = [rng.uniform(-2, 2, (n, 2)).tolist() for n in (1, 3, 5)]
+    else:
+        inputs = rng.uniform(-2, 2, (5, 2)).tolist()
+    from_rounds = comp.run(inputs)
+    plan = comp.plan(inputs)
+    outputs = comp._function()(plan.feed.arrays)
+    assert_same_result(from_rounds, comp.results(plan, [o.numpy() for o in outputs]), name)
+    assert_same_result(from_rounds, [case.block.eval(x) for x in inputs], name)

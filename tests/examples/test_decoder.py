@@ -33,14 +33,15 @@ def test_greedy_decoding_batched_equals_the_reference_and_stops(scheduler):
     seq2seq = Seq2Seq(embed=4, hidden=8)
     strings = reverse_task(np.random.default_rng(2), 12, max_len=5)
     results = {}
-    for on_device in (False, True):
-        block = seq2seq.greedy_block(max_steps=5, on_device=on_device)
+    for lookahead in (None, 2, 5):
+        block = seq2seq.greedy_block(max_steps=5, lookahead=lookahead)
         comp = Compiler.create(block, scheduler=scheduler)
         got = comp.run(strings)
         assert got == [block.eval(s) for s in strings]
-        results[on_device] = got, comp.last_rounds
-    got, rounds = results[False]
-    assert results[True] == (got, 1)  # the same symbols, in one round
+        results[lookahead] = got, comp.last_rounds
+    got, rounds = results[None]
+    assert results[5] == (got, 1)  # the same symbols, in one round
+    assert results[2] == (got, (rounds + 1) // 2)
     lengths = [len(tokens) - 1 for tokens, _ in got]
     assert all(1 <= n <= 5 for n in lengths) and len(set(lengths)) > 1
     assert all(tokens[-1] == END or n == 5 for (tokens, _), n in zip(got, lengths))
@@ -55,5 +56,5 @@ def test_main_learns_to_reverse_short_strings(capsys):
     assert all(math.isfinite(v) for v in losses) and losses[-1] < 0.5 * losses[0]
     assert 0 <= out["baseline"] <= out["accuracy"] <= 1 and out["accuracy"] >= 0.5
     assert len(out["decoded"]) == 16 and 1 <= out["rounds"]["python"] <= 2 * 2 + 2
-    assert out["rounds"]["device"] == 1
+    assert out["rounds"]["device"] <= 2
     assert "exact match" in capsys.readouterr().out

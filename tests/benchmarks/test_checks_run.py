@@ -30,6 +30,9 @@ def test_the_switch_turns_strict_conversion_and_cycle_checks_off_and_on():
 
 def test_checks_benchmark_runs(capsys):
     out = checks.main(["--trees", "8", "--batch", "4", "--rounds", "1"])
+    names = [f"{w} {v}" for w in ("fit", "expand") for v in ("checked", "unchecked")]
+    assert sorted(out["rates"]) == sorted(names)
     assert all(len(out["rates"][k]) == 1 and math.isfinite(out["median"][k])
-               and out["median"][k] > 0 for k in ("checked", "unchecked"))
-    assert "the checks cost" in capsys.readouterr().out
+               and out["median"][k] > 0 for k in names)
+    assert math.isfinite(out["cost_from_expansion"])
+    assert "expansion: the checks add" in capsys.readouterr().out

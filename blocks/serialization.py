@@ -531,10 +531,11 @@ class _Reader:
                              "cannot load; save it by name (a module-level function)")
         code = marshal.loads(base64.b64decode(saved["code"]))
         scope: dict = {"__builtins__": builtins}
-        module = sys.modules.get(saved["module"])
-        if module is None and saved["module"] != "__main__":
+        name = saved["module"]  # None for code run by exec()
+        module = sys.modules.get(name) if name else None
+        if module is None and name and name != "__main__":
             try:
-                module = importlib.import_module(saved["module"])
+                module = importlib.import_module(name)
             except ImportError:
                 module = None
         if module is not None:

@@ -4,7 +4,9 @@
 dicts). Each input is expanded once (example graphs are cached across epochs);
 each batch is merged, scheduled and packed into index tensors when Keras' loop
 steps to it (`compiler.pipeline`, `compiler.steps`); one traced function runs
-every batch. Saving is atomic (`compiler.saving`); a TensorFlow error in a step
+every batch. `save` writes the block expression (`blocks.serialization`), the
+weights and the optimizer's state to a `.keras` file that `keras.models.load_model`
+reads back; it is atomic (`compiler.saving`). A TensorFlow error in a step
 names the input that caused it (`compiler.blame`); a step whose loss or gradients
 are not finite is not applied and stops `fit` with `NonFiniteLossError`.
 

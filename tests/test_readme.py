@@ -40,3 +40,32 @@ def test_the_quick_start_runs_and_its_comments_are_true():
         assert str(e) == error_comment[len("# TypeError: "):]
     else:
         raise AssertionError("the README's type error example raised nothing")
+
+
+def test_the_saving_section_runs_on_the_quick_start_model(tmp_path, monkeypatch):
+    quick = re.search(r"## Quick start\n\n```python\n(.*?)```", readme(), re.S).group(1)
+    section = readme().split("## Saving, resuming and serving", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    *body, unsafe_line, error_comment = code.rstrip("\n").split("\n")
+    assert error_comment.startswith("# UnsafeConfigError: ") and error_comment.endswith(" ...")
+    quiet = {"epochs=5)": "epochs=5, verbose=0)", "callbacks=[": "verbose=0, callbacks=[",
+             ".predict(trees[:4])": ".predict(trees[:4], verbose=0)",
+             "model.predict([(3.0, -1.0)])": "model.predict([(3.0, -1.0)], verbose=0)"}
+    program = "\n".join([*quick.rstrip("\n").split("\n")[:-2], *body])
+    for old, new in quiet.items():
+        program = program.replace(old, new)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(program, "README.md", "exec"), scope)
+    assert out.getvalue().rstrip().endswith("True")
+    assert sorted(os.listdir(tmp_path)) == ["best.keras", "tree.keras"]  # backup: deleted
+    assert len(scope["history"].history["val_loss"]) == 3
+    from blocks.serialization import UnsafeConfigError
+    try:
+        exec(unsafe_line, scope)
+    except UnsafeConfigError as e:
+        assert str(e).startswith(error_comment[len("# UnsafeConfigError: "):-len(" ...")])
+    else:
+        raise AssertionError("loading the quick start in safe mode raised nothing")

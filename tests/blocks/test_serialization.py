@@ -294,3 +294,21 @@ def test_a_function_of_another_python_is_refused_clearly():
     text = json.dumps(config).replace(f'"python": "{config["python"]}"', '"python": "2.7"')
     with pytest.raises(ValueError, match="bytecode of Python 2.7"):
         deserialize(json.loads(text), safe_mode=False)
+
+
+def test_a_function_of_the_running_script_loads_by_name_there_and_as_code_elsewhere(
+        monkeypatch):
+    import sys
+
+    def triple(x):
+        return 3.0 * x
+
+    triple.__module__, triple.__qualname__ = "__main__", "refold_test_triple"
+    monkeypatch.setattr(sys.modules["__main__"], "refold_test_triple", triple, raising=False)
+    config = json.loads(json.dumps(serialize(td.Scalar() >> td.Function(triple))))
+    loaded = deserialize(config, safe_mode=True)  # the script defines it: no code is run
+    assert loaded.children[1].tf_fn is triple
+    monkeypatch.delattr(sys.modules["__main__"], "refold_test_triple")
+    with pytest.raises(UnsafeConfigError, match="'triple' is saved as Python bytecode"):
+        deserialize(config, safe_mode=True)  # another process: only the code is left
+    assert float(deserialize(config, safe_mode=False).eval(2.0)) == 6.0

@@ -4,6 +4,7 @@ files), `ModelCheckpoint`, `BackupAndRestore`, in this process and in fresh ones
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import signal
@@ -53,6 +54,10 @@ def same(a, b) -> None:
 def weights(path) -> list:
     with np.load(path) as f:
         return [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
+
+
+def tf_sum3(a, b, c):
+    return a + b + c
 
 
 def trained_quickstart(tmp_path, epochs: int = 1) -> Model:
@@ -156,6 +161,27 @@ def test_a_block_with_named_functions_loads_in_safe_mode(tmp_path):
     loaded = keras.models.load_model(tmp_path / "m.keras")
     xs = [[[1.0, 2.0]], [[0.5, -1.0], [2.0, 2.0]]]
     np.testing.assert_array_equal(model.predict(xs, verbose=0), loaded.predict(xs, verbose=0))
+
+
+def test_a_block_variable_and_a_shared_layer_come_back_with_their_values(tmp_path):
+    keras.utils.set_random_seed(2)
+    fc = td.FC(2, activation=None)
+    bias = keras.Variable(np.array([0.5, -0.5], "float32"))
+    block = td.AllOf(td.GetItem(0) >> td.Vector(2) >> fc, td.GetItem(1) >> td.Vector(2) >> fc,
+                     td.FromTensor(bias)) >> td.Function(tf_sum3)
+    model = Model(block)
+    model.compile(optimizer="sgd", loss="mse")
+    xs, ys = [([1.0, 2.0], [3.0, -1.0])] * 4, np.ones((4, 2), "float32")
+    model.fit(xs, ys, batch_size=4, epochs=2, verbose=0)  # the variable trains too
+    assert not np.allclose(bias.numpy(), [0.5, -0.5])
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")  # no lambdas: safe mode loads it
+    assert len(loaded.trainable_weights) == 3  # kernel, bias of the one FC; the variable
+    np.testing.assert_array_equal(loaded.block_variables[0].numpy(), bias.numpy())
+    np.testing.assert_array_equal(model.predict(xs, verbose=0), loaded.predict(xs, verbose=0))
+    with zipfile.ZipFile(tmp_path / "m.keras") as archive:
+        config = json.loads(archive.read("config.json"))
+    assert config["config"]["block"]["format"] == "refold.blocks"
 
 
 def test_a_failed_save_leaves_the_previous_file_whole(tmp_path, monkeypatch):

@@ -6,10 +6,10 @@ reads the shipped dataset (`data/functions.jsonl.gz`: the functions of CPython 3
 standard library, test suites left out, split by file, duplicates removed; regenerate it
 with `python -m examples.function_names.extract`), keeps the functions whose first word
 is one of the `--classes` most frequent in training (`--other` keeps the rest as one
-more class) and whose tree has at most `--max-nodes` nodes, and trains three encoders
+more class) and whose tree has at most `--max-nodes` nodes, and trains four encoders
 of the same sizes with the same budget (`examples.function_names.models`): a child-sum
-TreeLSTM over the tree, a bag of node types and identifiers, and a BiLSTM over the
-tokens in pre-order. The epoch with the best dev accuracy is kept. It prints the
+TreeLSTM over the tree classifying the root (and, second, the mean of all its nodes),
+a bag of node types and identifiers, and a BiLSTM over the tokens in pre-order. The epoch with the best dev accuracy is kept. It prints the
 accuracy and macro-averaged F1 on dev and test against always guessing the most
 frequent class, and writes `curves.png`, `history_<model>.csv` and `results.json` to
 `--out` (default `runs/function_names`).

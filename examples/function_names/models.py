@@ -5,6 +5,9 @@ identifiers) with an `embed`-sized table and end in a linear layer to the classe
 
 * `tree_lstm`: a child-sum TreeLSTM (`models.tree_lstm`, Tai et al. 2015) over the
   syntax tree, bottom-up; the root's `h` (`hidden` units) is classified;
+* `tree_lstm_mean`: the same TreeLSTM, but the mean of every node's `h` is classified,
+  not the root's alone, so a token deep in a long body reaches the classifier by one
+  step rather than through every gate on its way up to the root;
 * `bag`: the mean of the tokens' embeddings, then a `hidden`-unit ReLU layer: a bag of
   node types and identifiers, blind to structure and order;
 * `bilstm`: an LSTM of `hidden` units each way over the tokens in pre-order; the final
@@ -14,7 +17,7 @@ identifiers) with an `embed`-sized table and end in a linear layer to the classe
 >>> m = encoder_block("tree_lstm", vocab_size=5, num_classes=3, embed=4, hidden=6)
 >>> x = {"tree": {"t": 1, "c": [{"t": 2, "c": []}, {"t": 3, "c": []}]}, "tokens": [1, 2, 3]}
 >>> [encoder_block(k, 5, 3, 4, 6).eval(x).shape for k in ENCODERS]
-[(3,), (3,), (3,)]
+[(3,), (3,), (3,), (3,)]
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from models import encoders, rnn_cells, tree_lstm
 
 __all__ = ["ENCODERS", "encoder_block"]
 
-ENCODERS = ("tree_lstm", "bag", "bilstm")
+ENCODERS = ("tree_lstm", "tree_lstm_mean", "bag", "bilstm")
 
 
 def encoder_block(kind: str, vocab_size: int, num_classes: int, embed: int = 32,
@@ -37,6 +40,10 @@ def encoder_block(kind: str, vocab_size: int, num_classes: int, embed: int = 32,
         cell = tree_lstm.ChildSumTreeLSTMCell(hidden, embed, name="child_sum")
         tree = encoders.tree_encoder(cell, td.GetItem("t") >> token, children="c")
         return td.GetItem("tree") >> tree >> td.GetItem(0) >> logits
+    if kind == "tree_lstm_mean":
+        cell = tree_lstm.ChildSumTreeLSTMCell(hidden, embed, name="child_sum")
+        return (td.GetItem("tree") >> _tree_with_totals(cell, td.GetItem("t") >> token)
+                >> td.Slice(start=1) >> td.Function(_mean, name="mean_h") >> logits)
     tokens = td.GetItem("tokens") >> td.Map(token)
     if kind == "bag":
         return tokens >> td.Mean() >> td.FC(hidden, name="hidden") >> logits
@@ -45,3 +52,33 @@ def encoder_block(kind: str, vocab_size: int, num_classes: int, embed: int = 32,
                                          rnn_cells.LSTMCell(hidden, embed, name="backward"))
         return tokens >> both >> logits
     raise ValueError(f"encoder must be one of {ENCODERS}, got {kind!r}")
+
+
+def _mean(total, count):
+    return total / count
+
+
+def _plus_one(count):
+    return count + 1.0
+
+
+def _tree_with_totals(cell, node_input) -> td.Block:
+    """`tree -> ((h, c), sum of h, number of nodes)` over the tree's nodes, bottom-up:
+    a node's totals are its children's plus its own."""
+    import tensorflow as tf
+    hidden = cell.hidden
+    out_type = td.TupleType(tree_lstm.state_type(hidden), td.TensorType((hidden,)),
+                            td.TensorType((1,)))
+    tree = td.ForwardDeclaration(td.PyObjectType(), out_type)
+    node = td.Composition(name="node")
+    with node.scope():
+        kids = (td.GetItem("c") >> td.Map(tree())).reads(node.input)
+        state = cell.reads(node_input.reads(node.input), td.Map(td.GetItem(0)).reads(kids))
+        h_total = td.Function(tf.add, name="add_h").reads(
+            td.GetItem(0).reads(state),
+            (td.Map(td.GetItem(1)) >> td.Sum()).reads(kids))
+        count = (td.Map(td.GetItem(2)) >> td.Sum() >> td.Function(_plus_one, name="count")
+                 ).reads(kids)
+        node.output.reads(state, h_total, count)
+    tree.resolve_to(node)
+    return tree()

@@ -9,10 +9,10 @@ is one of the `--classes` most frequent in training (`--other` keeps the rest as
 more class) and whose tree has at most `--max-nodes` nodes, and trains three encoders
 of the same sizes with the same budget (`examples.function_names.models`): a child-sum
 TreeLSTM over the tree, a bag of node types and identifiers, and a BiLSTM over the
-tokens in pre-order. The epoch with the best dev accuracy is kept. It prints the
-accuracy and macro-averaged F1 on dev and test against always guessing the most
-frequent class, and writes `curves.png`, `history_<model>.csv` and `results.json` to
-`--out` (default `runs/function_names`).
+tokens in pre-order (`--models` adds two TreeLSTM variants). The epoch with the best
+dev accuracy is kept. It prints the accuracy and macro-averaged F1 on dev and test
+against always guessing the most frequent class, and writes `curves.png`,
+`history_<model>.csv` and `results.json` to `--out` (default `runs/function_names`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ import numpy as np  # noqa: E402
 
 from examples.function_names.data import SPLITS, Task, read_records  # noqa: E402
 from examples.function_names.extract import DEFAULT_PATH  # noqa: E402
-from examples.function_names.models import ENCODERS, encoder_block  # noqa: E402
+from examples.function_names.models import (  # noqa: E402
+    DEFAULT_ENCODERS,
+    ENCODERS,
+    encoder_block,
+)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -41,7 +45,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-nodes", type=int, default=120, help="leave out larger trees")
     p.add_argument("--min-count", type=int, default=5,
                    help="tokens seen fewer times in training are <unk>")
-    p.add_argument("--models", nargs="+", default=list(ENCODERS), choices=ENCODERS)
+    p.add_argument("--models", nargs="+", default=list(DEFAULT_ENCODERS), choices=ENCODERS,
+                   help="default: %(default)s; tree_lstm_mean and tree_lstm_pos are "
+                        "TreeLSTM variants (see examples.function_names.models)")
     p.add_argument("--embed", type=int, default=32)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--epochs", type=int, default=8)

@@ -7,7 +7,8 @@ first words of the training split, optionally plus `"other"`) and the vocabulary
 node types and identifiers (tokens seen at least `min_count` times in training; the
 rest are `<unk>`), and `Task.encode` turns a record into a model input:
 
-* `"tree"`: nested `{"t": token id, "c": [children]}` for the TreeLSTM;
+* `"tree"`: nested `{"t": token id, "i": position among its siblings (0 for the
+  root, at most `MAX_POSITION`), "c": [children]}` for the TreeLSTMs;
 * `"tokens"`: the same token ids in pre-order (the tree read left to right, which is
   close to source order) for the bag of tokens and the BiLSTM.
 
@@ -18,7 +19,8 @@ rest are `<unk>`), and `Task.encode` turns a record into a model input:
 >>> task.classes, task.vocabulary
 (['get'], ['<unk>', 'FunctionDef', 'x'])
 >>> task.encode(recs[1])
-{'tree': {'t': 1, 'c': [{'t': 0, 'c': [{'t': 2, 'c': []}]}]}, 'tokens': [1, 0, 2], 'label': 0}
+{'tree': {'t': 1, 'i': 0, 'c': [{'t': 0, 'i': 0, 'c': [{'t': 2, 'i': 0, 'c': []}]}]}, \
+'tokens': [1, 0, 2], 'label': 0}
 >>> task.encode(recs[2]) is None               # "set" is not one of the classes
 True
 """
@@ -30,9 +32,11 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 
-__all__ = ["ReadReport", "read_records", "check_tree", "Task", "SPLITS"]
+__all__ = ["ReadReport", "read_records", "check_tree", "Task", "SPLITS", "MAX_POSITION"]
 
 SPLITS = ("train", "dev", "test")
+MAX_POSITION = 7
+"""Children after the eighth share the last position id."""
 
 
 @dataclass
@@ -140,10 +144,12 @@ class Task:
             return self._class_id[word]
         return len(self.classes) - 1 if self.other else None
 
-    def _node(self, tree):
+    def _node(self, tree, position: int = 0):
+        i = min(position, MAX_POSITION)
         if isinstance(tree, str):
-            return {"t": self._token_id.get(tree, 0), "c": []}
-        return {"t": self._token_id.get(tree[0], 0), "c": [self._node(c) for c in tree[1:]]}
+            return {"t": self._token_id.get(tree, 0), "i": i, "c": []}
+        return {"t": self._token_id.get(tree[0], 0), "i": i,
+                "c": [self._node(c, k) for k, c in enumerate(tree[1:])]}
 
     def encode(self, record: dict) -> dict | None:
         """`{"tree", "tokens", "label"}`, or None if the record's label is not a

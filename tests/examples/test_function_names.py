@@ -24,7 +24,7 @@ from examples.function_names.extract import (
     split_of,
     tree_size,
 )
-from examples.function_names.models import ENCODERS, encoder_block
+from examples.function_names.models import DEFAULT_ENCODERS, ENCODERS, encoder_block
 
 SHIPPED_PYTHON = (3, 11, 7)
 
@@ -173,7 +173,7 @@ def _tiny_examples():
 def test_batched_encoders_equal_the_reference_evaluator(kind):
     task, xs = _tiny_examples()
     block = encoder_block(kind, len(task.vocabulary), 2, embed=4, hidden=5)
-    schedulers = ("agenda", "depth") if kind == "tree_lstm" else ("agenda",)
+    schedulers = ("agenda", "depth") if kind.startswith("tree_lstm") else ("agenda",)
     want = [block.eval(x) for x in xs]
     for scheduler in schedulers:
         got = Compiler(block, scheduler=scheduler).run(xs)
@@ -190,6 +190,48 @@ def test_the_tree_lstm_sees_structure_the_bag_does_not():
     tree = encoder_block("tree_lstm", len(task.vocabulary), 3, embed=4, hidden=5)
     np.testing.assert_allclose(bag.eval(a), bag.eval(b), rtol=1e-6)
     assert not np.allclose(tree.eval(a), tree.eval(b))
+
+
+def test_tree_totals_are_the_sum_of_every_nodes_h_and_the_node_count():
+    import blocks as td
+    from examples.function_names.models import _tree_with_totals
+    from models import encoders, tree_lstm
+    task, xs = _tiny_examples()
+    cell = tree_lstm.ChildSumTreeLSTMCell(5, 4)
+    embedding = td.Embedding(len(task.vocabulary), 4)
+    def node_input():
+        return td.GetItem("t") >> td.Scalar("int32") >> embedding
+    totals = _tree_with_totals(cell, node_input())
+    plain = encoders.tree_encoder(cell.shared(), node_input(), children="c")
+
+    def subtrees(t):
+        yield t
+        for c in t["c"]:
+            yield from subtrees(c)
+
+    for x in xs:
+        (h, c), h_total, count = totals.eval(x["tree"])
+        nodes = list(subtrees(x["tree"]))
+        assert count.tolist() == [len(nodes)]
+        np.testing.assert_allclose(h, plain.eval(x["tree"])[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(h_total, sum(plain.eval(n)[0] for n in nodes),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_only_the_position_input_tells_swapped_children_apart():
+    # x = self.a and self.a = x: an Assign whose two children swap places.
+    recs = [{"label": "get", "split": "train", "tree": ["Assign", "x", ["Attribute", "s", "a"]]},
+            {"label": "set", "split": "train", "tree": ["Assign", ["Attribute", "s", "a"], "x"]}]
+    task = Task(recs, classes=2, min_count=1)
+    a, b = (task.encode(r) for r in recs)
+    assert [c["i"] for c in a["tree"]["c"]] == [0, 1]
+    plain = encoder_block("tree_lstm", len(task.vocabulary), 2, embed=4, hidden=5)
+    np.testing.assert_allclose(plain.eval(a), plain.eval(b), rtol=1e-6)
+    ordered = encoder_block("tree_lstm_pos", len(task.vocabulary), 2, embed=4, hidden=5)
+    assert not np.allclose(ordered.eval(a), ordered.eval(b))
+    deep = Task([{"label": "f", "split": "train", "tree": ["F", *["x"] * 12]}], classes=1)
+    assert [c["i"] for c in deep.encode({"label": "f", "tree": ["F", *["x"] * 12]})[
+        "tree"]["c"]] == list(range(8)) + [7] * 4
 
 
 def test_scores_and_table():
@@ -216,8 +258,8 @@ def test_main_runs_end_to_end_on_tiny_data(tmp_path, capsys, shipped):
     printed = capsys.readouterr().out
     assert "60 of 61 records read, 1 skipped (the first: line 61" in printed
     assert sorted(out["task"].classes) == sorted(keep)
-    assert list(out["rows"])[1:] == list(ENCODERS)
-    for kind in ENCODERS:
+    assert list(out["rows"])[1:] == list(DEFAULT_ENCODERS)
+    for kind in DEFAULT_ENCODERS:
         assert all(np.isfinite(out["histories"][kind]["loss"]))
         assert out["histories"][kind]["loss"][-1] < out["histories"][kind]["loss"][0]
         assert kind in printed

@@ -58,7 +58,7 @@ def accuracies(predictions: list, items: list[dict], texts: list[list[str]],
     for pred, item, words in zip(predictions, items, texts):
         for ok, w in zip(np.asarray(pred) == np.asarray(item["tags"]), words):
             hits["all"].append(ok)
-            if vocabulary.id(w) == 0:
+            if vocabulary.is_rare(w):
                 hits["rare"].append(ok)
             if w not in vocabulary.counts:
                 hits["unseen"].append(ok)
@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     n_words = sum(len(x["words"]) for x in train)
     n_rare = sum("chars" in w for x in train for w in x["words"])
     flat = [w for s in test_words for w in s]
-    counts = {"all": len(flat), "rare": sum(vocab.id(w) == 0 for w in flat),
+    counts = {"all": len(flat), "rare": sum(map(vocab.is_rare, flat)),
               "unseen": sum(w not in vocab.counts for w in flat)}
     print(f"{len(train)} training sentences ({n_words} words, {n_rare} of them rare), "
           f"{len(vocab)} word ids; {len(test)} test sentences ({counts['all']} words, "

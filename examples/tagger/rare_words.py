@@ -158,6 +158,7 @@ class Vocabulary:
         return self._ids.get(word, 0)
 
     def is_rare(self, word: str) -> bool:
+        """Whether `word` is seen fewer than `rare_below` times in training (or never)."""
         return self.id(word) == 0
 
     def encode(self, words: Sequence[str], tags: Sequence[str] | None = None) -> dict:

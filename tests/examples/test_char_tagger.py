@@ -58,9 +58,10 @@ def test_most_content_words_of_a_test_set_are_unseen_or_rare():
     flat = [w for s in test_words for w in s]
     unseen = [w for w in flat if w not in vocab.counts]
     assert 0.1 < len(unseen) / len(flat) < 0.5
-    assert all(vocab.id(w) == 0 for w in unseen)
+    assert all(vocab.is_rare(w) and vocab.id(w) == 0 for w in unseen)
     rare_in_training = [w for w, n in vocab.counts.items() if n < 2]
-    assert rare_in_training and all(vocab.id(w) == 0 for w in rare_in_training)
+    assert rare_in_training and all(vocab.is_rare(w) for w in rare_in_training)
+    assert not any(vocab.is_rare(w) for w in vocab.words)
     again = dataset(300, 100, np.random.default_rng(2))
     assert again[0] == train and again[1] == test
 

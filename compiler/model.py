@@ -276,8 +276,9 @@ class Model(keras.Model):
     def _build_optimizer(self) -> None:
         # its slots cannot be made inside the traced step's guarded update (a
         # tf.cond branch), and making them there would make Keras trace it twice
-        if self.optimizer is not None and not self.optimizer.built:
-            self.optimizer.build(self.trainable_variables)
+        optimizer = getattr(self, "optimizer", None)  # none before compile
+        if optimizer is not None and not optimizer.built:
+            optimizer.build(self.trainable_variables)
 
     def _update_metrics(self, x, y, y_pred, sample_weight, values, loss):
         self._loss_tracker.update_state(loss, sample_weight=tf.cast(x["batch_size"][0],

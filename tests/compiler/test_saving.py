@@ -98,7 +98,7 @@ def test_fit_continued_in_a_fresh_process_gives_the_weights_of_an_uninterrupted_
 def test_backup_and_restore_resumes_a_run_killed_mid_epoch(tmp_path):
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     whole.mkdir(), killed.mkdir()
-    job("backup", whole)
+    saving_jobs.backup(str(whole))  # the run never killed, here
     run = job("backup", killed, 2, 3, wait=False)  # epoch 2 (of 0-3), batch 3 (of 0-5)
     deadline = time.monotonic() + 300
     while not (killed / "reached").exists():

@@ -12,10 +12,17 @@ way: it builds a sequence from a seed instead of consuming one.
 A step's tensor work is ordinary ops, so the engine batches it across the examples
 of a batch (and across the nodes of each); only the decision is Python. Batched,
 the examples advance in *rounds*, one step each per round, and each round is one
-engine call for the whole batch (`compiler.rounds`). Put what can be decided on
-the device in the step (an argmax, a table lookup as a `Function`) so that Python
-reads a few small values per step. Gradients flow through every step taken: once
-the decisions are known, the steps taken are an ordinary op graph.
+engine call for the whole batch (`compiler.rounds`). Gradients flow through every
+step taken: once the decisions are known, the steps taken are an ordinary op graph.
+
+Where the device can decide (an argmax, a table lookup as a `Function`), feed the
+decision back in the state instead of the configuration and set `lookahead=k`: the
+step then gets no configuration, and the engine runs k steps per round, dropping
+those after `done`. Where `decide` needs no values at all (teacher forcing),
+`reads_values=False` makes the block expand without rounds. Why rounds and not a
+decision inside the engine's loop: the loop runs a graph planned in Python before
+it starts, one traced program for every batch; structure decided inside it would
+need another engine, while rounds reuse this one unchanged.
 
 >>> import tensorflow as tf
 >>> import blocks as td

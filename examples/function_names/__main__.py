@@ -6,10 +6,11 @@ reads the shipped dataset (`data/functions.jsonl.gz`: the functions of CPython 3
 standard library, test suites left out, split by file, duplicates removed; regenerate it
 with `python -m examples.function_names.extract`), keeps the functions whose first word
 is one of the `--classes` most frequent in training (`--other` keeps the rest as one
-more class) and whose tree has at most `--max-nodes` nodes, and trains three encoders
-of the same sizes with the same budget (`examples.function_names.models`): a child-sum
-TreeLSTM over the tree, a bag of node types and identifiers, and a BiLSTM over the
-tokens in pre-order (`--models` adds two TreeLSTM variants). The epoch with the best
+more class) and whose tree has at most `--max-nodes` nodes, and trains encoders of
+the same sizes with the same budget (`examples.function_names.models`): a child-sum
+TreeLSTM over the tree, the same with each node's position among its siblings as
+input, a bag of node types and identifiers, and a BiLSTM over the tokens in pre-order
+(`--models` picks; `tree_lstm_mean` is one more TreeLSTM variant). The epoch with the best
 dev accuracy is kept. It prints the accuracy and macro-averaged F1 on dev and test
 against always guessing the most frequent class, and writes `curves.png`,
 `history_<model>.csv` and `results.json` to `--out` (default `runs/function_names`).
@@ -46,8 +47,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--min-count", type=int, default=5,
                    help="tokens seen fewer times in training are <unk>")
     p.add_argument("--models", nargs="+", default=list(DEFAULT_ENCODERS), choices=ENCODERS,
-                   help="default: %(default)s; tree_lstm_mean and tree_lstm_pos are "
-                        "TreeLSTM variants (see examples.function_names.models)")
+                   help="default: %(default)s (see examples.function_names.models)")
     p.add_argument("--embed", type=int, default=32)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--epochs", type=int, default=8)

@@ -33,7 +33,7 @@ from models import encoders, rnn_cells, tree_lstm
 __all__ = ["ENCODERS", "DEFAULT_ENCODERS", "encoder_block"]
 
 ENCODERS = ("tree_lstm", "tree_lstm_mean", "tree_lstm_pos", "bag", "bilstm")
-DEFAULT_ENCODERS = ("tree_lstm", "bag", "bilstm")
+DEFAULT_ENCODERS = ("tree_lstm", "tree_lstm_pos", "bag", "bilstm")
 
 
 def encoder_block(kind: str, vocab_size: int, num_classes: int, embed: int = 32,

@@ -253,13 +253,14 @@ def test_main_runs_end_to_end_on_tiny_data(tmp_path, capsys, shipped):
         f.write("\n".join(json.dumps(r) for r in tiny) + "\n{broken\n")
     out_dir = tmp_path / "out"
     out = names_main.main(["--data", str(path), "--classes", "3", "--epochs", "2",
+                           "--models", "tree_lstm", "bag", "bilstm",
                            "--embed", "8", "--hidden", "8", "--batch-size", "16",
                            "--lr", "0.01", "--out", str(out_dir), "--verbose", "0"])
     printed = capsys.readouterr().out
     assert "60 of 61 records read, 1 skipped (the first: line 61" in printed
     assert sorted(out["task"].classes) == sorted(keep)
-    assert list(out["rows"])[1:] == list(DEFAULT_ENCODERS)
-    for kind in DEFAULT_ENCODERS:
+    assert list(out["rows"])[1:] == ["tree_lstm", "bag", "bilstm"]
+    for kind in ("tree_lstm", "bag", "bilstm"):
         assert all(np.isfinite(out["histories"][kind]["loss"]))
         assert out["histories"][kind]["loss"][-1] < out["histories"][kind]["loss"][0]
         assert kind in printed
@@ -268,6 +269,12 @@ def test_main_runs_end_to_end_on_tiny_data(tmp_path, capsys, shipped):
                                            "results.json"]
     saved = json.loads((out_dir / "results.json").read_text())
     assert saved["sizes"] == {"train": 40, "dev": 10, "test": 10}
+
+
+def test_the_default_run_compares_the_tree_lstms_with_the_bag_and_the_bilstm():
+    args = names_main.parse_args([])
+    assert args.models == list(DEFAULT_ENCODERS)
+    assert {"tree_lstm", "bag", "bilstm"} <= set(args.models) <= set(ENCODERS)
 
 
 def test_main_says_which_split_is_empty(tmp_path):

@@ -25,28 +25,30 @@ class RefoldSide:
         data: the runner's data (`protocol.make_data`), trees as nested tuples.
         workloads: which models to build ("treelstm", "bilstm", "parser").
         lr: the plain SGD learning rate.
+        scheduler: the models' scheduler, "agenda" (default) or "depth".
     """
 
-    def __init__(self, data: dict, workloads, lr: float):
+    def __init__(self, data: dict, workloads, lr: float, scheduler: str = "agenda"):
         import keras
 
         from compiler import Model
         self.data = data
+        self.scheduler = scheduler
         self.train_models: dict = {}
         self.infer_models: dict = {}
         if "treelstm" in workloads:
             from benchmarks.workloads import TreeLSTMModel
             tree = TreeLSTMModel(seed=0)
-            model = Model(tree.block)
+            model = Model(tree.block, scheduler=scheduler)
             model.compile(optimizer=keras.optimizers.SGD(lr),
                           loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
             self.train_models["treelstm"] = self.infer_models["treelstm"] = model
         if "bilstm" in workloads:
-            train, infer = tagger_models()
+            train, infer = tagger_models(scheduler)
             train.compile(optimizer=keras.optimizers.SGD(lr))
             self.train_models["bilstm"], self.infer_models["bilstm"] = train, infer
         if "parser" in workloads:
-            self.parser, train, infer = parser_models(data["parser"])
+            self.parser, train, infer = parser_models(data["parser"], scheduler)
             train.compile(optimizer=keras.optimizers.SGD(lr))
             self.train_models["parser"], self.infer_models["parser"] = train, infer
 
@@ -81,7 +83,7 @@ class RefoldSide:
         """Nothing to stop (the runner calls it as it does on its worker processes)."""
 
 
-def tagger_models():
+def tagger_models(scheduler: str = "agenda"):
     """The bilstm tagger as two `Model`s on one set of layers: one trains with a loss
     at every word (`td.Metric`, Fold style), the other predicts logits without tags."""
     import blocks as td
@@ -92,10 +94,10 @@ def tagger_models():
     words = td.GetItem("words") >> td.Map(td.Scalar("int32") >> tagger.embedding)
     logits = heads.tagger(words >> encoders.bidirectional(tagger.forward, tagger.backward),
                           TAGS, logits_layer=tagger.output)
-    return Model(tagger.block), Model(logits)
+    return Model(tagger.block, scheduler=scheduler), Model(logits, scheduler=scheduler)
 
 
-def parser_models(data: dict):
+def parser_models(data: dict, scheduler: str = "agenda"):
     """`examples.parser`'s model at the data's sizes (its `ParserModel`, which parses
     greedily) and two `Model`s on its layers: one trains with a loss at every
     transition, the other predicts the logits of every configuration without the loss."""
@@ -106,8 +108,10 @@ def parser_models(data: dict):
     keras.utils.set_random_seed(0)
     sizes = data["sizes"]
     parser = ParserModel(Vocabulary(**data["vocab"]), embed=sizes["embed"],
-                         tag_embed=sizes["tag_embed"], hidden=sizes["hidden"], mlp=sizes["mlp"])
-    return parser, Model(parser.training_block), Model(parser.scoring_block)
+                         tag_embed=sizes["tag_embed"], hidden=sizes["hidden"], mlp=sizes["mlp"],
+                         scheduler=scheduler)
+    return (parser, Model(parser.training_block, scheduler=scheduler),
+            Model(parser.scoring_block, scheduler=scheduler))
 
 
 def main(argv=None) -> None:

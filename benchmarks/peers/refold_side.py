@@ -26,7 +26,7 @@ class RefoldSide:
         workloads: which models to build ("treelstm", "bilstm", "parser",
             "chartagger").
         lr: the plain SGD learning rate.
-        scheduler: the engine's scheduler, "agenda" or "depth".
+        scheduler: the models' scheduler, "agenda" (default) or "depth".
     """
 
     def __init__(self, data: dict, workloads, lr: float, scheduler: str = "agenda"):
@@ -34,6 +34,7 @@ class RefoldSide:
 
         from compiler import Model
         self.data = data
+        self.scheduler = scheduler
         self.train_models: dict = {}
         self.infer_models: dict = {}
         if "treelstm" in workloads:
@@ -48,7 +49,7 @@ class RefoldSide:
             train.compile(optimizer=keras.optimizers.SGD(lr))
             self.train_models["bilstm"], self.infer_models["bilstm"] = train, infer
         if "parser" in workloads:
-            self.parser, train, infer = parser_models(data["parser"])
+            self.parser, train, infer = parser_models(data["parser"], scheduler)
             train.compile(optimizer=keras.optimizers.SGD(lr))
             self.train_models["parser"], self.infer_models["parser"] = train, infer
         if "chartagger" in workloads:
@@ -114,7 +115,7 @@ def char_tagger_models(vocabulary: int, scheduler: str = "agenda"):
                   seed=0))
 
 
-def parser_models(data: dict):
+def parser_models(data: dict, scheduler: str = "agenda"):
     """`examples.parser`'s model at the data's sizes (its `ParserModel`, which parses
     greedily) and two `Model`s on its layers: one trains with a loss at every
     transition, the other predicts the logits of every configuration without the loss."""
@@ -125,8 +126,10 @@ def parser_models(data: dict):
     keras.utils.set_random_seed(0)
     sizes = data["sizes"]
     parser = ParserModel(Vocabulary(**data["vocab"]), embed=sizes["embed"],
-                         tag_embed=sizes["tag_embed"], hidden=sizes["hidden"], mlp=sizes["mlp"])
-    return parser, Model(parser.training_block), Model(parser.scoring_block)
+                         tag_embed=sizes["tag_embed"], hidden=sizes["hidden"], mlp=sizes["mlp"],
+                         scheduler=scheduler)
+    return (parser, Model(parser.training_block, scheduler=scheduler),
+            Model(parser.scoring_block, scheduler=scheduler))
 
 
 def main(argv=None) -> None:

@@ -39,7 +39,8 @@ MODES = {"parser": ("train", "infer", "parse")}
 """Each workload's timed modes (train and infer unless said here); parse: greedy parsing."""
 PARSER_SIZES = dict(embed=100, tag_embed=25, hidden=125, mlp=100)
 """Kiperwasser and Goldberg (2016)'s sizes, with one BiLSTM layer."""
-LABELS = {"dynet": "DyNet", "refold": "Refold", "refold-1t": "Refold 1t"}
+LABELS = {"dynet": "DyNet", "refold": "Refold", "refold-1t": "Refold 1t",
+          "refold-depth": "Refold depth"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
@@ -137,6 +138,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--peer", choices=["dynet", "none"], default="dynet")
     parser.add_argument("--tf-threads", default="default,1",
                         help="Refold variants: 'default' (TensorFlow's threads) and/or 1")
+    parser.add_argument("--depth", action="store_true",
+                        help="also Refold with the depth scheduler (TensorFlow's default "
+                             "threads, in this process); the others use agenda")
     parser.add_argument("--lr", type=float, default=0.1, help="plain SGD, both sides")
     parser.add_argument("--dynet-gates", choices=["fused", "split"], default="fused")
     parser.add_argument("--seed", type=int, default=0)
@@ -184,7 +188,12 @@ def main(argv=None) -> dict:
                 from benchmarks.peers.refold_side import RefoldSide
                 workers["refold"] = RefoldSide(protocol.load_data(data_path, tuples=True),
                                                workloads, args.lr)
-            order = [n for n in ("dynet", "refold", "refold-1t") if n in workers]
+            if args.depth:
+                from benchmarks.peers.refold_side import RefoldSide
+                workers["refold-depth"] = RefoldSide(
+                    protocol.load_data(data_path, tuples=True), workloads, args.lr, "depth")
+            order = [n for n in ("dynet", "refold", "refold-1t", "refold-depth")
+                     if n in workers]
             sides = {n: workers[n] for n in order}
             results: dict = {}
             for w in workloads:
@@ -200,7 +209,8 @@ def main(argv=None) -> dict:
             "load_before": load_before, "load_after": os.getloadavg(),
             "command": "python -m benchmarks.peers " + " ".join(argv), "commit": _commit(),
             "sides": order, "rounds": args.rounds, "lr": args.lr,
-            "workers": {n: getattr(w, "hello", {"system": "refold", "threads": "default"})
+            "workers": {n: getattr(w, "hello", {"system": "refold", "threads": "default",
+                                                "scheduler": getattr(w, "scheduler", "agenda")})
                         for n, w in workers.items()}}
     print(f"{meta['command']}\n{meta['date']}, commit {meta['commit']}; load average "
           f"{' '.join(f'{x:.2f}' for x in load_before)} before, "
@@ -208,7 +218,9 @@ def main(argv=None) -> dict:
     print("sides: " + "; ".join(
         {"dynet": "DyNet 2.1.2, autobatch on, 1 thread",
          "refold": "Refold, TensorFlow's default threads",
-         "refold-1t": "Refold, TensorFlow on 1 thread"}[n] for n in order))
+         "refold-1t": "Refold, TensorFlow on 1 thread",
+         "refold-depth": "Refold, depth scheduler, TensorFlow's default threads"}[n]
+        for n in order))
     print("train = one Model.fit(epochs=1) call over the items / DyNet's minibatch loop; "
           "infer = one Model.predict call / a forward per minibatch; parse = greedy parsing, "
           "one batched scoring per round; ratio > 1: Refold faster")

@@ -131,6 +131,7 @@ class ParserModel:
         self.training_block = self._configurations_block(loss=True)
         self.scoring_block = self._configurations_block(loss=False)
         self._encoder_compiler = None
+        self._mlp_function = None
 
     def _mlp(self, features: td.Block) -> td.Block:
         return td.Pipe(features, td.Concat(), self.hidden_layer)
@@ -192,7 +193,12 @@ class ParserModel:
         for j, (enc, positions) in enumerate(zip(encodings, configurations)):
             for k, p in enumerate(positions):
                 rows[j, k * w:(k + 1) * w] = pads[k] if p is None else enc[p]
-        return keras.ops.convert_to_numpy(self.logits_layer(self.hidden_layer(rows)))
+        if self._mlp_function is None:  # traced once: an eager Keras call costs ~ms
+            import tensorflow as tf
+            self._mlp_function = tf.function(
+                lambda x: self.logits_layer(self.hidden_layer(x)),
+                input_signature=[tf.TensorSpec([None, rows.shape[1]], tf.float32)])
+        return self._mlp_function(rows).numpy()
 
     def parse(self, sentences: Sequence[Sentence], batch_size: int = 256) -> list[list[int]]:
         """The heads the model gives each sentence (greedy, legal transitions only)."""

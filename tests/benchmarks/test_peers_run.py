@@ -56,14 +56,18 @@ def test_ratio_table_has_a_column_per_refold_variant_and_mode():
     assert lines[4] == "| 16 | 32 | 1.50 [1.25-1.75] | 1.50 [1.25-1.75] | 100 / 150 | 100 / 150 |"
 
 
-def test_the_parser_workload_runs_on_refolds_side(capsys):
-    out = run.main(["--peer", "none", "--tf-threads", "default", "--workloads", "parser",
-                    "--batch-sizes", "2", "--items", "3", "--rounds", "1"])
+def test_the_parser_workload_runs_on_refolds_side_with_both_schedulers(capsys):
+    out = run.main(["--peer", "none", "--tf-threads", "default", "--depth", "--workloads",
+                    "parser", "--batch-sizes", "2", "--items", "3", "--rounds", "1"])
+    assert out["meta"]["sides"] == ["refold", "refold-depth"]
+    assert out["meta"]["workers"]["refold-depth"]["scheduler"] == "depth"
     for mode in ("train", "infer", "parse"):
         row = out["results"]["parser"][2][mode]
-        assert row["items"] == 3 and all(map(_rate, row["rates"]["refold"]))
+        assert row["items"] == 3
+        assert all(map(_rate, row["rates"]["refold"] + row["rates"]["refold-depth"]))
     lines = capsys.readouterr().out.split("### parser:")[1].strip().splitlines()
-    assert lines[2] == "| B | items | train Refold | infer Refold | parse Refold |"
+    assert lines[2] == ("| B | items | train Refold / Refold depth | infer Refold / Refold "
+                        "depth | parse Refold / Refold depth |")
 
 
 def test_parser_data_holds_each_sentences_oracle_configurations_and_the_sizes():

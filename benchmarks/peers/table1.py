@@ -9,8 +9,7 @@ the depth scheduler (TensorFlow's default threads). The table gives each side's
 median sentences/s (trees/s for the TreeLSTM), Refold agenda ÷ DyNet agenda per
 round (median [min-max]), and the paper's own CPU figures (Neubig et al. 2017,
 Table 1) for reference; those come from other data, sizes and hardware, so only the
-ratios within a row here compare like with like. The transition-based parser's row
-says "not measured yet" until its workload exists; a task left out of `--tasks`
+ratios within a row here compare like with like. A task left out of `--tasks`
 shows "-".
 """
 
@@ -32,8 +31,8 @@ PAPER_CPU = {  # sentences/s, Neubig, Goldberg and Dyer (2017), Table 1, CPU
     "treelstm": {"none": 50.2, "depth": 348, "agenda": 357},
     "parser": {"none": 16.8, "depth": 61.0, "agenda": 61.2},
 }
-MEASURED = ("bilstm", "chartagger", "treelstm")
-"""The tasks this runner has workloads for (the parser's is not written yet)."""
+MEASURED = ("bilstm", "chartagger", "treelstm", "parser")
+"""The tasks this runner has workloads for (`benchmarks.peers.run.WORKLOADS`)."""
 
 DYNET_SIDES = {"dynet": 1, "dynet-depth": 2, "dynet-none": 0}  # name: --autobatch
 COLUMNS = {"refold": "Refold agenda", "refold-depth": "Refold depth",
@@ -42,7 +41,7 @@ COLUMNS = {"refold": "Refold agenda", "refold-depth": "Refold depth",
 
 
 def format_table(results: dict, names: list) -> str:
-    """The markdown table: one row per task of `TASKS`, measured or not."""
+    """The markdown table: one row per task of `TASKS` ("-" where not run)."""
     header = ["task", *(COLUMNS[n] for n in names)]
     if "dynet" in names and "refold" in names:
         header.append("Refold agenda ÷ DyNet agenda")
@@ -52,9 +51,8 @@ def format_table(results: dict, names: list) -> str:
         paper = PAPER_CPU[task]
         quoted = f"{paper['none']:g} / {paper['depth']:g} / {paper['agenda']:g}"
         row = results.get(task)
-        if row is None:  # no workload yet, or not asked for in this run
-            gap = "not measured yet" if task not in MEASURED else "-"
-            cells = [gap] * (len(header) - 2)
+        if row is None:  # not asked for in this run
+            cells = ["-"] * (len(header) - 2)
         else:
             cells = [f"{row['median'][n]:.0f}" for n in names]
             if "dynet" in names and "refold" in names:

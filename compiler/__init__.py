@@ -11,6 +11,7 @@ from compiler.expansion import ExampleGraph, expand
 from compiler.lowering import Program, lower
 from compiler.model import Model
 from compiler.steps import NonFiniteLossError
+from compiler.streaming import Lines
 
 __all__ = ["Compiler", "Model", "MirroredTrainer", "BatchPlan", "Program", "lower", "expand",
-           "ExampleGraph", "NonFiniteLossError"]
+           "ExampleGraph", "NonFiniteLossError", "Lines"]

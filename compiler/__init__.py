@@ -13,6 +13,7 @@ from compiler.lowering import Program, lower
 from compiler.model import Model
 from compiler.saving import ModelFileError, load_model
 from compiler.steps import NonFiniteLossError
+from compiler.streaming import Lines
 
 __all__ = ["Compiler", "Model", "MirroredTrainer", "BatchPlan", "Program", "lower", "expand",
-           "ExampleGraph", "NonFiniteLossError", "load_model", "ModelFileError"]
+           "ExampleGraph", "NonFiniteLossError", "load_model", "ModelFileError", "Lines"]

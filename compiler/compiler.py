@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import itertools
 import operator
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -97,11 +99,14 @@ class Compiler:
         scheduler: `"agenda"` (DyNet's agenda-based batching, the default),
             `"depth"` (TensorFlow Fold's depth-based batching), or the name of
             one added with `scheduler.register_scheduler`.
-        cache: whether to keep each input's expanded graph, keyed by the input
-            object's identity, so later batches skip expansion. Inputs must then
-            not be mutated. A block whose structure depends on computed values
-            (`blocks.Unfold`) is never cached: its inputs expand in rounds that run
-            the model (`compiler.rounds`), and its decisions change with the weights.
+        cache: keep each input's expanded graph, keyed by the input object's
+            identity, so later batches skip expansion (inputs must then not be
+            mutated). `True` keeps up to `DEFAULT_CACHE_SIZE` inputs, an int that
+            many; past that the least recently used is dropped, so a long stream
+            of fresh inputs cannot grow memory without bound. `False` keeps none.
+            A block whose structure depends on computed values (`blocks.Unfold`)
+            is never cached: its inputs expand in rounds that run the model
+            (`compiler.rounds`), and its decisions change with the weights.
         workers: if > 0, expand uncached inputs of large batches (at least
             `min_parallel_batch`, 64 by default) in that many forked worker
             processes (`compiler.parallel.ExpansionPool`), and let
@@ -114,7 +119,7 @@ class Compiler:
 
     min_parallel_batch = 64
 
-    def __init__(self, block, scheduler: str = "agenda", cache: bool = True,
+    def __init__(self, block, scheduler: str = "agenda", cache: bool | int = True,
                  workers: int = 0, share_layers: bool = True):
         if not isinstance(workers, int) or workers < 0:
             raise ValueError(f"workers must be a non-negative int, got {workers!r}")
@@ -127,14 +132,17 @@ class Compiler:
         self.scheduler = scheduler
         self.executor = Executor(self.program.ops, self.program.value_types)
         self.planner = Planner(self.executor.layout, scheduler, len(self.program.metric_names))
-        self._cache: dict[int, tuple[Any, ExampleGraph]] | None = {} if cache else None
+        self.cache_size = _cache_size(cache)
+        self._cache: OrderedDict[int, tuple[Any, ExampleGraph]] | None = \
+            OrderedDict() if self.cache_size else None
+        self._cache_lock = threading.Lock()  # a stream's planning thread shares it
         self._run_fn = None
         self.last_rounds = 0  # engine calls the last expansion in rounds made
         self.workers = workers
         self._pool = None
 
     @classmethod
-    def create(cls, block, scheduler: str = "agenda", cache: bool = True,
+    def create(cls, block, scheduler: str = "agenda", cache: bool | int = True,
                workers: int = 0, share_layers: bool = True) -> Compiler:
         """A compiler for `block` (see the class docstring)."""
         return cls(block, scheduler=scheduler, cache=cache, workers=workers,
@@ -163,24 +171,34 @@ class Compiler:
         """The expanded graph of each input (from the cache where possible)."""
         if self._cache is None:
             return self._expand_fresh(list(inputs), start)
+        cache = self._cache
         out: list[ExampleGraph | None] = []
         missing, missing_at = [], []
-        for i, x in enumerate(inputs):
-            hit = self._cache.get(id(x))
-            if hit is not None and hit[0] is x:
-                out.append(hit[1])
-            else:
-                out.append(None)
-                missing.append(x)
-                missing_at.append(i)
+        with self._cache_lock:
+            for i, x in enumerate(inputs):
+                hit = cache.get(id(x))
+                if hit is not None and hit[0] is x:
+                    cache.move_to_end(id(x))
+                    out.append(hit[1])
+                else:
+                    out.append(None)
+                    missing.append(x)
+                    missing_at.append(i)
         if missing:
             fresh = self._expand_fresh(missing, start, missing_at)
-            for i, x, g in zip(missing_at, missing, fresh):
-                out[i] = g
-                if not _is_cacheable(x):
-                    continue
-                self._cache[id(x)] = (x, g)
+            with self._cache_lock:
+                for i, x, g in zip(missing_at, missing, fresh):
+                    out[i] = g
+                    if _is_cacheable(x):
+                        cache[id(x)] = (x, g)
+                while len(cache) > self.cache_size:
+                    cache.popitem(last=False)  # the least recently used
         return out  # type: ignore[return-value]
+
+    @property
+    def cached(self) -> int:
+        """How many inputs' expanded graphs the cache holds now."""
+        return 0 if self._cache is None else len(self._cache)
 
     def _expand_fresh(self, inputs: list, start: int, positions=None) -> list[ExampleGraph]:
         """Expands inputs (in the workers for large batches); an error names the
@@ -239,6 +257,10 @@ class Compiler:
     def _plan_serial(self, inputs: list, grouped: bool) -> BatchPlan:
         # In a worker: the parent's cache is not shared, so expand afresh.
         examples = expand_all(self.program, inputs, 0)
+        return self._plan_examples(examples, grouped)
+
+    def plan_expanded(self, examples: list[ExampleGraph], grouped: bool = False) -> BatchPlan:
+        """`plan` of inputs already expanded (`expand(inputs)`): merged, scheduled, packed."""
         return self._plan_examples(examples, grouped)
 
     def plan(self, inputs: Sequence[Any], grouped: bool = False) -> BatchPlan:
@@ -403,6 +425,22 @@ def find_bad_input(root, inputs: Iterable[Any], skip: Iterable[int] = ()):
 def _blame(root, inputs: list, error: Exception) -> Exception:
     """The error to raise when the engine failed on `inputs`."""
     return find_bad_input(root, inputs) or error
+
+
+# The inputs `Compiler(cache=True)` keeps expanded at most (least recently used dropped).
+DEFAULT_CACHE_SIZE = 100_000
+
+
+def _cache_size(cache) -> int:
+    """The cache's capacity in inputs from `Compiler`'s `cache` argument (0: none)."""
+    if cache is True:
+        return DEFAULT_CACHE_SIZE
+    if cache is False or cache is None:
+        return 0
+    if isinstance(cache, (int, np.integer)) and cache >= 0:
+        return int(cache)
+    raise ValueError(f"cache must be True, False or a number of inputs (an int >= 0), got "
+                     f"{cache!r}")
 
 
 def _is_cacheable(x: Any) -> bool:

@@ -1,7 +1,9 @@
 """`Model`: a compiled block expression that is a `keras.Model`.
 
 `fit`, `evaluate` and `predict` take lists of Python inputs (trees, sequences,
-dicts). Each input is expanded once (example graphs are cached across epochs);
+dicts), or streams of them (generators, `keras.utils.PyDataset`s, files read line by
+line: `compiler.streaming`). Each input of a list is expanded once (example graphs
+are cached across epochs);
 each batch is merged, scheduled and packed into index tensors when Keras' loop
 steps to it (`compiler.pipeline`, `compiler.steps`); one traced function runs
 every batch. `save` writes the block expression (`blocks.serialization`), the
@@ -41,6 +43,8 @@ Two ways to give the loss:
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -49,6 +53,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from blocks.errors import InputError
 from blocks.layers import is_keras_layer
 from blocks.serialization import deserialize, serialize
 from blocks.types import TensorType
@@ -66,6 +71,7 @@ from compiler.pipeline import (
 )
 from compiler.saving import atomic_write, refuse_after_nan, write_saved_model
 from compiler.steps import STEP_FINITE, STEP_LOSS, StepFunction, all_finite
+from compiler.streaming import StreamFeeder, is_stream, reads_once
 
 
 @keras.saving.register_keras_serializable(package="refold")
@@ -86,12 +92,14 @@ class Model(keras.Model):
         seed: seeds the per-epoch shuffling (epoch `e` uses `seed + e`), so a run
             resumed from a checkpoint sees the same batches as an uninterrupted one.
         name: the Keras model name.
-        cache: keep every input's expanded graph (keyed by the input object) so
-            later epochs skip expansion. Cached inputs are held in memory and must
-            not be mutated; turn it off to stream many inputs through `predict`.
-        workers: expand inputs never seen before in that many forked worker
-            processes (see `Compiler`), for large datasets on machines with spare
-            cores; 0 (default) expands in this process.
+        cache: keep inputs' expanded graphs (keyed by the input object) so later
+            epochs skip expansion: `True` up to `compiler.compiler.DEFAULT_CACHE_SIZE`
+            inputs, an int up to that many (the least recently used dropped), `False`
+            none. Cached inputs are held in memory and must not be mutated.
+        workers: expand the inputs of in-memory lists never seen before in that
+            many forked worker processes (see `Compiler`), for large datasets on
+            machines with spare cores; 0 (default) expands in this process. Streams
+            are planned by a background thread (`compiler.streaming`).
 
     Weights are those of the layers the block uses (`td.FC`, `td.Embedding`,
     `td.ScopedLayer`, Keras layers in `td.Function`) and of `td.FromTensor`
@@ -104,7 +112,7 @@ class Model(keras.Model):
 
     def __init__(self, block=None, scheduler: str = "agenda", loss_metrics=None,
                  on_bad_example: str = "raise", seed: int = 0, name: str | None = None,
-                 cache: bool = True, workers: int = 0, _factory: tuple | None = None,
+                 cache: bool | int = True, workers: int = 0, _factory: tuple | None = None,
                  **kwargs):
         super().__init__(name=name, **kwargs)
         if block is None:
@@ -175,7 +183,7 @@ class Model(keras.Model):
         call of `Model.from_factory`, and the model's arguments."""
         config = {"scheduler": self.scheduler, "seed": self.seed, "name": self.name,
                   "on_bad_example": self.on_bad_example, "loss_metrics": self.loss_metrics,
-                  "cache": self.compiler._cache is not None, "workers": self.compiler.workers}
+                  "cache": self.compiler.cache_size, "workers": self.compiler.workers}
         if self._factory is not None:
             return {"factory": self._factory[0], "factory_kwargs": self._factory[1],
                     **config}
@@ -419,11 +427,20 @@ class Model(keras.Model):
             verbose="auto", callbacks=None, validation_data=None, shuffle: bool = True,
             sample_weight=None, initial_epoch: int = 0, validation_freq: int = 1,
             validation_batch_size: int | None = None, validation_split: float = 0.0,
-            class_weight: dict | None = None, **kwargs):
-        """Trains on `x` (a list or iterable of inputs) and optional labels `y`.
+            class_weight: dict | None = None, steps_per_epoch: int | None = None,
+            validation_steps: int | None = None, **kwargs):
+        """Trains on `x` (a list of inputs, or a stream) and optional labels `y`.
 
         As `keras.Model.fit`; `validation_data` is `(x_val, y_val)` or `x_val` (Fold
-        style). `validation_split=f` holds out the last fraction f of `x` (and `y`,
+        style, or a stream). `x` may be a stream (`compiler.streaming`): a generator or
+        other iterable of inputs, or of `(input, label[, sample_weight])` tuples for a
+        model compiled with a loss; a `keras.utils.PyDataset` of batches; a file read
+        line by line (`compiler.Lines`). It is read a few batches ahead of the step and
+        never held whole; each epoch reads it again, or with `steps_per_epoch` reads on
+        (a generator can be read only once, so it needs `steps_per_epoch` for several
+        epochs). A stream is not shuffled.
+
+        `validation_split=f` holds out the last fraction f of `x` (and `y`,
         `sample_weight`) before shuffling, as Keras does (not with `validation_data`).
         `class_weight={class: weight}` weighs each training input by its label's class
         (a class id, or the argmax of a one-hot row; classes not listed weigh 1), as
@@ -439,8 +456,12 @@ class Model(keras.Model):
             raise ValueError("Model.fit runs on one device; under a multi-device strategy "
                              "train with compiler.MirroredTrainer(model, strategy)")
         batch_size = 32 if batch_size is None else batch_size
-        x = as_inputs(x)
-        self._check_loss(y)
+        stream = _streamed(x, y, sample_weight)
+        if stream:
+            self._check_stream(x, epochs - initial_epoch, steps_per_epoch, validation_split)
+        else:
+            x = as_inputs(x)
+        self._check_loss(y, labels_in_x=stream)
         if not self.trainable_weights:
             warnings.warn("the block has no trainable weights: fit only reports metrics",
                           stacklevel=2)
@@ -457,24 +478,43 @@ class Model(keras.Model):
                 _rows(sample_weight, slice(None, split_at)),
                 (x[split_at:], _rows(y, slice(split_at, None)),
                  _rows(sample_weight, slice(split_at, None))))
-        if class_weight is not None:
-            if sample_weight is not None:
-                raise ValueError("give class_weight or sample_weight, not both")
-            sample_weight = class_weights(y, class_weight)
-        data = self._dataset(x, y, sample_weight, batch_size, shuffle, "train",
-                             verbose=verbose)
-        val = None
+        if class_weight is not None and sample_weight is not None:
+            raise ValueError("give class_weight or sample_weight, not both")
+        if stream:
+            data = self._stream(x, batch_size, "train", class_weight=class_weight,
+                                endless=steps_per_epoch is not None)
+        else:
+            if class_weight is not None:
+                sample_weight = class_weights(y, class_weight)
+            data = self._dataset(x, y, sample_weight, batch_size, shuffle, "train",
+                                 verbose=verbose)
+        val, val_stream = None, False
         if validation_data is not None:
             vx, vy, vw = split_validation(validation_data)
             what = "validation_data" if split_at is None else \
                 f"x[{split_at}:], the validation split"
-            val = self._dataset(vx, vy, vw, validation_batch_size or batch_size, False,
-                                "validation", what=what, offset=split_at or 0,
-                                verbose=verbose)
+            val_stream = _streamed(vx, vy, vw)
+            if val_stream and validation_steps is None and reads_once(vx) \
+                    and sum(self._should_eval(e, validation_freq)
+                            for e in range(initial_epoch, epochs)) > 1:
+                raise ValueError(
+                    f"validation_data is a {type(vx).__name__}, which can be read only once, "
+                    "and fit validates more than once: give validation_steps, or a stream "
+                    "that can be read again")
+            if val_stream:
+                val = self._stream(vx, validation_batch_size or batch_size, "validation",
+                                   what="validation_data",
+                                   endless=validation_steps is not None)
+            else:
+                val = self._dataset(vx, vy, vw, validation_batch_size or batch_size, False,
+                                    "validation", what=what, offset=split_at or 0,
+                                    verbose=verbose)
         callbacks = [_Bookkeeping(self), *(callbacks or [])]
         self._nan_seen = False
         self._build_optimizer()
-        if split_at is None:
+        if stream or val_stream:
+            blame = self._stream_blame
+        elif split_at is None:
             blame = [(x, "x", self.skipped_examples)]
             if validation_data is not None:
                 blame.append((split_validation(validation_data)[0], "validation_data",
@@ -482,14 +522,23 @@ class Model(keras.Model):
         else:  # the two parts of x, blamed by their index in x
             blame = [(given_x, "x", [*self.skipped_examples,
                                      *(split_at + i for i in self.skipped_validation_examples)])]
-        with blaming(self.block, blame):
-            return super().fit(data, epochs=epochs, verbose=verbose, callbacks=callbacks,
-                               shuffle=False, validation_data=val, initial_epoch=initial_epoch,
-                               validation_freq=validation_freq)
+        try:
+            with blaming(self.block, blame), _end_of_stream_is_end_of_epoch(
+                    (stream and steps_per_epoch is None)
+                    or (val_stream and validation_steps is None)):
+                return super().fit(data, epochs=epochs, verbose=verbose, callbacks=callbacks,
+                                   shuffle=False, validation_data=val,
+                                   initial_epoch=initial_epoch, validation_freq=validation_freq,
+                                   steps_per_epoch=steps_per_epoch,
+                                   validation_steps=validation_steps)
+        finally:
+            self._close_streams()
 
     def evaluate(self, x=None, y=None, batch_size: int | None = None, verbose="auto",
-                 sample_weight=None, callbacks=None, return_dict: bool = False, **kwargs):
-        """As `keras.Model.evaluate`, on a list of inputs (and optional labels)."""
+                 sample_weight=None, callbacks=None, return_dict: bool = False,
+                 steps: int | None = None, **kwargs):
+        """As `keras.Model.evaluate`, on a list of inputs (and optional labels) or a
+        stream (see `fit`); `steps` batches of it if given."""
         if kwargs.get("_use_cached_eval_dataset"):  # Keras' fit validating
             role, self._test_role = self._test_role, "validation"
             try:
@@ -499,23 +548,36 @@ class Model(keras.Model):
             finally:
                 self._test_role = role
         _refuse(kwargs, "evaluate")
-        x = as_inputs(x)
-        self._check_loss(y)
-        data = self._dataset(x, y, sample_weight, 32 if batch_size is None else batch_size,
-                             False, "test", verbose=verbose)
-        with blaming(self.block, [(x, "x", self.skipped_examples)]):
-            return super().evaluate(data, verbose=verbose, callbacks=callbacks,
-                                    return_dict=return_dict)
+        batch_size = 32 if batch_size is None else batch_size
+        stream = _streamed(x, y, sample_weight)
+        if stream:
+            data, blame = self._stream(x, batch_size, "test"), self._stream_blame
+        else:
+            x = as_inputs(x)
+            data = self._dataset(x, y, sample_weight, batch_size, False, "test",
+                                 verbose=verbose)
+            blame = [(x, "x", self.skipped_examples)]
+        self._check_loss(y, labels_in_x=stream)
+        try:
+            with blaming(self.block, blame), _end_of_stream_is_end_of_epoch(stream):
+                return super().evaluate(data, verbose=verbose, callbacks=callbacks,
+                                        return_dict=return_dict, steps=steps)
+        finally:
+            self._close_streams()
 
     def predict(self, x, batch_size: int | None = None, verbose="auto", callbacks=None,
-                **kwargs):
+                steps: int | None = None, **kwargs):
         """One output per input, in input order.
 
         An array `[N, ...]` when the block's output is one tensor; otherwise a list
-        of per-input results in `block.eval`'s form.
+        of per-input results in `block.eval`'s form. `x` is a list of inputs or a
+        stream of inputs (see `fit`; `steps` batches of it if given, as an endless
+        stream needs).
         """
         _refuse(kwargs, "predict")
         batch_size = 32 if batch_size is None else batch_size
+        if _streamed(x, None, None):
+            return self._predict_stream(x, batch_size, verbose, callbacks, steps)
         if self._out_type is not None:
             x = as_inputs(x)
             data = self._dataset(x, None, None, batch_size, False, "predict",
@@ -529,6 +591,76 @@ class Model(keras.Model):
         for b in range(0, len(inputs), batch_size):
             results.extend(self.compiler.run(inputs[b:b + batch_size]))
         return results
+
+    def _predict_stream(self, x, batch_size: int, verbose, callbacks, steps):
+        check_batch_size(batch_size)
+        if self._out_type is not None:
+            data = self._stream(x, batch_size, "predict", labelled=False)
+            try:
+                with blaming(self.block, self._stream_blame), \
+                        _end_of_stream_is_end_of_epoch(True):
+                    return super().predict(data, verbose=verbose, callbacks=callbacks,
+                                           steps=steps)
+            finally:
+                self._close_streams()
+        # results in block.eval's form: one batch at a time, no step function
+        reader = StreamFeeder(self.pipeline, x, batch_size, labelled=False)
+        results: list = []
+        for raw in itertools.islice(reader.batches(), steps):
+            try:
+                results.extend(self.compiler.run(raw.inputs))
+            except InputError as e:
+                raise reader.named(e, raw) from e.__cause__
+        if not results:
+            raise ValueError(f"no inputs in x: the stream {x!r:.60} gave none")
+        return results
+
+    # --- streams (compiler.streaming) ---------------------------------------------
+
+    def _check_stream(self, x, epochs: int, steps_per_epoch, validation_split) -> None:
+        if validation_split:
+            raise ValueError("validation_split needs x in memory (a list); with a stream, "
+                             "give validation_data")
+        if steps_per_epoch is None and epochs > 1 and reads_once(x):
+            raise ValueError(
+                f"x is a {type(x).__name__}, which can be read only once, and fit runs "
+                f"{epochs} epochs: give steps_per_epoch (each epoch then reads on), or a "
+                "stream that can be read again (a PyDataset, compiler.Lines, or an object "
+                "whose __iter__ returns a fresh generator)")
+
+    def _stream(self, x, batch_size: int, role: str, what: str = "x",
+                labelled: bool | None = None, class_weight=None, endless: bool = False):
+        """The batch indices Keras iterates over stream `x`; the batches come from the
+        `StreamFeeder` kept for `role`."""
+        check_batch_size(batch_size)
+        if labelled is None:
+            labelled = self._compile_loss is not None
+        skipped = self._skipped.validation if what != "x" else self._skipped.x
+        skipped.clear()
+
+        def on_skip(position: int, error: InputError) -> None:
+            if not skipped:
+                warnings.warn(f"skipping the inputs of {what} that do not fit the block "
+                              f"(on_bad_example='skip'); the first: {error}")
+            skipped.append(position)
+
+        feeder = StreamFeeder(
+            self.pipeline, x, batch_size, labelled,
+            loss=self.loss if labelled and self._compile_loss is not None else None,
+            skip=self.on_bad_example == "skip" and role != "predict", what=what,
+            class_weight=class_weight, endless=endless, on_skip=on_skip)
+        self._feeders[role] = feeder
+        return feeder.dataset()
+
+    def _stream_blame(self) -> list:
+        """What a failed step is blamed on: the streams' batches being run."""
+        return [(f.current.inputs, f.what, [], f.current.positions)
+                for f in self._feeders.values() if isinstance(f, StreamFeeder)]
+
+    def _close_streams(self) -> None:
+        for feeder in self._feeders.values():
+            if isinstance(feeder, StreamFeeder):
+                feeder.close()
 
     def train_on_batch(self, x, y=None, sample_weight=None, class_weight=None,
                        return_dict: bool = False):
@@ -565,7 +697,9 @@ class Model(keras.Model):
         logs = {k: float(v) for k, v in logs.items()}
         return logs if return_dict else self._flatten_metrics_in_order(logs)
 
-    def _check_loss(self, y):
+    def _check_loss(self, y, labels_in_x: bool = False):
+        if labels_in_x and self._compile_loss is not None:
+            return  # a stream of (input, label) tuples
         if y is not None and self._compile_loss is None and self._loss_ids:
             warnings.warn("labels y are given but the model was compiled without a loss; "
                           "only the td.Metric losses train it", stacklevel=3)
@@ -678,6 +812,23 @@ def _refuse_mixed_precision(policy, whose: str) -> None:
             f"in {policy.variable_dtype}); Refold does not support mixed precision yet. "
             'Call keras.mixed_precision.set_global_policy("float32") before building the '
             "block and the Model")
+
+
+def _streamed(x, y, sample_weight) -> bool:
+    """Whether `x` is read as a stream: labels given apart (`y`) need x in memory."""
+    return y is None and sample_weight is None and is_stream(x)
+
+
+@contextlib.contextmanager
+def _end_of_stream_is_end_of_epoch(on: bool):
+    """Keras warns that the input "ran out of data" whenever data of unknown size
+    ends; for a stream read without `steps_per_epoch` that is the epoch's end."""
+    if not on:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+        yield
 
 
 def _rows(a, rows: slice):

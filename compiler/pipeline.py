@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from blocks.errors import InputError
 from blocks.types import TensorType
-from compiler.compiler import Compiler
+from compiler.compiler import BatchPlan, Compiler
 
 # With `verbose` on, expanding more inputs than this shows a progress bar.
 PROGRESS_AFTER = 1000
@@ -40,8 +40,10 @@ class Labels:
     first offending row. `check_against` compares the labels with the loss.
     """
 
-    def __init__(self, y, sample_weight, n: int | None = None, what: str = "y"):
+    def __init__(self, y, sample_weight, n: int | None = None, what: str = "y",
+                 rows: np.ndarray | None = None):
         self.what = what
+        self.rows = rows  # the rows' indices in errors (a batch of a stream: its positions)
         self.y = None if y is None else np.asarray(y)
         self.w = None if sample_weight is None else np.asarray(sample_weight, np.float32)
         if self.y is not None:
@@ -63,14 +65,14 @@ class Labels:
             finite = np.isfinite(self.y).reshape(len(self.y), -1).all(axis=1)
             if not finite.all():
                 i = int(np.argmin(finite))
-                raise ValueError(f"{what}[{i}] is {_show(self.y[i])} (as float32): labels "
-                                 f"must be finite")
+                raise ValueError(f"{what}[{self.row(i)}] is {_show(self.y[i])} (as float32): "
+                                 "labels must be finite")
         if self.w is not None:
             good = np.isfinite(self.w) & (self.w >= 0)
             if not good.all():
                 i = int(np.argmin(good))
-                raise ValueError(f"sample_weight[{i}] is {self.w[i]}: sample weights must "
-                                 "be finite and >= 0")
+                raise ValueError(f"sample_weight[{self.row(i)}] is {self.w[i]}: sample "
+                                 "weights must be finite and >= 0")
 
     def check_against(self, loss, out_type: TensorType) -> None:
         """Refuses labels that a Keras built-in `loss` cannot take with the block's
@@ -99,16 +101,16 @@ class Labels:
                 whole = (ids == np.round(ids)).all(axis=1)
                 if not whole.all():
                     i = int(np.argmin(whole))
-                    raise ValueError(f"{what}[{i}] is {_show(y[i])}: {name} needs integer "
-                                     "class ids")
+                    raise ValueError(f"{what}[{self.row(i)}] is {_show(y[i])}: {name} needs "
+                                     "integer class ids")
             ignore = kwargs.get("ignore_class")
             good = ((ids >= 0) & (ids < n_classes)) | (ids == ignore if ignore is not None
                                                         else False)
             good = good.all(axis=1)
             if not good.all():
                 i = int(np.argmin(good))
-                raise ValueError(f"{what}[{i}] is {_show(y[i])}: {name} needs class ids in "
-                                 f"[0, {n_classes}) (the block's output is {out_type})")
+                raise ValueError(f"{what}[{self.row(i)}] is {_show(y[i])}: {name} needs class "
+                                 f"ids in [0, {n_classes}) (the block's output is {out_type})")
             return
         if not (row == out or row + (1,) == out or row == out + (1,)):
             hint = ""
@@ -117,6 +119,10 @@ class Labels:
             raise ValueError(f"{what} has shape {y.shape}: rows of shape {row}, but {name} "
                              f"needs rows of the block's output shape {out} (its output is "
                              f"{out_type}){hint}")
+
+    def row(self, i: int) -> int:
+        """The index that errors give row `i`."""
+        return int(i if self.rows is None else self.rows[i])
 
     def take(self, keep: np.ndarray) -> Labels:
         return Labels(None if self.y is None else self.y[keep],
@@ -204,10 +210,13 @@ class InputPipeline:
 
     def pack(self, batch: list) -> dict:
         """The arrays (`signature()`'s keys) one batch of expanded inputs becomes."""
-        plan = self.compiler.plan(batch, grouped=True)
+        return self.arrays(self.compiler.plan(batch, grouped=True))
+
+    def arrays(self, plan: BatchPlan) -> dict:
+        """The packed arrays of a batch planned with `grouped=True`."""
         arrays = dict(plan.feed.arrays)
         arrays["metric_bounds"] = plan.metric_bounds(self.program).reshape(-1)
-        arrays["batch_size"] = np.array([len(batch)], np.int32)
+        arrays["batch_size"] = np.array([len(plan.examples)], np.int32)
         return arrays
 
     def signature(self) -> dict:

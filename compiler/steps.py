@@ -123,7 +123,10 @@ class StepFunction:
         taken from Keras' `iterator`; the last step's outputs (its logs)."""
         outputs = None
         for i in next_indices(iterator, steps):
-            outputs = self.run(i)
+            try:
+                outputs = self.run(i)
+            except StopIteration:  # a stream ended (compiler.streaming)
+                break
         if outputs is None:
             raise StopIteration
         return outputs
@@ -131,7 +134,14 @@ class StepFunction:
     def on_data(self, data: list):
         """For `predict_function`: the outputs of the batches whose indices Keras
         fetched (`data`), concatenated."""
-        outs = [self.run(int(i)) for i in data]
+        outs = []
+        for i in data:
+            try:
+                outs.append(self.run(int(i)))
+            except StopIteration:  # a stream ended (compiler.streaming)
+                if not outs:
+                    raise
+                break
         return outs[0] if len(outs) == 1 else tf.concat(outs, 0)
 
 

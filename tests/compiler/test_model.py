@@ -312,7 +312,7 @@ def test_unknown_loss_metrics_and_bad_arguments_are_refused():
     with pytest.raises(TypeError, match="x must be a list"):
         model.fit({"a": 1}, verbose=0)
     with pytest.raises(TypeError, match="does not support"):
-        model.fit([1.0], [1], steps_per_epoch=1, verbose=0)
+        model.fit([1.0], [1], max_queue_size=1, verbose=0)
 
 
 @pytest.fixture

@@ -1,0 +1,408 @@
+"""Streams of inputs: generators, iterables, `keras.utils.PyDataset`s and files read
+line by line, fed to `Model.fit`, `evaluate` and `predict` without holding them in memory.
+
+A stream's items are read by a background thread that groups them into batches,
+expands and plans each batch, and hands the packed arrays to the training step over a
+bounded queue: at most `ahead` batches wait, so memory stays bounded however long
+the stream, and planning overlaps the device step (TensorFlow and the planning
+kernels release the GIL). The thread is stopped and joined when the call ends,
+early stop or not, so nothing is left to wait on at interpreter exit.
+
+Streams are planned in this process's thread, not in the compiler's forked worker
+processes (`Model(workers=n)`, used for in-memory lists): planning whole batches
+of a stream in the pool hung in an early-stop script (a task whose reply never
+came), so the thread, which stops cleanly, is what streams use.
+
+What a stream yields:
+
+- to a model compiled with a loss (Keras style), `(input, label)` or
+  `(input, label, sample_weight)` tuples; otherwise (losses from `td.Metric`s,
+  and always for `predict`), inputs;
+- a `keras.utils.PyDataset` yields whole batches: a list of inputs, or
+  `(inputs, labels[, sample_weights])`; its `num_batches` may be None (endless).
+
+A list stays a list: it is expanded once up front and cached. A stream is read
+afresh on every pass: each epoch iterates it again (a generator, which can be read
+only once, needs `steps_per_epoch`, and then gives its next items to each epoch).
+
+>>> import json, os, tempfile
+>>> path = os.path.join(tempfile.mkdtemp(), "trees.jsonl")
+>>> with open(path, "w") as f:
+...     _ = f.write('[1.0, [2.0, -3.0]]\\n\\n[-1.5, 0.5]\\n')
+>>> list(Lines(path, json.loads))
+[[1.0, [2.0, -3.0]], [-1.5, 0.5]]
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from blocks.errors import InputError
+
+# Batches planned ahead of the step, waiting in the queue.
+AHEAD = 4
+
+
+class Lines:
+    """The lines of a text file as a stream of inputs, read anew on every pass.
+
+    Args:
+        path: the file; a name ending in `.gz` is read through gzip.
+        parse: turns a line (without its newline) into an input, or into an
+            `(input, label)` tuple for a model compiled with a loss. Default: the line.
+        skip_blank: leave out lines that are only whitespace.
+        encoding: the file's text encoding.
+
+    Memory holds one line at a time (and the batches the model plans ahead). A
+    line that `parse` refuses raises `ValueError` naming the file and line number.
+    """
+
+    def __init__(self, path: str | os.PathLike, parse: Callable[[str], Any] | None = None,
+                 skip_blank: bool = True, encoding: str = "utf-8"):
+        self.path = os.fspath(path)
+        self.parse = parse
+        self.skip_blank = skip_blank
+        self.encoding = encoding
+        if not os.path.isfile(self.path):
+            raise FileNotFoundError(f"no such file: {self.path}")
+
+    def __iter__(self) -> Iterator[Any]:
+        opener = gzip.open if self.path.endswith(".gz") else open
+        with opener(self.path, "rt", encoding=self.encoding) as f:
+            for number, line in enumerate(f, 1):
+                line = line.rstrip("\r\n")
+                if self.skip_blank and not line.strip():
+                    continue
+                if self.parse is None:
+                    yield line
+                    continue
+                try:
+                    item = self.parse(line)
+                except Exception as e:
+                    raise ValueError(f"{self.path}:{number}: cannot parse the line "
+                                     f"({type(e).__name__}: {e}): {line[:80]!r}") from e
+                yield item
+
+    def __repr__(self) -> str:
+        return f"Lines({self.path!r})"
+
+
+def is_stream(x: Any) -> bool:
+    """Whether `x` is read as a stream: a `PyDataset`, a `tf.data.Dataset`, or an
+    iterable that is not a sequence (a generator, an iterator, `Lines`, ...).
+    Lists, tuples, arrays and other sequences are in-memory datasets."""
+    if isinstance(x, (keras.utils.PyDataset, tf.data.Dataset)):
+        return True
+    if isinstance(x, (str, bytes, dict, Sequence, np.ndarray)):
+        return False
+    return isinstance(x, Iterable)
+
+
+def reads_once(x: Any) -> bool:
+    """Whether a stream can be read only once (iterating it gives itself: a generator
+    or an iterator), so that a second pass would find it empty."""
+    if isinstance(x, (keras.utils.PyDataset, tf.data.Dataset)):
+        return False
+    return iter(x) is x
+
+
+@dataclass
+class RawBatch:
+    """A batch as read from a stream: inputs, their labels and weights (lists or
+    None) and their positions in the pass (what errors name them by)."""
+
+    inputs: list
+    y: list | np.ndarray | None
+    w: list | np.ndarray | None
+    positions: np.ndarray
+
+
+class StreamFeeder:
+    """The batches of one `fit`, `evaluate` or `predict` call over a stream.
+
+    Keras' loop iterates `dataset()` (batch indices) and the model's step function
+    asks for `batch(i)`, as with a `compiler.pipeline.BatchFeeder`. Batch 0 starts a
+    pass over the stream (each epoch, without `steps_per_epoch`); with `endless`
+    (`steps_per_epoch` given), the one pass goes on across epochs and a stream that
+    can be read again is started over when it ends. The end of a pass ends the
+    epoch (`StopIteration`, as Keras expects of data of unknown size).
+
+    Args:
+        pipeline: the model's `InputPipeline`.
+        source: the stream (see the module docstring).
+        batch_size: inputs per batch (a `PyDataset` makes its own batches).
+        labelled: items are `(input, label[, weight])` tuples.
+        loss: the compiled Keras loss the labels are checked against, or None.
+        skip: leave out inputs that do not fit the block (`on_bad_example="skip"`),
+            calling `on_skip(position, error)` for each.
+        what: the stream's name in errors (`"x"`, `"validation_data"`).
+        class_weight: `{class id: weight}` for the labels, or None.
+        endless: read on across epochs (`steps_per_epoch`).
+        ahead: batches planned ahead of the step.
+    """
+
+    def __init__(self, pipeline, source, batch_size: int, labelled: bool, loss=None,
+                 skip: bool = False, what: str = "x", class_weight: dict | None = None,
+                 endless: bool = False, on_skip: Callable | None = None, ahead: int = AHEAD):
+        self.pipeline, self.source, self.batch_size = pipeline, source, batch_size
+        self.labelled, self.loss, self.skip, self.what = labelled, loss, skip, what
+        self.class_weight, self.endless, self.ahead = class_weight, endless, ahead
+        self.with_labels = labelled
+        self._on_skip = on_skip
+        self._ahead: _Ahead | None = None
+        self._once = None if not reads_once(source) else source
+        self.n_batches = _known_batches(source) if not endless else None
+        self.signature = None
+        self.current = RawBatch([], None, None, np.zeros(0, np.int64))
+
+    def dataset(self) -> tf.data.Dataset:
+        """The batch indices Keras iterates: `range(n)` when the number of batches
+        is known, else endless (the end of the stream ends the epoch)."""
+        options = tf.data.Options()
+        options.experimental_optimization.apply_default_optimizations = False
+        options.autotune.enabled = False
+        ds = tf.data.Dataset.range(self.n_batches) if self.n_batches is not None \
+            else tf.data.Dataset.counter()
+        return ds.with_options(options)
+
+    def batch(self, i: int) -> tuple:
+        """The next batch of the stream: `(arrays, y?, sample_weight?)`, numpy."""
+        if i == 0 or self._ahead is None:
+            self.close()
+            self._ahead = _Ahead(self._packed(self.batches()), self.ahead)
+        item = self._ahead.next()
+        if item is None:
+            if i == 0:
+                raise ValueError(f"no inputs in {self.what}: the stream "
+                                 f"{_name(self.source)} gave none")
+            raise StopIteration
+        arrays, labels, raw = item
+        self.current = raw
+        spec = (self.pipeline.signature(), *labels.signature())
+        self.signature = spec if self.with_labels else spec[:1]
+        batch = (arrays, *labels.batch(slice(None)))
+        return batch if self.with_labels else batch[:1]
+
+    def examples(self, i: int) -> np.ndarray:
+        """The positions in the stream (of its pass) of the last batch's inputs."""
+        return self.current.positions
+
+    def close(self) -> None:
+        """Stops the planning thread (joined), dropping the batches it planned ahead."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.close()
+
+    # --- in the planning thread ------------------------------------------------------
+
+    def batches(self) -> Iterator[RawBatch]:
+        """The raw batches of one run: a pass, or with `endless` pass after pass."""
+        while True:
+            n = 0
+            for raw in self._pass():
+                n += 1
+                yield raw
+            if not self.endless or self._once is not None or n == 0:
+                return
+
+    def _pass(self) -> Iterator[RawBatch]:
+        if isinstance(self.source, keras.utils.PyDataset):
+            yield from self._pydataset_pass()
+            return
+        items = self._once if self._once is not None else iter(_iterable(self.source))
+        start = 0
+        while True:
+            chunk = list(itertools.islice(items, self.batch_size))
+            if not chunk:
+                return
+            yield self._unpack(chunk, start)
+            start += len(chunk)
+
+    def _pydataset_pass(self) -> Iterator[RawBatch]:
+        ds = self.source
+        ds.on_epoch_begin()
+        n = _known_batches(ds)
+        start = 0
+        for b in range(n) if n is not None else itertools.count():
+            item = ds[b]
+            if isinstance(item, tuple) and len(item) in (2, 3):
+                x, y, w = (*item, None) if len(item) == 2 else item
+            elif isinstance(item, tuple):
+                raise ValueError(f"{_name(ds)}[{b}] is a tuple of {len(item)}: a PyDataset "
+                                 "yields a list of inputs or (inputs, y[, sample_weight])")
+            else:
+                x, y, w = item, None, None
+            if isinstance(x, (str, bytes, dict)) or not isinstance(x, Iterable):
+                raise TypeError(f"{_name(ds)}[{b}]: a batch must be a list of inputs, got "
+                                f"{type(x).__name__}")
+            x = list(x)
+            if not self.labelled:
+                y = w = None
+            elif y is None:
+                raise ValueError(f"{_name(ds)}[{b}] has no labels, but the model is compiled "
+                                 "with a loss: yield (inputs, y) batches")
+            yield RawBatch(x, y, w, np.arange(start, start + len(x)))
+            start += len(x)
+        ds.on_epoch_end()
+
+    def _unpack(self, chunk: list, start: int) -> RawBatch:
+        positions = np.arange(start, start + len(chunk))
+        if not self.labelled:
+            return RawBatch(chunk, None, None, positions)
+        for k, item in enumerate(chunk):
+            if not (isinstance(item, tuple) and len(item) in (2, 3)):
+                raise ValueError(
+                    f"{self.what}[{start + k}] is a {type(item).__name__}, not an (input, "
+                    "label) or (input, label, sample_weight) tuple: a model compiled with a "
+                    "loss trains on a stream of such tuples")
+        w = [item[2] for item in chunk] if len(chunk[0]) == 3 else None
+        if w is not None and any(len(item) != 3 for item in chunk):
+            raise ValueError(f"{self.what}: some items have a sample weight and some do not "
+                             f"(around {self.what}[{start}])")
+        return RawBatch([item[0] for item in chunk], [item[1] for item in chunk], w,
+                        positions)
+
+    def _packed(self, raws: Iterator[RawBatch]) -> Iterator[tuple]:
+        """`(arrays, labels, raw)` per batch, expanded through the compiler's cache."""
+        pipeline = self.pipeline
+        for raw in raws:
+            examples, raw = self._expand(raw)
+            if raw.inputs:
+                plan = pipeline.compiler.plan_expanded(examples, grouped=True)
+                yield pipeline.arrays(plan), self._labels(raw), raw
+
+    def _expand(self, raw: RawBatch) -> tuple[list, RawBatch]:
+        """The batch's expanded graphs; a bad input raises, or with `skip` is left out
+        (the batch is then one smaller)."""
+        compiler = self.pipeline.compiler
+        while True:
+            try:
+                return compiler.expand(raw.inputs, 0), raw
+            except InputError as e:
+                if not self.skip or e.example_index is None:
+                    raise self.named(e, raw) from e.__cause__
+                j = e.example_index
+                if self._on_skip is not None:
+                    self._on_skip(int(raw.positions[j]), self.named(e, raw))
+                keep = [k for k in range(len(raw.inputs)) if k != j]
+                raw = RawBatch([raw.inputs[k] for k in keep], _take(raw.y, keep),
+                               _take(raw.w, keep), raw.positions[keep])
+
+    def named(self, e: InputError, raw: RawBatch) -> InputError:
+        """The error naming the input by its position in the stream."""
+        reason = e.reason if self.what == "x" else f"{e.reason} (in {self.what})"
+        err = type(e)(e.block_path, reason, int(raw.positions[e.example_index or 0]))
+        err.__cause__ = e.__cause__
+        return err
+
+    def _labels(self, raw: RawBatch):
+        from compiler.pipeline import Labels, class_weights
+        if raw.y is None:
+            return Labels(None, None)
+        what = "labels" if self.what == "x" else f"{self.what} labels"
+        w = raw.w
+        if self.class_weight is not None:
+            w = class_weights(raw.y, self.class_weight)
+        labels = Labels(np.asarray(raw.y), w, len(raw.inputs), what, rows=raw.positions)
+        if self.loss is not None:
+            labels.check_against(self.loss, self.pipeline.program.root.output_type)
+        return labels
+
+
+class _Ahead:
+    """Runs an iterator in a daemon thread, at most `size` items ahead of `next()`.
+
+    The end of the items gives None; an exception raised there is raised by `next()`.
+    `close()` stops the thread and waits for it: the thread checks for the stop
+    between items and while the queue is full, so it ends as soon as the item it is
+    computing (a user's generator step, a batch's planning) is done."""
+
+    def __init__(self, items: Iterator, size: int):
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, size))
+        self._stop = threading.Event()
+        self._done = False
+        self._items = items
+        self._thread = threading.Thread(target=self._produce, name="refold-stream",
+                                        daemon=True)
+        self._thread.start()
+
+    def _produce(self) -> None:
+        try:
+            for item in self._items:
+                if not self._put(("item", item)):
+                    return
+            self._put(("end", None))
+        except BaseException as e:  # handed to the consumer, raised there
+            self._put(("error", e))
+        finally:
+            close = getattr(self._items, "close", None)
+            if close is not None:
+                close()  # the generators' own cleanup (files), in this thread
+
+    def _put(self, message) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(message, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def next(self):
+        if self._done:
+            return None
+        kind, value = self._queue.get()
+        if kind == "item":
+            return value
+        self._done = True
+        if kind == "error":
+            raise value
+        return None
+
+    def close(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        while True:  # free the batches planned ahead
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join(timeout)
+
+
+def _known_batches(source) -> int | None:
+    """The number of batches of a `PyDataset` (None if endless); None for other streams."""
+    if not isinstance(source, keras.utils.PyDataset):
+        return None
+    try:
+        n = source.num_batches
+    except NotImplementedError:
+        return None
+    return None if n is None else int(n)
+
+
+def _iterable(source) -> Iterable:
+    if isinstance(source, tf.data.Dataset):
+        return source.as_numpy_iterator()
+    return source
+
+
+def _take(a, keep: list):
+    if a is None:
+        return None
+    return [a[k] for k in keep]
+
+
+def _name(source) -> str:
+    text = repr(source)
+    return text if len(text) <= 60 else f"<{type(source).__name__}>"

@@ -167,10 +167,12 @@ class Compiler:
 
     # --- Python side: expansion, batching, scheduling ---------------------------------
 
-    def expand(self, inputs: Sequence[Any], start: int = 0) -> list[ExampleGraph]:
-        """The expanded graph of each input (from the cache where possible)."""
+    def expand(self, inputs: Sequence[Any], start: int = 0,
+               in_workers: bool = True) -> list[ExampleGraph]:
+        """The expanded graph of each input (from the cache where possible); with
+        `in_workers=False`, never in the worker processes."""
         if self._cache is None:
-            return self._expand_fresh(list(inputs), start)
+            return self._expand_fresh(list(inputs), start, in_workers=in_workers)
         cache = self._cache
         out: list[ExampleGraph | None] = []
         missing, missing_at = [], []
@@ -185,7 +187,7 @@ class Compiler:
                     missing.append(x)
                     missing_at.append(i)
         if missing:
-            fresh = self._expand_fresh(missing, start, missing_at)
+            fresh = self._expand_fresh(missing, start, missing_at, in_workers)
             with self._cache_lock:
                 for i, x, g in zip(missing_at, missing, fresh):
                     out[i] = g
@@ -200,14 +202,15 @@ class Compiler:
         """How many inputs' expanded graphs the cache holds now."""
         return 0 if self._cache is None else len(self._cache)
 
-    def _expand_fresh(self, inputs: list, start: int, positions=None) -> list[ExampleGraph]:
+    def _expand_fresh(self, inputs: list, start: int, positions=None,
+                      in_workers: bool = True) -> list[ExampleGraph]:
         """Expands inputs (in the workers for large batches); an error names the
         input's index, `start + positions[i]` (or `start + i`)."""
         from blocks.errors import InputError
         try:
             if self.program.reads_values:
                 return self._expand_in_rounds(inputs)
-            if self.workers and len(inputs) >= self.min_parallel_batch:
+            if in_workers and self.workers and len(inputs) >= self.min_parallel_batch:
                 return self.pool().expand(inputs, 0)
             return expand_all(self.program, inputs, 0)
         except InputError as e:

@@ -8,10 +8,11 @@ the stream, and planning overlaps the device step (TensorFlow and the planning
 kernels release the GIL). The thread is stopped and joined when the call ends,
 early stop or not, so nothing is left to wait on at interpreter exit.
 
-Streams are planned in this process's thread, not in the compiler's forked worker
-processes (`Model(workers=n)`, used for in-memory lists): planning whole batches
-of a stream in the pool hung in an early-stop script (a task whose reply never
-came), so the thread, which stops cleanly, is what streams use.
+Streams are expanded and planned in this thread, never in the compiler's forked
+worker processes (`Model(workers=n)`, used for in-memory lists): with the pool
+expanding or planning a stream's batches, the early-stop script of
+`tests/compiler/test_streaming.py` hung (a pool task whose reply never came), so
+the thread, which stops cleanly, is all streams use.
 
 What a stream yields:
 
@@ -288,7 +289,7 @@ class StreamFeeder:
         compiler = self.pipeline.compiler
         while True:
             try:
-                return compiler.expand(raw.inputs, 0), raw
+                return compiler.expand(raw.inputs, 0, in_workers=False), raw
             except InputError as e:
                 if not self.skip or e.example_index is None:
                     raise self.named(e, raw) from e.__cause__

@@ -251,7 +251,7 @@ SHUTDOWN_SCRIPT = textwrap.dedent("""
         streamed.fit(endless(), batch_size=8, epochs=3, steps_per_epoch=20, verbose=0,
                      callbacks=stop_early)
         streamed.fit(zip(trees, y), batch_size=8, verbose=0, callbacks=[StopMidEpoch()])
-        workers.fit(endless(), batch_size=8, epochs=2, steps_per_epoch=20, verbose=0,
+        workers.fit(endless(), batch_size=64, epochs=2, steps_per_epoch=4, verbose=0,
                     callbacks=stop_early)
         left = [t.name for t in threading.enumerate() if t.name == "refold-stream"]
         assert not left, left
@@ -262,7 +262,8 @@ SHUTDOWN_SCRIPT = textwrap.dedent("""
 def test_an_early_stop_with_streams_or_without_cache_exits_promptly_10_of_10():
     """Ten tries of each early stop (mid-epoch, as TerminateOnNaN stops, and at an
     epoch's end, EarlyStopping) over a list without cache, a stream, an endless
-    stream, and an endless stream into a model with worker processes: no planning thread
+    stream, and an endless stream into a model with worker processes (which streams
+    do not use: the pool hung there): no planning thread
     outlives a fit, and the two processes (five tries each) exit."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "3"}

@@ -51,3 +51,10 @@ def test_the_library_imports_without_matplotlib_or_tensorboard():
                          text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert int(run.stdout.split()[0]) > 4
+
+
+def test_the_turkish_treebank_is_the_treebanks_extra_and_the_tests_pull_it_in():
+    extras = project()["optional-dependencies"]
+    assert sorted(d.split(">")[0] for d in extras["treebanks"]) == ["conllu",
+                                                                    "turkish-treebanks"]
+    assert "refold[treebanks]" in extras["test"]

@@ -3,6 +3,7 @@ configurations, Kiperwasser and Goldberg 2016) and parses the test set greedily.
 
     python -m examples.parser                       # the shipped synthetic treebank
     python -m examples.parser --data DIR            # DIR/{train,test}.conllu (e.g. UD)
+    python -m examples.parser --data turkish-web    # the Turkish Web Treebank (real data)
 
 Training has a loss at every transition of the static oracle's gold sequence
 (non-projective training trees are left out, and counted). The program prints Keras'
@@ -32,7 +33,9 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m examples.parser", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=DATA, help="a folder with train.conllu and test.conllu")
+    p.add_argument("--data", default=DATA, help="a folder with train.conllu and "
+                   "test.conllu, or turkish-web / turkish-wiki: the Turkish Web Treebank's "
+                   "parts in a fixed split (examples.parser.turkish; the treebanks extra)")
     p.add_argument("--train-size", type=int, default=None, help="use the first N training "
                    "sentences (default all)")
     p.add_argument("--test-size", type=int, default=None)
@@ -52,6 +55,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         if getattr(args, name) is not None and getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
     return args
+
+
+def load_data(data: str) -> tuple[list[Sentence], list[Sentence]]:
+    """(train, test) of `--data`: a folder's two CoNLL-U files, or a Turkish part."""
+    if data.startswith("turkish-"):
+        from examples.parser import turkish
+        return turkish.load(data[len("turkish-"):])
+    return (read_conllu(os.path.join(data, "train.conllu")),
+            read_conllu(os.path.join(data, "test.conllu")))
 
 
 def previous_word(sentence: Sentence) -> list[int]:
@@ -108,8 +120,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     from examples.parser.model import ParserModel, Vocabulary
     args = parse_args(argv)
     start = time.perf_counter()
-    train = read_conllu(os.path.join(args.data, "train.conllu"))[:args.train_size]
-    test = read_conllu(os.path.join(args.data, "test.conllu"))[:args.test_size]
+    train, test = load_data(args.data)
+    train, test = train[:args.train_size], test[:args.test_size]
     vocab = Vocabulary.from_sentences(train)
     items, skipped = training_items(train, vocab)
     n_words = sum(len(s) for s in train)

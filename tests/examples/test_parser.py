@@ -385,3 +385,35 @@ def test_non_projective_training_trees_are_left_out():
     items, skipped = parser_main.training_items(good[:3] + [crossing] + good[3:], vocab)
     assert skipped == 1
     assert items == [training_input(s, vocab) for s in good]
+
+
+# --- the Turkish Web Treebank (the treebanks extra) ------------------------------------
+
+
+def test_the_turkish_web_treebank_reads_whole_in_a_fixed_split():
+    from examples.parser import turkish
+    every = turkish.sentences("web")
+    train, test = turkish.load("web")
+    assert len(every) == 2541 and (len(train), len(test)) == (2286, 255)
+    assert test[0] == every[0] and test[1] == every[turkish.TEST_EVERY] and train[0] == every[1]
+    for s in every:  # every sentence is one tree over its words
+        check_tree(s.heads)
+    assert sum(len(s) for s in every) > 30_000
+    assert 0.02 < np.mean([not is_projective(s.heads) for s in every]) < 0.15
+    assert "ig" in {r for s in every for r in s.relations}  # inflectional groups
+
+
+def test_an_unknown_turkish_part_is_refused():
+    from examples.parser import turkish
+    with pytest.raises(ValueError, match="parts \\('web', 'wiki'\\), got 'news'"):
+        turkish.path("news")
+
+
+def test_main_trains_on_the_turkish_treebank_leaving_non_projective_trees_out(capsys):
+    out = parser_main.main(["--data", "turkish-web", "--train-size", "60", "--test-size",
+                            "10", "--epochs", "1", "--embed", "8", "--tag-embed", "4",
+                            "--hidden", "8", "--mlp", "16", "--verbose", "0"])
+    assert all(math.isfinite(v) for v in out["history"]["loss"])
+    assert len(out["parses"]) == 10
+    printed = capsys.readouterr().out
+    assert "60 training sentences" in printed and "non-projective left out" in printed

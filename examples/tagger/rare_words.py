@@ -118,13 +118,8 @@ def _clause(rng: np.random.Generator, out: list) -> None:
 
 def random_sentence(rng: np.random.Generator) -> tuple[list[str], list[str]]:
     """Words and their tags: one to three clauses joined by "and"."""
-    out: list[tuple[str, str]] = []
-    _clause(rng, out)
-    while rng.random() < 0.35 and len(out) < 30:
-        out.append(("and", "CONJ"))
-        _clause(rng, out)
-    words, tags = zip(*out)
-    return list(words), list(tags)
+    from examples.tagger.tagger import joined_clauses
+    return joined_clauses(rng, _clause)
 
 
 def spell(word: str) -> list[int]:

@@ -102,11 +102,17 @@ def _clause(rng, out: list, depth: int = 0) -> None:
 
 def random_sentence(rng: np.random.Generator) -> tuple[list[str], list[str]]:
     """Words and their tags: one to three clauses joined by "and"."""
+    return joined_clauses(rng, _clause)
+
+
+def joined_clauses(rng: np.random.Generator, clause) -> tuple[list[str], list[str]]:
+    """Words and tags of clauses joined by "and" (`clause(rng, out)` appends one
+    clause's `(word, tag)` pairs; the synthetic languages of the tagger examples)."""
     out: list[tuple[str, str]] = []
-    _clause(rng, out)
+    clause(rng, out)
     while rng.random() < 0.35 and len(out) < 30:
         out.append(("and", "CONJ"))
-        _clause(rng, out)
+        clause(rng, out)
     words, tags = zip(*out)
     return list(words), list(tags)
 

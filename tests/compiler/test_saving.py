@@ -20,6 +20,7 @@ import pytest
 import blocks as td
 from blocks.serialization import UnsafeConfigError
 from compiler import Model, ModelFileError, load_model
+from tests.blocks.test_serialization import same
 from tests.compiler import saving_jobs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -33,22 +34,6 @@ def job(*args, wait: bool = True):
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE)
     done = subprocess.run(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
-
-
-def same(a, b) -> None:
-    """Exactly equal predictions: arrays, or lists of `block.eval`-form results."""
-    if isinstance(a, dict):
-        assert sorted(a) == sorted(b)
-        for k in a:
-            same(a[k], b[k])
-    elif isinstance(a, (list, tuple)):
-        assert type(a) is type(b) and len(a) == len(b)
-        for x, y in zip(a, b):
-            same(x, y)
-    elif isinstance(a, np.ndarray):
-        np.testing.assert_array_equal(a, b)
-    else:
-        assert a == b
 
 
 def weights(path) -> list:

@@ -1,4 +1,4 @@
-"""Helpers the real-data examples share: keep the best epoch's weights, plot curves.
+"""Helpers the examples share: keep the best epoch's weights, plot training curves.
 
 >>> import os, tempfile
 >>> h = {"loss": [1.0, 0.5], "val_loss": [1.2, 0.9]}

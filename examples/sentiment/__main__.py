@@ -33,6 +33,7 @@ from examples.sentiment.model import (  # noqa: E402
     prepare,
 )
 from examples.sentiment.treebank import Vocabulary, read_glove, read_treebank  # noqa: E402
+from examples.training import keep_best, plot_curves  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 SPLITS = ("train", "dev", "test")
@@ -122,29 +123,6 @@ def evaluate(model: SentimentModel, trees: list, batch_size: int = 128,
     return accuracies(np.concatenate(node_rows), np.concatenate(root_rows))
 
 
-def keep_best(monitor: str):
-    """A Keras callback that restores, when training ends, the weights of the epoch
-    with the highest `monitor` (e.g. `"val_root_accuracy"`); `.best_epoch` is 0-based."""
-    import keras
-
-    class KeepBest(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.best, self.best_epoch, self.weights = -np.inf, None, None
-
-        def on_epoch_end(self, epoch, logs=None):
-            value = (logs or {}).get(monitor)
-            if value is not None and value > self.best:
-                self.best, self.best_epoch = value, epoch
-                self.weights = self.model.get_weights()
-
-        def on_train_end(self, logs=None):
-            if self.weights is not None:
-                self.model.set_weights(self.weights)
-
-    return KeepBest()
-
-
 def train(encoder: str, data: dict[str, list], vocab_size: int, embeddings,
           args: argparse.Namespace):
     """Trains one model; returns (SentimentModel, Keras History, best epoch, seconds)."""
@@ -169,27 +147,9 @@ def train(encoder: str, data: dict[str, list], vocab_size: int, embeddings,
     return sentiment, history, best.best_epoch, time.perf_counter() - start
 
 
-def plot_curves(histories: dict[str, dict], path: str) -> None:
-    """Loss and root accuracy per epoch, train and dev, one colour per model."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    panels = (("loss", "loss per node"), ("root_accuracy", "root accuracy (5 classes)"),
-              ("accuracy", "all-node accuracy (5 classes)"))
-    for ax, (key, title) in zip(axes, panels):
-        for k, (name, h) in enumerate(histories.items()):
-            epochs = np.arange(1, len(h[key]) + 1)
-            ax.plot(epochs, h[key], color=f"C{k}", linestyle="--", label=f"{name} train")
-            if f"val_{key}" in h:
-                ax.plot(epochs, h[f"val_{key}"], color=f"C{k}", label=f"{name} dev")
-        ax.set_title(title)
-        ax.set_xlabel("epoch")
-        ax.grid(alpha=0.3)
-    axes[0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+CURVES = (("loss", "loss per node"), ("root_accuracy", "root accuracy (5 classes)"),
+          ("accuracy", "all-node accuracy (5 classes)"))
+"""The panels of `curves.png` (`examples.training.plot_curves`)."""
 
 
 def format_table(results: dict[str, dict[str, dict[str, float]]]) -> str:
@@ -238,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         print(f"{encoder}: trained in {seconds:.0f} s; kept epoch {report[encoder]['best_epoch']}"
               " (best dev root accuracy)")
     if not args.no_plot:
-        plot_curves(histories, os.path.join(args.out, "curves.png"))
+        plot_curves(histories, list(CURVES), os.path.join(args.out, "curves.png"))
     total = time.perf_counter() - start
     print("\naccuracy (%): root and all nodes, fine-grained (5 classes) and binary")
     print(format_table(results))

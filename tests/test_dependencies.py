@@ -7,7 +7,10 @@ import subprocess
 import sys
 import textwrap
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the `test` extra brings tomli, the same parser, to Python 3.10
+    import tomli as tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -354,7 +354,14 @@ class Broadcast(Block):
 class Zip(Block):
     """Zips a tuple of sequences into a sequence of tuples (shortest wins).
 
-    If every input is a broadcast sequence, so is the output.
+    If every input is a broadcast sequence, so is the output. An item that is a
+    plain Python object (a list of configurations, say) is zipped as a sequence of
+    Python objects, so per-position data need not be turned into tensors first:
+
+    >>> import blocks as td
+    >>> pairs = td.AllOf(td.GetItem(0) >> td.Scalar() >> td.Broadcast(), td.GetItem(1)) >> td.Zip()
+    >>> [(float(a), b) for a, b in pairs.eval((2, ["x", "y"]))]
+    [(2.0, 'x'), (2.0, 'y')]
     """
 
     _expected_input_types = (TupleType, PyObjectType)
@@ -362,20 +369,33 @@ class Zip(Block):
 
     def _infer(self):
         t = self.input_type
+        if isinstance(t, PyObjectType):
+            self.set_output_type(PY)  # zipped Python objects are a Python object
         if not isinstance(t, TupleType):
             return
         if len(t) == 0:
             raise TypeError(f"{self.path}: zip requires at least one input sequence")
         for item in t:
-            if not isinstance(item, SequenceType):
+            if not isinstance(item, (SequenceType, PyObjectType)):
                 raise TypeError(f"{self.path}: item types must be sequences: {t}")
+        if all(isinstance(x, PyObjectType) for x in t):
+            self.set_output_type(PY)
+            return
         kind = BroadcastSequenceType if all(
             isinstance(x, BroadcastSequenceType) for x in t) else SequenceType
-        self.set_output_type(kind(TupleType(*(x.element_type for x in t))))
+        self.set_output_type(kind(TupleType(*(
+            PY if isinstance(x, PyObjectType) else x.element_type for x in t))))
 
     def _evaluate(self, ctx, x):
         if all(isinstance(s, itertools.repeat) for s in x):
             return itertools.repeat(tuple(next(s) for s in x))
+        for k, s in enumerate(x):
+            if not isinstance(s, itertools.repeat):
+                try:
+                    iter(s)
+                except TypeError:
+                    raise bad_input(self, f"item {k}: expected a sequence, got "
+                                          f"{type(s).__name__}: {s!r:.60}") from None
         return [tuple(items) for items in zip(*x)]
 
 

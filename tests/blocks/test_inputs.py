@@ -575,7 +575,8 @@ def test_a_type_error_downstream_of_getitem_names_the_block_that_failed():
     t = td.TupleType(td.SequenceType(td.TensorType((2,))), td.PyObjectType())
     c = td.Composition()
     with c.scope():
-        seq, idx = td.GetItem(0).reads(c.input), td.GetItem(1).reads(c.input)
+        seq = td.GetItem(0).reads(c.input)
+        idx = (td.GetItem(1) >> td.Scalar("int32")).reads(c.input)  # a tensor, not a sequence
         c.output.reads((td.Zip() >> td.Map(td.Nth())).reads(td.Broadcast().reads(seq), idx))
     with pytest.raises(TypeError) as err:
         c.set_input_type(t)

@@ -469,6 +469,34 @@ def test_zip_of_non_sequences_is_a_type_error_naming_the_path():
         (td.Scalar(), td.InputTransform(list) >> td.Map(td.Scalar())) >> td.Zip()
 
 
+
+def test_zip_pairs_a_sequence_with_a_list_of_python_objects():
+    block = td.AllOf(td.GetItem(0) >> td.Map(td.Scalar()), td.GetItem(1)) >> td.Zip()
+    block.set_input_type(PyObjectType())
+    assert block.output_type == SequenceType(TupleType(F32, PyObjectType()))
+    out = block.eval(([1, 2, 3], ["a", "b"]))
+    assert [(float(a), b) for a, b in out] == [(1.0, "a"), (2.0, "b")]
+
+
+def test_zip_of_a_broadcast_and_python_objects_is_finite():
+    block = td.AllOf(td.GetItem(0) >> td.Scalar() >> td.Broadcast(), td.GetItem(1)) >> td.Zip()
+    block.set_input_type(PyObjectType())
+    assert block.output_type == SequenceType(TupleType(F32, PyObjectType()))
+    assert [b for _, b in block.eval((5, [{"k": 1}, None]))] == [{"k": 1}, None]
+
+
+def test_zip_of_only_python_objects_is_a_python_object():
+    block = td.AllOf(td.GetItem(0), td.GetItem(1)) >> td.Zip()
+    block.set_input_type(PyObjectType())
+    assert block.output_type == PyObjectType()
+    assert block.eval(("ab", [1, 2, 3])) == [("a", 1), ("b", 2)]
+
+
+def test_zip_of_a_python_object_that_is_not_a_sequence_names_the_item():
+    block = td.AllOf(td.GetItem(0) >> td.Map(td.Scalar()), td.GetItem(1)) >> td.Zip()
+    with pytest.raises(ValueError, match=r"Zip.*item 1: expected a sequence, got int: 7"):
+        block.eval(([1, 2], 7))
+
 def test_zip_of_empty_tuple_is_a_type_error():
     with pytest.raises(TypeError, match="Zip: zip requires at least one input sequence"):
         td.Zip().set_input_type(TupleType())

@@ -309,10 +309,30 @@ def make_transition_system() -> Case:
     return Case("transition_system", block, sentences, weights_of(enc, score))
 
 
+def make_zip_with_python_objects() -> Case:
+    """`td.Zip` pairs a broadcast sequence of encodings with a plain list of Python
+    index pairs; each pair scores the concatenation of the two encodings it names."""
+    keras.utils.set_random_seed(10)
+    enc, score = td.FC(H, activation="tanh"), td.FC(2, activation=None)
+
+    def word_at(k):  # (encodings, (i, j)) -> encodings[(i, j)[k]]
+        return td.Record((td.Identity(), td.InputTransform(lambda p: p[k]))) >> td.Nth()
+    pair = td.AllOf(word_at(0), word_at(1)) >> td.Concat() >> score
+    block = td.AllOf(td.GetItem(0) >> td.Map(td.Vector(2) >> enc) >> td.Broadcast(),
+                     td.GetItem(1)) >> td.Zip() >> td.Map(pair)
+    vec = st.lists(st.floats(-2, 2, width=32), min_size=2, max_size=2)
+
+    def with_pairs(words):
+        index = st.integers(0, len(words) - 1)
+        return st.tuples(st.just(words), st.lists(st.tuples(index, index), max_size=4))
+    inputs = st.lists(vec, min_size=1, max_size=5).flatmap(with_pairs)
+    return Case("zip_with_python_objects", block, inputs, weights_of(enc, score))
+
+
 ALL = [make_tree_lstm, make_tree_lstm_loss_everywhere, make_fold_rnn,
        make_rnn_with_metric_per_step, make_bidirectional_tagger, make_char_tagger,
        make_reduce_and_oneof, make_nested_records, make_custom_block, make_greedy_decoder,
-       make_device_decoder, make_transition_system]
+       make_device_decoder, make_transition_system, make_zip_with_python_objects]
 
 
 def random_weights_like(shapes: list, seed: int = 0) -> list:

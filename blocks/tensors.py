@@ -14,6 +14,7 @@ array(3., dtype=float32)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -59,8 +60,10 @@ def batch_call_structure(t: ResultType, flat: list) -> list:
     return list(value) if isinstance(t, TupleType) else [value]
 
 
+@functools.lru_cache(maxsize=1024)
 def _shape_of(t: ResultType):
-    """A `shaped_like` value for `unflatten` of a tuple-of-tensors type."""
+    """A `shaped_like` value for `unflatten` of a tuple-of-tensors type (types are
+    immutable and hash by their repr, so the answer is kept per type)."""
     if isinstance(t, TupleType):
         return tuple(_shape_of(x) for x in t)
     return None

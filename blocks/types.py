@@ -53,19 +53,29 @@ def _dtype_name(dtype: Any) -> str:
 
 @functools.total_ordering
 class ResultType:
-    """Base class of all types. Equality, hashing and ordering go through `repr`."""
+    """Base class of all types. Equality, hashing and ordering go through `repr`.
+
+    Types are immutable, so each keeps its `repr` once computed: expansion looks
+    types up in dicts for every node it records.
+    """
+
+    def _key(self) -> str:
+        key = self.__dict__.get("_repr")
+        if key is None:
+            key = self.__dict__["_repr"] = repr(self)
+        return key
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ResultType) and repr(self) == repr(other)
+        return self is other or (isinstance(other, ResultType) and self._key() == other._key())
 
     def __ne__(self, other: object) -> bool:
         return not self == other
 
     def __lt__(self, other: ResultType) -> bool:
-        return repr(self) < repr(other)
+        return self._key() < other._key()
 
     def __hash__(self) -> int:
-        return hash(repr(self))
+        return hash(self._key())
 
     def terminal_types(self) -> Iterator[ResultType]:
         """The tensor and PyObject types inside this type, in pre-order."""

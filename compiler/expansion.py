@@ -81,7 +81,7 @@ class ExpansionContext:
     """Records constants and op calls as an op graph (handles are value ids)."""
 
     def __init__(self, program):
-        self._op_id = program.op_id
+        self._op_signatures = program.op_signatures
         self._type_id = program.type_id
         self._metric_id = program.metric_id
         n_types = len(program.value_types)
@@ -110,16 +110,17 @@ class ExpansionContext:
         return v
 
     def op(self, op, args: list) -> list[int]:
-        o = self._op_id.get(op)
-        if o is None:  # imported here: the error path only
+        signature = self._op_signatures.get(op)
+        if signature is None:  # imported here: the error path only
             from compiler.lowering import UnloweredOpError
             raise UnloweredOpError.of(op)
+        o, out_types = signature
         if not args:
             cached = self._sources.get(o)
             if cached is not None:
                 return cached
         vd = self.value_depth
-        d = max([vd[a] for a in args], default=-1) + 1
+        d = max(map(vd.__getitem__, args)) + 1 if args else 0
         if d and op.prelude_only:
             raise op.prelude_error()
         if op.check is not None and d == 0:
@@ -130,12 +131,12 @@ class ExpansionContext:
         self.node_args.extend(args)
         self.sdepth.append(d)
         v = len(self.value_type)
-        outs = list(range(v, v + len(op.output_types)))
-        for slot, t in enumerate(op.output_types):
-            self.value_type.append(self._type_id[t])
-            self.value_node.append(j)
-            self.value_index.append(slot)
-            vd.append(d)
+        n = len(out_types)
+        outs = list(range(v, v + n))
+        self.value_type.extend(out_types)
+        self.value_node.extend([j] * n)
+        self.value_index.extend(range(n))
+        vd.extend([d] * n)
         if not args:
             self._sources[o] = outs
         return outs

@@ -22,6 +22,7 @@ launch, where TensorFlow Fold batched per block instance only.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from blocks.block import Block
@@ -61,6 +62,13 @@ class Program:
     metric_types: list = field(default_factory=list)
     metric_labels: list = field(default_factory=list)
     reads_values: bool = False
+
+    @functools.cached_property
+    def op_signatures(self) -> dict:
+        """Every `Op` object -> `(op id, its outputs' type ids)`: what expansion looks
+        up for each node it records."""
+        return {op: (o, tuple(self.type_id[t] for t in op.output_types))
+                for op, o in self.op_id.items()}
 
 
 def lower(block_like, share_layers: bool = True) -> Program:

@@ -12,7 +12,9 @@ training mean, and a few test predictions.
 predicts the aqueous solubility (logS) of the Huuskonen set (shipped, read through
 RDKit: `pip install rdkit`, or the `molecules` extra) and prints test RMSE and MAE
 against the training mean and a Morgan-fingerprint ridge regression
-(`examples.molecules.solubility`); `--data FILE` reads other SDF or SMILES-CSV files.
+(`examples.molecules.solubility`); `--data qm9` the same for the HOMO-LUMO gap (eV)
+of a shipped random subset of QM9 (`examples.molecules.qm9`); `--data FILE` reads other
+SDF or SMILES-CSV files.
 """
 
 from __future__ import annotations
@@ -35,14 +37,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="synthetic",
                    help="'synthetic' (random graphs, carbonyl counts), 'solubility' (the "
-                        "shipped Huuskonen set), or a training file: .sdf or .csv with a "
-                        "'smiles' column, optionally .gz")
+                        "shipped Huuskonen set), 'qm9' (the HOMO-LUMO gap of a shipped QM9 "
+                        "subset), or a training file: .sdf or .csv with a 'smiles' column, "
+                        "optionally .gz")
     p.add_argument("--test-data", default=None,
                    help="with --data FILE: the test file (default: a random fifth of FILE)")
     p.add_argument("--property", default=None,
                    help="with --data FILE: the property to predict (SDF field or CSV column)")
-    p.add_argument("--train-size", type=int, default=2000, help="synthetic data only")
-    p.add_argument("--test-size", type=int, default=400, help="synthetic data only")
+    p.add_argument("--train-size", type=int, default=None,
+                   help="synthetic: molecules to draw (default 2000); real: use the first N "
+                        "molecules of the training file (default all)")
+    p.add_argument("--test-size", type=int, default=None,
+                   help="synthetic: default 400; real: the first N test molecules")
     p.add_argument("--layers", type=int, default=2, help="weave layers")
     p.add_argument("--units", type=int, default=32)
     p.add_argument("--max-distance", type=int, default=2, choices=(1, 2),
@@ -60,13 +66,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.layers < 1:
         p.error("--layers must be at least 1")
     real = args.data != "synthetic"
+    for name, default in (("train_size", 2000), ("test_size", 400)):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            p.error(f"--{name.replace('_', '-')} must be positive")
+        if value is None and not real:
+            setattr(args, name, default)
     if args.epochs is None:
         args.epochs = 40 if real else 8
     if args.lr is None:
         args.lr = 0.002 if real else 0.005
     if real and args.data not in SHIPPED:
         if not os.path.exists(args.data):
-            p.error(f"--data: no file {args.data!r} (nor 'synthetic' or 'solubility')")
+            p.error(f"--data: no file {args.data!r} (nor 'synthetic' or one of "
+                    f"{sorted(SHIPPED)})")
         if args.property is None:
             p.error("--data FILE needs --property NAME")
     elif args.test_data is not None or args.property is not None:

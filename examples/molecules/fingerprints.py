@@ -43,17 +43,32 @@ class Ridge:
         self.alpha = alpha
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> Ridge:
-        x = np.log1p(np.asarray(x, np.float64))
-        y = np.asarray(y, np.float64)
-        self.x_mean, self.y_mean = x.mean(axis=0), y.mean()
-        xc = x - self.x_mean
-        # The dual form (n x n) is cheaper than the primal (size x size) when n < size.
-        gram = xc @ xc.T + self.alpha * np.eye(len(xc))
-        self.w = xc.T @ np.linalg.solve(gram, y - self.y_mean)
+        [fitted] = _fit_path(x, y, [self.alpha])
+        self.x_mean, self.y_mean, self.w = fitted.x_mean, fitted.y_mean, fitted.w
         return self
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         return (np.log1p(np.asarray(x, np.float64)) - self.x_mean) @ self.w + self.y_mean
+
+
+def _fit_path(x: np.ndarray, y: np.ndarray, alphas) -> list[Ridge]:
+    """One ridge model per penalty in `alphas`, from one eigendecomposition: of the
+    n x n Gram matrix (the dual form) when there are fewer molecules than features,
+    else of the features' d x d one, so a penalty costs a few products only."""
+    x = np.log1p(np.asarray(x, np.float64))
+    y = np.asarray(y, np.float64)
+    x_mean, y_mean = x.mean(axis=0), y.mean()
+    xc, yc = x - x_mean, y - y_mean
+    dual = len(xc) <= xc.shape[1]
+    values, vectors = np.linalg.eigh(xc @ xc.T if dual else xc.T @ xc)
+    projected = vectors.T @ (yc if dual else xc.T @ yc)
+    out = []
+    for alpha in alphas:
+        coef = vectors @ (projected / (values + alpha))
+        model = Ridge(alpha)
+        model.x_mean, model.y_mean, model.w = x_mean, y_mean, xc.T @ coef if dual else coef
+        out.append(model)
+    return out
 
 
 def fit_ridge_cv(x: np.ndarray, y: np.ndarray, alphas=(0.1, 0.3, 1, 3, 10, 30, 100),
@@ -62,13 +77,10 @@ def fit_ridge_cv(x: np.ndarray, y: np.ndarray, alphas=(0.1, 0.3, 1, 3, 10, 30, 1
     cross-validated squared error; returns it and that alpha."""
     order = np.random.default_rng(seed).permutation(len(y))
     parts = np.array_split(order, folds)
-    errors = []
-    for alpha in alphas:
-        sq = 0.0
-        for k, held in enumerate(parts):
-            rest = np.concatenate([p for m, p in enumerate(parts) if m != k])
-            pred = Ridge(alpha).fit(x[rest], y[rest]).predict(x[held])
-            sq += float(np.sum((pred - y[held]) ** 2))
-        errors.append(sq)
+    errors = np.zeros(len(alphas))
+    for k, held in enumerate(parts):
+        rest = np.concatenate([p for m, p in enumerate(parts) if m != k])
+        for a, model in enumerate(_fit_path(x[rest], y[rest], alphas)):
+            errors[a] += float(np.sum((model.predict(x[held]) - y[held]) ** 2))
     best = float(alphas[int(np.argmin(errors))])
     return Ridge(best).fit(x, y), best

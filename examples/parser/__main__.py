@@ -5,13 +5,18 @@ configurations, Kiperwasser and Goldberg 2016) and parses the test set greedily.
     python -m examples.parser --data DIR            # DIR/{train,test}.conllu (e.g. UD)
     python -m examples.parser --data turkish-web    # the Turkish Web Treebank (real data)
 
-Training has a loss at every transition of the static oracle's gold sequence
-(non-projective training trees are left out, and counted). The program prints Keras'
-per-epoch log (loss and transition accuracy), then a table of unlabelled attachment
-scores (UAS) on the test set for the parser and two baselines that attach every word
-to the word before it or after it (the first or last word to the root), with the
-share of arcs longer than one word that each gets right and of sentences parsed
-entirely right, and one parsed test sentence.
+Training has a loss at every transition of the static oracle's gold sequence and a
+label loss at every arc (non-projective training trees are left out, and counted).
+The program prints Keras' per-epoch log (losses and accuracies), then a table of
+unlabelled and labelled attachment scores (UAS, LAS: the head right, and the head
+and the relation label right) on the test set for the parser and two baselines that
+attach every word to the word before it or after it (the first or last word to the
+root), with the share of arcs longer than one word that each gets right (unlabelled)
+and of sentences parsed entirely right (unlabelled), and one parsed test sentence.
+The baselines label each arc with the training set's most frequent label for its
+direction: of arcs to the root, of arcs from a head before the word, or of arcs from
+a head after it. Labels are compared whole (`acl:relcl` is not `acl`); a test label
+never seen in training cannot be predicted and counts as wrong.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -77,36 +83,67 @@ def next_word(sentence: Sentence) -> list[int]:
     return [d + 1 if d < n else 0 for d in range(1, n + 1)]
 
 
-def scores(predicted: Sequence[Sequence[int]], sentences: Sequence[Sentence]) -> dict:
+def direction(word: int, head: int) -> str:
+    """Where a word's head is: "root", "before" it or "after" it."""
+    return "root" if head == 0 else "before" if head < word else "after"
+
+
+def majority_labels(sentences: Sequence[Sentence]) -> dict[str, str]:
+    """The most frequent relation label of each `direction` in the sentences (the
+    first seen wins a tie); a direction without arcs gets the most frequent label
+    overall."""
+    counts: dict[str, Counter] = {k: Counter() for k in ("root", "before", "after")}
+    for s in sentences:
+        for d, (h, r) in enumerate(zip(s.heads, s.relations), 1):
+            counts[direction(d, h)][r] += 1
+    overall = sum(counts.values(), Counter()).most_common(1)[0][0]
+    return {k: c.most_common(1)[0][0] if c else overall for k, c in counts.items()}
+
+
+def label_by_direction(heads: Sequence[int], labels: dict[str, str]) -> list[str]:
+    """Each word's arc labelled with `labels[direction]` (a baseline's labels)."""
+    return [labels[direction(d, h)] for d, h in enumerate(heads, 1)]
+
+
+def scores(predicted: Sequence[Sequence[int]], sentences: Sequence[Sentence],
+           relations: Sequence[Sequence[str | None]] | None = None) -> dict:
     """UAS over all words, over the words whose head is more than one word away (the
-    root counts as position 0), and the share of sentences with every head right."""
-    hits, long_hits, exact = [], [], []
-    for heads, s in zip(predicted, sentences):
+    root counts as position 0), and the share of sentences with every head right;
+    with predicted `relations`, also LAS (head and label right) over all words."""
+    hits, long_hits, exact, labelled = [], [], [], []
+    for k, (heads, s) in enumerate(zip(predicted, sentences)):
         ok = [p == g for p, g in zip(heads, s.heads)]
         hits.extend(ok)
         long_hits.extend(o for d, (o, g) in enumerate(zip(ok, s.heads), 1) if abs(d - g) > 1)
         exact.append(all(ok))
-    return {"uas": float(np.mean(hits)), "long_arcs": float(np.mean(long_hits)),
-            "exact": float(np.mean(exact))}
+        if relations is not None:
+            labelled.extend(o and p == g for o, p, g in zip(ok, relations[k], s.relations))
+    out = {"uas": float(np.mean(hits)), "long_arcs": float(np.mean(long_hits)),
+           "exact": float(np.mean(exact))}
+    if relations is not None:
+        out["las"] = float(np.mean(labelled))
+    return out
 
 
 def format_table(results: dict[str, dict]) -> str:
-    lines = ["| parser | test UAS | arcs longer than 1 | sentences exact |",
-             "|---|---|---|---|"]
+    lines = ["| parser | test UAS | test LAS | arcs longer than 1 | sentences exact |",
+             "|---|---|---|---|---|"]
     for name, r in results.items():
-        lines.append(f"| {name} | {100 * r['uas']:.1f} | {100 * r['long_arcs']:.1f} | "
+        las = f"{100 * r['las']:.1f}" if "las" in r else "-"
+        lines.append(f"| {name} | {100 * r['uas']:.1f} | {las} | {100 * r['long_arcs']:.1f} | "
                      f"{100 * r['exact']:.1f} |")
     return "\n".join(lines)
 
 
 def training_items(sentences: Sequence[Sentence], vocab) -> tuple[list[dict], int]:
-    """The model's inputs for the projective sentences, and how many were not."""
-    from examples.parser.model import training_input
+    """The model's inputs (with labels) for the projective sentences, and how many
+    were not."""
+    from examples.parser.model import labelled_input
     from examples.parser.transitions import NonProjectiveError
     items, skipped = [], 0
     for s in sentences:
         try:
-            items.append(training_input(s, vocab))
+            items.append(labelled_input(s, vocab))
         except NonProjectiveError:
             skipped += 1
     return items, skipped
@@ -127,7 +164,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     n_words = sum(len(s) for s in train)
     print(f"{len(train)} training sentences ({n_words} words, {n_words / len(train):.1f} "
           f"per sentence; {skipped} non-projective left out), {len(test)} test sentences; "
-          f"{len(vocab.words)} words, {len(vocab.tags)} tags")
+          f"{len(vocab.words)} words, {len(vocab.tags)} tags, {len(vocab.labels)} "
+          "relation labels")
     keras.utils.set_random_seed(args.seed)
     parser = ParserModel(vocab, embed=args.embed, tag_embed=args.tag_embed,
                          hidden=args.hidden, mlp=args.mlp, scheduler=args.scheduler)
@@ -136,18 +174,24 @@ def main(argv: Sequence[str] | None = None) -> dict:
     history = model.fit(items, batch_size=args.batch_size, epochs=args.epochs,
                         verbose=args.verbose)
     trained = time.perf_counter()
-    parses = parser.parse(test)
+    labelled = parser.parse_labelled(test)
     parsed = time.perf_counter()
-    results = {"BiLSTM arc-hybrid (greedy)": scores(parses, test),
-               "previous word": scores([previous_word(s) for s in test], test),
-               "next word": scores([next_word(s) for s in test], test)}
+    parses = [heads for heads, _ in labelled]
+    majority = majority_labels(train)
+    results = {"BiLSTM arc-hybrid (greedy)": scores(parses, test,
+                                                    [r for _, r in labelled])}
+    for name, baseline in (("previous word", previous_word), ("next word", next_word)):
+        guesses = [baseline(s) for s in test]
+        results[name] = scores(guesses, test,
+                               [label_by_direction(h, majority) for h in guesses])
     print(f"\ntrained in {trained - start:.0f} s; parsed {len(test)} test sentences in "
           f"{parsed - trained:.1f} s ({len(test) / (parsed - trained):.0f} sentences/s)\n")
     print(format_table(results))
-    s, heads = test[0], parses[0]
-    print("\n" + " ".join(f"{w}<-{h}" for w, h in zip(s.words, heads)) + "   (head positions; "
-          f"gold {s.heads})")
-    return {"history": history.history, "scores": results, "parses": parses}
+    s, (heads, relations) = test[0], labelled[0]
+    print("\n" + " ".join(f"{w}<-{h}:{r}" for w, h, r in zip(s.words, heads, relations))
+          + f"   (head positions and labels; gold {list(zip(s.heads, s.relations))})")
+    return {"history": history.history, "scores": results, "parses": parses,
+            "relations": [r for _, r in labelled]}
 
 
 if __name__ == "__main__":

@@ -17,13 +17,23 @@ learned pad vector instead (one per slot). The MLP's logits over the three
 transitions get a cross-entropy loss at every transition (`td.Metric`s, so `fit`
 needs no labels).
 
+Relation labels (`labelled_input`: each arc configuration also carries the id of the
+gold arc's label) come from a second classifier on the same MLP hidden layer, one
+linear layer per arc direction (`left_labels`, `right_labels`): the label is chosen
+after the transition, given it, with a `"label_loss"` at arc transitions only. This
+factored form keeps the three-way transition system and its oracles exactly as in the
+unlabelled parser (a joint softmax over 2L + 1 labelled transitions would make every
+oracle speak labels), and a label never competes with SHIFT for probability. An input
+without labels (`training_input`) trains the transitions alone.
+
 Parsing (`ParserModel.parse`) is greedy and runs through Python: one engine call
 encodes all sentences (`Compiler.run` of the encoder), then each round gathers the
 features of the current configuration of every unfinished sentence into one matrix,
 calls the trained MLP's layers on it once (`ParserModel.score`: a fixed-shape batch,
 so the layers are called directly rather than expanding every configuration through
 the engine), and applies each sentence's best legal transition. A sentence of n words
-is done after 2n rounds.
+is done after 2n rounds. `parse_labelled` also labels each arc with its direction's
+best label.
 
 >>> import numpy as np
 >>> from examples.parser.treebank import Sentence
@@ -38,48 +48,70 @@ is done after 2n rounds.
 (6, (3,), (6,))
 >>> [len(heads) for heads in model.parse([s])]
 [3]
+>>> labelled = labelled_input(s, vocab)           # arcs carry their label's id
+>>> vocab.labels, labelled["configs"][:2]
+({'_': 0}, [(None, None, None, 1, 0, None), (None, None, 1, 2, 1, 0)])
+>>> _, metrics = model.training_block.eval(labelled)
+>>> metrics["label_loss"].shape                   # one per arc
+(3,)
+>>> [(len(h), len(r)) for h, r in model.parse_labelled([s])]
+[(3, 3)]
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import keras
 import numpy as np
 
 import blocks as td
-from examples.parser.transitions import STACK_FEATURES, TRANSITIONS, Configuration, oracle
+from examples.parser.transitions import (
+    LEFT,
+    RIGHT,
+    SHIFT,
+    STACK_FEATURES,
+    TRANSITIONS,
+    Configuration,
+    labelled_oracle,
+    oracle,
+)
 from examples.parser.treebank import Sentence
 from models import encoders, heads, rnn_cells
 
-__all__ = ["Vocabulary", "training_input", "ParserModel", "ROOT", "UNKNOWN"]
+__all__ = ["Vocabulary", "training_input", "labelled_input", "ParserModel", "ROOT",
+           "UNKNOWN"]
 
 ROOT, UNKNOWN = "<root>", "<unk>"
 
 
 @dataclass
 class Vocabulary:
-    """Word and tag ids: 0 is the root token's, 1 an unknown word's or tag's."""
+    """Word and tag ids: 0 is the root token's, 1 an unknown word's or tag's; and
+    relation label ids from 0 (none: an unlabelled parser)."""
 
     words: dict[str, int]
     tags: dict[str, int]
+    labels: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_sentences(cls, sentences: Iterable[Sentence], min_count: int = 1) -> Vocabulary:
-        """Every word seen at least `min_count` times, and every tag, in order of first
-        appearance."""
+        """Every word seen at least `min_count` times, every tag and every relation
+        label, in order of first appearance."""
         sentences = list(sentences)
         counts = Counter(w for s in sentences for w in s.words)
         words = {ROOT: 0, UNKNOWN: 1}
         tags = {ROOT: 0, UNKNOWN: 1}
+        labels: dict[str, int] = {}
         for s in sentences:
-            for w, t in zip(s.words, s.tags):
+            for w, t, r in zip(s.words, s.tags, s.relations):
                 if counts[w] >= min_count:
                     words.setdefault(w, len(words))
                 tags.setdefault(t, len(tags))
-        return cls(words, tags)
+                labels.setdefault(r, len(labels))
+        return cls(words, tags, labels)
 
     def tokens(self, sentence: Sentence) -> list[tuple[int, int]]:
         """`(word id, tag id)` of the root token and each word (unknown ones get 1)."""
@@ -94,13 +126,30 @@ def training_input(sentence: Sentence, vocab: Vocabulary) -> dict:
             "configs": [(*features, t) for features, t in oracle(sentence.heads)]}
 
 
+def labelled_input(sentence: Sentence, vocab: Vocabulary) -> dict:
+    """`training_input` whose configurations also carry the gold arc's label id
+    (None for a shift): `(s2, s1, s0, b0, transition, label)`. A label the vocabulary
+    does not have is a `ValueError`."""
+    unknown = sorted(set(sentence.relations) - set(vocab.labels))
+    if unknown:
+        raise ValueError(f"relation labels {unknown} are not in the vocabulary's "
+                         f"{len(vocab.labels)} labels (sentence {' '.join(sentence.words)!r:.80})")
+    steps = labelled_oracle(sentence.heads, sentence.relations)
+    return {"tokens": vocab.tokens(sentence),
+            "configs": [(*features, t, None if label is None else vocab.labels[label])
+                        for features, t, label in steps]}
+
+
 class ParserModel:
     """The parser's layers and the blocks that use them.
 
     Attributes:
         encoder: `{"tokens"} -> [encoding of each position]` (the BiLSTM).
         training_block: `{"tokens", "configs"} -> [logits of each configuration]`,
-            with a cross-entropy `"loss"` and a 0/1 `"accuracy"` at every transition.
+            with a cross-entropy `"loss"` and a 0/1 `"accuracy"` at every transition,
+            and `"label_loss"` and `"label_accuracy"` at every arc whose
+            configuration carries a label (`labelled_input`; if the vocabulary has
+            labels).
         scoring_block: the same without the metrics (the gold transitions are read
             but not used), e.g. for `Model.predict`.
 
@@ -127,11 +176,16 @@ class ParserModel:
                      for slot in ("s2", "s1", "s0")[-STACK_FEATURES:]]
         self.hidden_layer = td.FC(mlp, activation="tanh", name="mlp")
         self.logits_layer = td.FC(len(TRANSITIONS), activation=None, name="transition_logits")
+        self.label_names = list(vocab.labels)
+        self.label_layers = {
+            d: td.FC(len(vocab.labels), activation=None, name=f"{name}_labels")
+            for d, name in ((LEFT, "left"), (RIGHT, "right"))} if vocab.labels else {}
         self.encoder = self._encoder()
         self.training_block = self._configurations_block(loss=True)
         self.scoring_block = self._configurations_block(loss=False)
         self._encoder_compiler = None
         self._mlp_function = None
+        self._labels_function = None
 
     def _mlp(self, features: td.Block) -> td.Block:
         return td.Pipe(features, td.Concat(), self.hidden_layer)
@@ -151,7 +205,24 @@ class ParserModel:
         # with the encodings, while a sequence of (tensor, object) pairs can be.
         gold = td.GetItem(STACK_FEATURES + 1) >> td.Scalar("int32")
         configs = td.GetItem("configs") >> td.Map(td.AllOf(gold, td.Identity()))
+        if loss and self.label_layers:
+            # an arc with a label also trains its direction's label classifier
+            score = td.OneOf(_labelled_direction,
+                             {SHIFT: self._score(loss), LEFT: self._score(loss, LEFT),
+                              RIGHT: self._score(loss, RIGHT)})
+        else:
+            score = self._score(loss)
+        comp = td.Composition(name="parser")
+        with comp.scope():
+            encodings = self._encoder().reads(comp.input)
+            scores = (td.Zip() >> td.Map(score)).reads(
+                td.Broadcast().reads(encodings), configs.reads(comp.input))
+            comp.output.reads(scores)
+        return comp
 
+    def _score(self, loss: bool, direction: int | None = None) -> td.Block:
+        """`(encodings, (gold, configuration)) -> transition logits`, with the metrics
+        if `loss`, and the label metrics of an arc in `direction` if one is given."""
         # On (encodings, (gold, configuration)): the encoding at each of its positions.
         def at(slot: int) -> td.Block:
             position = td.GetItem(1) >> td.GetItem(1) >> td.GetItem(slot)
@@ -163,20 +234,21 @@ class ParserModel:
                             {False: pick, True: pad})
 
         features = td.AllOf(*(at(k) for k in range(STACK_FEATURES + 1)))
-        score = td.Composition(name="transition")
+        name = "transition" if direction is None else TRANSITIONS[direction]
+        score = td.Composition(name=name)
         with score.scope():
-            logits = td.Pipe(self._mlp(features), self.logits_layer).reads(score.input)
+            hidden = self._mlp(features).reads(score.input)
+            logits = td.convert_to_block(self.logits_layer).reads(hidden)
             if loss:
                 target = (td.GetItem(1) >> td.GetItem(0)).reads(score.input)
                 heads.classification_metrics().reads(logits, target)
+            if direction is not None:
+                label = td.GetItem(1) >> td.GetItem(1) >> td.GetItem(STACK_FEATURES + 2)
+                label_logits = td.convert_to_block(self.label_layers[direction]).reads(hidden)
+                heads.classification_metrics("label_loss", "label_accuracy").reads(
+                    label_logits, (label >> td.Scalar("int32")).reads(score.input))
             score.output.reads(logits)
-        comp = td.Composition(name="parser")
-        with comp.scope():
-            encodings = self._encoder().reads(comp.input)
-            scores = (td.Zip() >> td.Map(score)).reads(
-                td.Broadcast().reads(encodings), configs.reads(comp.input))
-            comp.output.reads(scores)
-        return comp
+        return score
 
     def score(self, encodings: Sequence[np.ndarray], configurations: Sequence[tuple]
               ) -> np.ndarray:
@@ -187,29 +259,59 @@ class ParserModel:
                 encodings (the encoder's output, stacked).
             configurations: each one's `Configuration.features()` positions.
         """
+        rows = self._features(encodings, configurations)
+        if self._mlp_function is None:  # traced once: an eager Keras call costs ~ms
+            self._mlp_function = _traced(lambda x: self.logits_layer(self.hidden_layer(x)),
+                                         rows.shape[1])
+        return self._mlp_function(rows).numpy()
+
+    def score_labels(self, encodings: Sequence[np.ndarray], configurations: Sequence[tuple]
+                     ) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+        """`score`'s logits and, for `LEFT` and `RIGHT`, the `[len(configurations),
+        labels]` logits of the label an arc in that direction would take (one call of
+        the layers; a vocabulary without labels gives an empty dict)."""
+        if not self.label_layers:
+            return self.score(encodings, configurations), {}
+        rows = self._features(encodings, configurations)
+        if self._labels_function is None:
+            def layers(x):
+                hidden = self.hidden_layer(x)
+                return (self.logits_layer(hidden), self.label_layers[LEFT](hidden),
+                        self.label_layers[RIGHT](hidden))
+            self._labels_function = _traced(layers, rows.shape[1])
+        logits, left, right = (t.numpy() for t in self._labels_function(rows))
+        return logits, {LEFT: left, RIGHT: right}
+
+    def _features(self, encodings, configurations) -> np.ndarray:
         pads = np.stack([keras.ops.convert_to_numpy(p) for p in self.pads])
         w = self.width
         rows = np.empty((len(configurations), (STACK_FEATURES + 1) * w), "float32")
         for j, (enc, positions) in enumerate(zip(encodings, configurations)):
             for k, p in enumerate(positions):
                 rows[j, k * w:(k + 1) * w] = pads[k] if p is None else enc[p]
-        if self._mlp_function is None:  # traced once: an eager Keras call costs ~ms
-            import tensorflow as tf
-            self._mlp_function = tf.function(
-                lambda x: self.logits_layer(self.hidden_layer(x)),
-                input_signature=[tf.TensorSpec([None, rows.shape[1]], tf.float32)])
-        return self._mlp_function(rows).numpy()
+        return rows
 
     def parse(self, sentences: Sequence[Sentence], batch_size: int = 256) -> list[list[int]]:
         """The heads the model gives each sentence (greedy, legal transitions only)."""
         return self.parse_tokens([self.vocab.tokens(s) for s in sentences], batch_size)
 
+    def parse_labelled(self, sentences: Sequence[Sentence], batch_size: int = 256
+                       ) -> list[tuple[list[int], list[str | None]]]:
+        """`(heads, relations)` of each sentence: `parse`'s heads, each arc labelled
+        with the best label for its direction (None if the vocabulary has no labels)."""
+        tokens = [self.vocab.tokens(s) for s in sentences]
+        return [(c.heads, c.relations) for c in self._configurations(tokens, batch_size)]
+
     def parse_tokens(self, tokens: Sequence[list], batch_size: int = 256) -> list[list[int]]:
         """`parse` of sentences given as their `Vocabulary.tokens`, `batch_size` sentences
         at a time."""
-        out: list[list[int]] = []
+        return [c.heads for c in self._configurations(tokens, batch_size, labels=False)]
+
+    def _configurations(self, tokens: Sequence[list], batch_size: int, labels: bool = True
+                        ) -> list[Configuration]:
+        out: list[Configuration] = []
         for start in range(0, len(tokens), batch_size):
-            out.extend(self._parse_batch(tokens[start:start + batch_size]))
+            out.extend(self._parse_batch(tokens[start:start + batch_size], labels))
         return out
 
     def encode(self, tokens: Sequence[list]) -> list[np.ndarray]:
@@ -221,15 +323,35 @@ class ParserModel:
         encoded = self._encoder_compiler.run([{"tokens": t} for t in tokens])
         return [np.stack(e) for e in encoded]
 
-    def _parse_batch(self, tokens: Sequence[list]) -> list[list[int]]:
+    def _parse_batch(self, tokens: Sequence[list], labels: bool) -> list[Configuration]:
         encodings = self.encode(tokens)
         configs = [Configuration(len(t) - 1) for t in tokens]
         active = [i for i, c in enumerate(configs) if not c.is_terminal()]
+        score = self.score_labels if labels else self.score
         while active:
-            logits = self.score([encodings[i] for i in active],
-                                [configs[i].features() for i in active])
-            for i, scores in zip(active, logits):
+            scored = score([encodings[i] for i in active],
+                           [configs[i].features() for i in active])
+            logits, label_logits = scored if labels else (scored, {})
+            for j, (i, scores) in enumerate(zip(active, logits)):
                 legal = np.asarray(configs[i].legal())
-                configs[i].apply(int(np.argmax(np.where(legal, scores, -np.inf))))
+                t = int(np.argmax(np.where(legal, scores, -np.inf)))
+                label = (self.label_names[int(np.argmax(label_logits[t][j]))]
+                         if t != SHIFT and label_logits else None)
+                configs[i].apply(t, label)
             active = [i for i in active if not configs[i].is_terminal()]
-        return [c.heads for c in configs]
+        return configs
+
+
+def _labelled_direction(x) -> int:
+    """On `(encodings, (gold, configuration))`: the arc's direction if the
+    configuration carries a label, else `SHIFT` (no label to learn)."""
+    config = x[1][1]
+    if len(config) > STACK_FEATURES + 2 and config[STACK_FEATURES + 2] is not None:
+        return config[STACK_FEATURES + 1]
+    return SHIFT
+
+
+def _traced(layers, width: int):
+    """`layers` as a `tf.function` of a `[None, width]` float32 batch."""
+    import tensorflow as tf
+    return tf.function(layers, input_signature=[tf.TensorSpec([None, width], tf.float32)])

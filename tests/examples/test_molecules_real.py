@@ -148,3 +148,109 @@ def test_main_refuses_a_missing_file_or_property(tmp_path):
         molecules_main.parse_args(["--data", path])
     with pytest.raises(SystemExit):
         molecules_main.parse_args(["--property", "SOL"])  # only with --data FILE
+
+
+# --- the ridge baseline's solver --------------------------------------------------------
+
+@pytest.mark.parametrize("n, d", [(30, 50), (80, 20)])  # the dual and the primal form
+def test_ridge_is_the_closed_form_solution_in_either_form(n, d):
+    rng = np.random.default_rng(n)
+    x, y = rng.integers(0, 4, size=(n, d)), rng.normal(size=n)
+    model = Ridge(0.7).fit(x, y)
+    xc = np.log1p(x) - np.log1p(x).mean(axis=0)
+    want = np.linalg.solve(xc.T @ xc + 0.7 * np.eye(d), xc.T @ (y - y.mean()))
+    np.testing.assert_allclose(model.w, want, atol=1e-10)
+    np.testing.assert_allclose(model.predict(x[:3]), np.log1p(x[:3]) @ want
+                               + y.mean() - np.log1p(x).mean(axis=0) @ want, atol=1e-10)
+
+
+# --- QM9 ---------------------------------------------------------------------------------
+
+def test_the_shipped_qm9_subset_reads_whole_in_disjoint_splits():
+    from examples.molecules import qm9
+    train, test, prop = SHIPPED["qm9"]
+    read = {}
+    for path, n in ((train, qm9.TRAIN), (test, qm9.TEST)):
+        mols, values, report = chem.read_molecules(path, prop)
+        assert (len(mols), report.skipped) == (n, 0)
+        assert 1 < min(values) < max(values) < 20  # HOMO-LUMO gaps in eV
+        assert max(m.GetNumAtoms() for m in mols) <= 9  # QM9: up to nine heavy atoms
+        with gzip.open(path, "rt") as f:
+            read[path] = {int(line.split(",")[0]) for line in f.readlines()[1:]}
+        assert len(read[path]) == n
+    assert not read[train] & read[test]
+
+
+def _qm9pack_table(path, rows) -> str:
+    header = "XYZ_file,Index,SMILES,InChi,N_atoms,HOMO_au,LUMO_au,HOMO_LUMO_gap_au\n"
+    with open(path, "w") as f:
+        f.write(header + "".join(f'"m{i}.xyz",{i},"{s}","InChI=x",3,-0.2,0.1,{g}\n'
+                                 for i, s, g in rows))
+    return str(path)
+
+
+def test_the_qm9_subset_is_regenerated_from_qm9pack_tables(tmp_path):
+    from examples.molecules import qm9
+    rows = [(i, SMILES[i % len(SMILES)], 0.2 + 0.01 * i) for i in range(1, 21)]
+    rows[4] = (5, "C1CC", 0.25)  # a SMILES RDKit cannot parse
+    tables = [_qm9pack_table(tmp_path / "qm9_part2.csv", rows[10:]),
+              _qm9pack_table(tmp_path / "qm9_part1.csv", rows[:10])]
+    args = ["--tables", *tables, "--train", "12", "--test", "6", "--seed", "3"]
+    paths = qm9.main([*args, "--out", str(tmp_path / "a")])
+    again = qm9.main([*args, "--out", str(tmp_path / "b")])
+    for name in ("train", "test"):  # the same bytes every time
+        with open(paths[name], "rb") as f, open(again[name], "rb") as g:
+            assert f.read() == g.read()
+    split = {}
+    for name, path in paths.items():
+        with gzip.open(path, "rt") as f:
+            lines = f.read().splitlines()
+        assert lines[0] == "index,smiles,gap_eV"
+        split[name] = [line.split(",") for line in lines[1:]]
+        indices = [int(r[0]) for r in split[name]]
+        assert indices == sorted(indices)
+        for index, smiles, gap in split[name]:  # hartree to eV, to 4 decimals
+            assert smiles == rows[int(index) - 1][1]
+            assert gap == f"{(0.2 + 0.01 * int(index)) * qm9.HARTREE_EV:.4f}"
+    assert (len(split["train"]), len(split["test"])) == (12, 6)
+    assert not {r[0] for r in split["train"]} & {r[0] for r in split["test"]}
+    with pytest.raises(ValueError, match="asked for 15 \\+ 6 molecules of 20"):
+        qm9.draw(rows, 15, 6)
+
+
+def test_main_runs_on_the_shipped_qm9_subset_without_network(tmp_path, capsys):
+    out = molecules_main.main(["--data", "qm9", "--train-size", "60", "--test-size", "20",
+                               "--epochs", "2", "--units", "8", "--layers", "1",
+                               "--max-distance", "1", "--batch-size", "16", "--lr", "0.02",
+                               "--out", str(tmp_path), "--no-plot", "--verbose", "0"])
+    printed = capsys.readouterr().out
+    assert "qm9.train.csv.gz: 4000 of 4000 records read" in printed
+    assert "54 training, 6 validation, 20 test molecules" in printed
+    assert "training HOMO-LUMO gap (eV)" in printed and "Morgan + ridge" in printed
+    assert set(out["rows"]) == {"training mean", "Morgan + ridge", "weave"}
+    assert all(math.isfinite(v) for v in out["history"]["loss"])
+    assert out["predictions"].shape == (20,)
+
+
+def test_bad_smiles_in_a_qm9_style_file_are_skipped_and_counted(tmp_path, capsys):
+    from examples.molecules import qm9
+    rows = [(i, s, 5.0 + 0.1 * i) for i, s in enumerate(SMILES * 2, 1)]
+    rows[2] = (3, "C1CC", 7.0)
+    rows[7] = (8, "not a molecule", 6.0)
+    path = str(tmp_path / "gaps.csv.gz")
+    qm9.write_split(path, rows)
+    out = molecules_main.main(["--data", path, "--property", "gap_eV", "--epochs", "1",
+                               "--units", "8", "--layers", "1", "--max-distance", "1",
+                               "--out", str(tmp_path / "out"), "--no-plot", "--verbose", "0"])
+    printed = capsys.readouterr().out
+    assert "22 of 24 records read, 2 skipped (the first: record 3, RDKit could not parse " \
+           "'C1CC')" in printed
+    assert len(out["predictions"]) == 22 // 5
+
+
+def test_size_options_are_positive_and_default_to_all_real_molecules():
+    args = molecules_main.parse_args(["--data", "qm9"])
+    assert (args.train_size, args.test_size) == (None, None)
+    assert molecules_main.parse_args([]).train_size == 2000
+    with pytest.raises(SystemExit):
+        molecules_main.parse_args(["--data", "qm9", "--train-size", "0"])

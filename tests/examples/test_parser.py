@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from examples.parser import __main__ as parser_main
-from examples.parser.model import ParserModel, Vocabulary, training_input
+from examples.parser.model import ParserModel, Vocabulary, labelled_input, training_input
 from examples.parser.synthetic import (
     ATTRIBUTES,
     INSTRUMENTS,
@@ -28,6 +28,7 @@ from examples.parser.transitions import (
     SHIFT,
     Configuration,
     NonProjectiveError,
+    labelled_oracle,
     oracle,
 )
 from examples.parser.treebank import (
@@ -204,6 +205,46 @@ def test_any_legal_transitions_end_in_a_tree_with_one_root(n, seed):
     check_tree(c.heads)
 
 
+LABELS = ["nsubj", "obj", "det", "root", "acl:relcl"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 25), seed=seeds)
+def test_the_labelled_oracle_rebuilds_every_projective_tree_with_its_labels(n, seed):
+    rng = np.random.default_rng(seed)
+    heads = projective_tree(n, rng)
+    relations = [LABELS[int(i)] for i in rng.integers(len(LABELS), size=n)]
+    steps = labelled_oracle(heads, relations)
+    assert [(f, t) for f, t, _ in steps] == oracle(heads)  # the same transitions
+    c = Configuration(n)
+    for features, t, label in steps:
+        assert features == c.features()
+        assert (label is None) == (t == SHIFT)
+        c.apply(t, label)
+    assert c.is_terminal() and (c.heads, c.relations) == (heads, relations)
+
+
+def test_the_labelled_oracle_rebuilds_the_synthetic_trees_and_their_labels():
+    for s in generate(300, np.random.default_rng(12)):
+        c = Configuration(len(s))
+        for _, t, label in labelled_oracle(s.heads, s.relations):
+            c.apply(t, label)
+        assert (c.heads, c.relations) == (s.heads, s.relations)
+
+
+def test_labels_go_to_arcs_only_and_must_match_the_words():
+    c = Configuration(2)
+    with pytest.raises(ValueError, match="a shift makes no arc to label, got 'det'"):
+        c.apply(SHIFT, "det")
+    c.apply(SHIFT)
+    c.apply(LEFT)  # an arc without a label
+    assert c.relations == [None, None] and c.heads == [2, None]
+    with pytest.raises(ValueError, match="one relation per word: 2 heads, 1 relations"):
+        labelled_oracle([2, 0], ["det"])
+    with pytest.raises(NonProjectiveError):
+        labelled_oracle([2, 4, 4, 0, 7, 7, 2, 4], ["x"] * 8)
+
+
 def test_illegal_transitions_are_refused_and_features_name_empty_slots():
     c = Configuration(2)
     assert c.legal() == (True, False, False)
@@ -278,16 +319,107 @@ def parser_case():
     return case
 
 
+@pytest.fixture(scope="module")
+def labelled_case():
+    parser = tiny_parser(SHORT)
+    assert len(parser.vocab.labels) > 5
+    # labelled inputs, and some without labels (the transitions alone) in the same batch
+    items = [labelled_input(s, parser.vocab) for s in SHORT[:20]]
+    items += [training_input(s, parser.vocab) for s in SHORT[20:24]]
+    case = Case("labelled parser", parser.training_block, st.sampled_from(items),
+                variables(parser.training_block))
+    label_kernels = [layer.weights[0] for layer in parser.label_layers.values()]
+    assert {id(k.value) for k in label_kernels} <= {id(v) for v in case.variables}
+    return case
+
+
+@pytest.mark.parametrize("labelled", [False, True])
 @pytest.mark.parametrize("scheduler", ["agenda", "depth"])
-def test_the_parser_batched_equals_the_reference_in_values_and_gradients(parser_case,
-                                                                         scheduler):
-    engine = engine_for(parser_case, scheduler)
+def test_the_parser_batched_equals_the_reference_in_values_and_gradients(
+        parser_case, labelled_case, scheduler, labelled):
+    case = labelled_case if labelled else parser_case
+    engine = engine_for(case, scheduler)
 
     @settings(max_examples=3, deadline=None)
-    @given(inputs=st.lists(parser_case.inputs, min_size=1, max_size=5))
+    @given(inputs=st.lists(case.inputs, min_size=1, max_size=5))
     def check(inputs):
-        check_case_batch(parser_case, scheduler, inputs, engine)
+        check_case_batch(case, scheduler, inputs, engine)
     check()
+
+
+def test_the_label_loss_is_at_every_arc_from_its_directions_classifier():
+    s = Sentence(["the", "dog", "sleeps", "now"], ["DET", "NOUN", "VERB", "ADV"],
+                 [2, 3, 0, 3], ["det", "nsubj", "root", "advmod"])
+    parser = tiny_parser([s])
+    assert parser.vocab.labels == {"det": 0, "nsubj": 1, "root": 2, "advmod": 3}
+    item = labelled_input(s, parser.vocab)
+    logits, metrics = parser.training_block.eval(item)
+    arcs = [c for c in item["configs"] if c[4] != SHIFT]
+    assert len(arcs) == 4 and metrics["label_loss"].shape == (4,)
+    assert set(metrics["label_accuracy"]) <= {0.0, 1.0}
+    # the transitions' logits and loss are those of the unlabelled input
+    plain_logits, plain = parser.training_block.eval(training_input(s, parser.vocab))
+    np.testing.assert_allclose(np.stack(logits), np.stack(plain_logits), atol=1e-6)
+    np.testing.assert_allclose(metrics["loss"], plain["loss"], atol=1e-6)
+    assert plain["label_loss"].shape == (0,)  # no arc carries a label
+    # each arc's label loss: the cross-entropy of its direction's label logits
+    [encodings] = parser.encode([item["tokens"]])
+    transition_logits, label_logits = parser.score_labels([encodings] * len(arcs),
+                                                          [c[:4] for c in arcs])
+    np.testing.assert_allclose(transition_logits,
+                               parser.score([encodings] * len(arcs), [c[:4] for c in arcs]),
+                               atol=1e-6)
+    want = [-tf.nn.log_softmax(label_logits[c[4]][j])[c[5]].numpy()
+            for j, c in enumerate(arcs)]
+    np.testing.assert_allclose(metrics["label_loss"], want, atol=1e-5)
+    assert not np.allclose(label_logits[LEFT], label_logits[RIGHT])
+
+
+def test_a_label_outside_the_vocabulary_is_refused_in_training_input():
+    vocab = Vocabulary.from_sentences([Sentence(["a"], ["X"], [0], ["root"])])
+    with pytest.raises(ValueError, match=r"relation labels \['det'\] are not in the "
+                                         r"vocabulary's 1 labels \(sentence 'a b'\)"):
+        labelled_input(Sentence(["a", "b"], ["X", "X"], [0, 1], ["root", "det"]), vocab)
+
+
+def test_parse_labelled_labels_each_arc_with_its_directions_best_label():
+    sentences = SHORT[:8]
+    parser = tiny_parser(sentences)
+    labelled = parser.parse_labelled(sentences, batch_size=3)
+    assert [h for h, _ in labelled] == parser.parse(sentences)
+    for s, (_, relations) in zip(sentences, labelled):
+        assert len(relations) == len(s) and set(relations) <= set(parser.vocab.labels)
+    s = sentences[1]
+    [encodings] = parser.encode([parser.vocab.tokens(s)])
+    c = Configuration(len(s))
+    while not c.is_terminal():
+        scores, labels = parser.score_labels([encodings], [c.features()])
+        t = int(np.argmax(np.where(c.legal(), scores[0], -np.inf)))
+        c.apply(t, None if t == SHIFT else parser.label_names[int(np.argmax(labels[t][0]))])
+    assert (c.heads, c.relations) == labelled[1]
+
+
+def test_a_treebank_without_labels_has_one_label_and_las_equals_uas():
+    sentences = [Sentence(s.words, s.tags, s.heads) for s in SHORT[:6]]  # all "_"
+    parser = tiny_parser(sentences)
+    assert parser.vocab.labels == {"_": 0}
+    labelled = parser.parse_labelled(sentences)
+    assert all(set(r) == {"_"} for _, r in labelled)
+    r = parser_main.scores([h for h, _ in labelled], sentences, [r for _, r in labelled])
+    assert r["las"] == r["uas"]
+
+
+def test_a_vocabulary_without_labels_makes_the_unlabelled_parser():
+    s = SHORT[0]
+    vocab = Vocabulary.from_sentences([s])
+    parser = ParserModel(Vocabulary(vocab.words, vocab.tags), embed=3, tag_embed=2,
+                         hidden=3, mlp=4)
+    assert parser.label_layers == {}
+    assert not any("labels" in v.name for v in variables(parser.training_block))
+    _, metrics = parser.training_block.eval(training_input(s, parser.vocab))
+    assert sorted(metrics) == ["accuracy", "loss"]
+    [(heads, relations)] = parser.parse_labelled([s])
+    assert heads == parser.parse([s])[0] and relations == [None] * len(s)
 
 
 def test_the_training_block_scores_every_configuration_from_its_positions():
@@ -364,27 +496,59 @@ def test_baselines_and_scores():
     assert r == {"uas": (2 + 4) / 8, "long_arcs": 1 / 2, "exact": 1 / 2}
 
 
+def test_baseline_labels_are_the_most_frequent_of_each_direction():
+    train = [Sentence(list("abcd"), ["X"] * 4, [2, 3, 0, 3], ["det", "nsubj", "root", "obj"]),
+             Sentence(list("ab"), ["X"] * 2, [2, 0], ["det", "top"])]
+    majority = parser_main.majority_labels(train)
+    assert majority == {"root": "root", "before": "obj", "after": "det"}
+    assert parser_main.label_by_direction([2, 0, 2], majority) == ["det", "root", "obj"]
+    # a direction without arcs gets the most frequent label overall
+    only_left = [Sentence(list("abc"), ["X"] * 3, [3, 3, 0], ["det", "det", "root"])]
+    assert parser_main.majority_labels(only_left)["before"] == "det"
+    s = train[0]
+    r = parser_main.scores([[2, 3, 0, 3]], [s], [["det", "obj", "root", "obj"]])
+    assert (r["uas"], r["las"]) == (1.0, 3 / 4)
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(1, 12), seed=seeds)
+def test_las_never_exceeds_uas(n, seed):
+    rng = np.random.default_rng(seed)
+    gold = [Sentence(["w"] * n, ["X"] * n, random_tree(n, rng),
+                     [LABELS[int(i)] for i in rng.integers(3, size=n)]) for _ in range(3)]
+    heads = [random_tree(n, rng) if rng.random() < 0.7 else s.heads for s in gold]
+    labels = [[LABELS[int(i)] for i in rng.integers(3, size=n)] for _ in gold]
+    r = parser_main.scores(heads, gold, labels)
+    assert 0 <= r["las"] <= r["uas"] <= 1
+    assert parser_main.scores(heads, gold, [s.relations for s in gold])["las"] == r["uas"]
+
+
 def test_main_trains_and_parses_on_a_small_set(capsys):
     out = parser_main.main(["--train-size", "80", "--test-size", "12", "--epochs", "3",
                             "--embed", "8", "--tag-embed", "4", "--hidden", "8",
                             "--mlp", "16", "--lr", "0.02", "--verbose", "0"])
-    losses = out["history"]["loss"]
-    assert all(math.isfinite(v) for v in losses) and losses[-1] < 0.7 * losses[0]
+    losses, label_losses = out["history"]["loss"], out["history"]["label_loss"]
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < 0.8 * losses[0]
+    assert label_losses[-1] < 0.8 * label_losses[0]
     test = read_conllu(os.path.join(parser_main.DATA, "test.conllu"))[:12]
     assert [len(h) for h in out["parses"]] == [len(s) for s in test]
     uas = {name: r["uas"] for name, r in out["scores"].items()}
     assert uas["BiLSTM arc-hybrid (greedy)"] > uas["previous word"]
+    for r in out["scores"].values():
+        assert 0 <= r["las"] <= r["uas"]
+    assert [len(r) for r in out["relations"]] == [len(s) for s in test]
     printed = capsys.readouterr().out
     assert "| BiLSTM arc-hybrid (greedy) |" in printed and "| next word |" in printed
+    assert "| test UAS | test LAS |" in printed
 
 
 def test_non_projective_training_trees_are_left_out():
     good = generate(6, np.random.default_rng(2))
     crossing = Sentence(list("abcdefgh"), ["X"] * 8, [2, 4, 4, 0, 7, 7, 2, 4])
-    vocab = Vocabulary.from_sentences(good)
+    vocab = Vocabulary.from_sentences(good + [crossing])
     items, skipped = parser_main.training_items(good[:3] + [crossing] + good[3:], vocab)
     assert skipped == 1
-    assert items == [training_input(s, vocab) for s in good]
+    assert items == [labelled_input(s, vocab) for s in good]
 
 
 # --- the Turkish Web Treebank (the treebanks extra) ------------------------------------
@@ -414,6 +578,11 @@ def test_main_trains_on_the_turkish_treebank_leaving_non_projective_trees_out(ca
                             "10", "--epochs", "1", "--embed", "8", "--tag-embed", "4",
                             "--hidden", "8", "--mlp", "16", "--verbose", "0"])
     assert all(math.isfinite(v) for v in out["history"]["loss"])
-    assert len(out["parses"]) == 10
+    assert all(math.isfinite(v) for v in out["history"]["label_loss"])
+    assert len(out["parses"]) == len(out["relations"]) == 10
+    for r in out["scores"].values():
+        assert 0 <= r["las"] <= r["uas"]
+    assert out["scores"]["next word"]["las"] > 0  # majority labels of the direction
     printed = capsys.readouterr().out
     assert "60 training sentences" in printed and "non-projective left out" in printed
+    assert "relation labels" in printed and "| test LAS |" in printed

@@ -182,10 +182,12 @@ def test_main_tags_a_conllu_file_end_to_end(tmp_path, capsys):
     assert "30 sentences, 1 malformed left out (the first at " in printed
     assert "24 training sentences" in printed and "3 development sentences, 3 test" in printed
     assert f"tiny.conllu:{text.count(chr(10)) + 2}: expected 10" in printed
-    for name in ("lookup-only BiLSTM", "char BiLSTM for rare words"):
+    for key, name in treebank.MODELS.items():
         losses = out["histories"][name]["loss"]
         assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0]
         assert f"| {name} |" in printed
+        best = int(np.argmax(out["histories"][name]["val_accuracy"])) + 1
+        assert out["kept_epoch"][key] == best
     assert set(out["accuracy"]) == {"most frequent tag", "lookup-only BiLSTM",
                                     "char BiLSTM for rare words"}
     assert out["counts"]["all"] == sum(len(t) for t in out["predicted"]["most frequent tag"])
@@ -199,10 +201,11 @@ def test_main_tags_the_turkish_treebank(tmp_path, capsys):
     out = treebank.main(["--data", "turkish-web", "--train-size", "20", "--test-size", "3",
                          "--models", "char", "--epochs", "1", "--char-embed", "3",
                          "--char-hidden", "3", "--hidden", "4", "--verbose", "0",
-                         "--no-plot", "--out", str(tmp_path)])
+                         "--dev-every", "0", "--no-plot", "--out", str(tmp_path)])
     printed = capsys.readouterr().out
-    assert "the Turkish treebank's web part\n18 training sentences" in printed
-    assert "2 development sentences, 3 test sentences" in printed
+    assert "the Turkish treebank's web part\n20 training sentences" in printed
+    assert "0 development sentences, 3 test sentences" in printed
+    assert "kept epoch 1 (the last)" in printed and out["kept_epoch"] == {"char": 1}
     from examples.parser import turkish
     _, test = turkish.load("web")
     assert [len(t) for t in out["predicted"]["char BiLSTM for rare words"]] == \

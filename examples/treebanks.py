@@ -101,6 +101,11 @@ def _blocks(text: str):
 
 def parse(text: str, source: str = "<text>") -> Reading:
     """The sentences of CoNLL-U `text`; `source` names it in the first error."""
+    try:
+        import conllu  # noqa: F401
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError("reading CoNLL-U needs the 'conllu' package: "
+                                  "pip install -e \".[treebanks]\"") from None
     reading = Reading([])
     for lines in _blocks(text):
         try:

@@ -60,6 +60,9 @@ def load(data: str) -> tuple[list[Sentence], list[Sentence], str]:
     from examples.parser import turkish
     from examples.treebanks import read
     if data.startswith("turkish-"):
+        if data[len("turkish-"):] not in turkish.PARTS:
+            raise SystemExit(f"error: --data {data}: the Turkish treebank's parts are "
+                             + ", ".join(f"turkish-{p}" for p in turkish.PARTS))
         train, test = turkish.load(data[len("turkish-"):])
         return train, test, f"the Turkish treebank's {data[len('turkish-'):]} part"
     if os.path.isdir(data):
@@ -147,7 +150,7 @@ def format_table(results: dict, counts: dict) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m examples.tagger --data", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m examples.tagger", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="turkish-web, turkish-wiki (the "
                    "treebanks extra), a CoNLL-U file, or a folder with train.conllu and "

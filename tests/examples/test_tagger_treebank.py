@@ -86,6 +86,8 @@ def test_a_file_is_split_like_the_turkish_treebank_and_a_folder_by_its_files(tmp
     assert len(train) == 20 and [s.tags for s in test] == [t for _, t in sentences[20:]]
     with pytest.raises(SystemExit, match="is not turkish-web, turkish-wiki, a CoNLL-U file"):
         treebank.load(str(tmp_path / "missing.conllu"))
+    with pytest.raises(SystemExit, match="parts are turkish-web, turkish-wiki"):
+        treebank.load("turkish-news")
 
 
 def test_a_file_without_test_sentences_is_refused(tmp_path):

@@ -122,11 +122,9 @@ def random_sentence(rng: np.random.Generator) -> tuple[list[str], list[str]]:
     return joined_clauses(rng, _clause)
 
 
-def spell(word: str, characters: str | Sequence[str] = CHARACTERS) -> list[int]:
-    """Character ids of `word`: 1 + the index in `characters` (a-z by default), 0 for
-    any character not there."""
-    ids = {c: i + 1 for i, c in enumerate(characters)}
-    return [ids.get(c, 0) for c in word]
+def spell(word: str) -> list[int]:
+    """Character ids of `word` (1-26 for a-z, 0 for anything else)."""
+    return [CHARACTERS.index(c) + 1 if c in CHARACTERS else 0 for c in word]
 
 
 class Vocabulary:

@@ -1,4 +1,6 @@
 """The tagger examples: a BiLSTM part-of-speech tagger on a synthetic language
-(`python -m examples.tagger`), and the same tagger reading rare words from their
+(`python -m examples.tagger`), the same tagger reading rare words from their
 spelling with a character BiLSTM, on an open-vocabulary language
-(`python -m examples.tagger.chars`)."""
+(`python -m examples.tagger.chars`), and both taggers on a real treebank, the
+Turkish Web Treebank or any CoNLL-U file (`python -m examples.tagger --data
+turkish-web`, `examples.tagger.treebank`)."""

@@ -5,6 +5,10 @@ language of `examples.tagger.tagger`, with a loss at every word.
 
 Prints Keras' per-epoch log, then per model the test accuracy over all words and over
 the ambiguous words only, and one tagged test sentence.
+
+With `--data` it tags a real treebank instead (`examples.tagger.treebank`):
+
+    python -m examples.tagger --data turkish-web [--epochs 6]   # see --data --help
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ MODELS = {"bilstm": True, "lstm": False}
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m examples.tagger", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", help="tag a real treebank instead: turkish-web, turkish-wiki, "
+                   "a CoNLL-U file or folder (options: --data turkish-web --help)")
     p.add_argument("--train-size", type=int, default=2000)
     p.add_argument("--test-size", type=int, default=500)
     p.add_argument("--models", default="bilstm,lstm",
@@ -55,7 +61,13 @@ def tag_accuracy(predictions: list, items: list[dict], texts: list[list[str]]):
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    """Runs the example; returns histories, accuracies and the first test predictions."""
+    """Runs the example; returns histories, accuracies and the first test predictions.
+    With `--data`, runs `examples.tagger.treebank.main` instead."""
+    import sys
+    if any(a == "--data" or a.startswith("--data=")
+           for a in (sys.argv[1:] if argv is None else argv)):
+        from examples.tagger import treebank
+        return treebank.main(argv)
     import keras
 
     from compiler import Model

@@ -32,7 +32,7 @@ WORDS = ("lookup", "char")
 
 
 def word_vector(vocabulary_size: int, words: str = "char", char_embed: int = 20,
-                char_hidden: int = 64) -> td.Block:
+                char_hidden: int = 64, characters: int = len(CHARACTERS)) -> td.Block:
     """`{"word": id[, "chars": [ids]]} -> vector[2 * char_hidden]`.
 
     Args:
@@ -42,6 +42,8 @@ def word_vector(vocabulary_size: int, words: str = "char", char_embed: int = 20,
         char_embed: the size of a character's embedding.
         char_hidden: the character LSTM's units in each direction; the word lookup's
             rows have `2 * char_hidden` units, so both paths give vectors of one size.
+        characters: the size of the alphabet (character ids 1 to `characters`; 0 is
+            any other character).
     """
     if words not in WORDS:
         raise ValueError(f"word_vector: words must be one of {WORDS}, got {words!r}")
@@ -50,7 +52,7 @@ def word_vector(vocabulary_size: int, words: str = "char", char_embed: int = 20,
     if words == "lookup":
         return lookup
     spelling = td.GetItem("chars") >> td.Map(
-        td.Scalar("int32") >> td.Embedding(len(CHARACTERS) + 1, char_embed, name="chars"))
+        td.Scalar("int32") >> td.Embedding(characters + 1, char_embed, name="chars"))
     spelled = spelling >> encoders.sequence_encoder(
         rnn_cells.LSTMCell(char_hidden, name="chars_forward"),
         rnn_cells.LSTMCell(char_hidden, name="chars_backward"))
@@ -58,18 +60,21 @@ def word_vector(vocabulary_size: int, words: str = "char", char_embed: int = 20,
 
 
 def char_tagger_model(vocabulary_size: int, words: str = "char", char_embed: int = 20,
-                      char_hidden: int = 64, hidden: int = 64, tags: str | None = "tags"
+                      char_hidden: int = 64, hidden: int = 64, tags: str | None = "tags",
+                      num_tags: int = len(TAGS), characters: int = len(CHARACTERS)
                       ) -> td.Block:
     """`{"words": [...], "tags": [...]} -> [tag logits per word]`, with a loss and a hit
     at every word (no metrics if `tags` is None).
 
     Args:
-        vocabulary_size, words, char_embed, char_hidden: as `word_vector`.
+        vocabulary_size, words, char_embed, char_hidden, characters: as `word_vector`.
         hidden: the word-level LSTM's units in each direction.
         tags: the key of the tag ids, or None for a model that only predicts.
+        num_tags: the number of tags (this language's by default; a treebank's from
+            its `Vocabulary`).
     """
     vectors = td.GetItem("words") >> td.Map(
-        word_vector(vocabulary_size, words, char_embed, char_hidden))
+        word_vector(vocabulary_size, words, char_embed, char_hidden, characters))
     encoder = vectors >> encoders.bidirectional(rnn_cells.LSTMCell(hidden, name="forward"),
                                                 rnn_cells.LSTMCell(hidden, name="backward"))
-    return heads.tagger(encoder, len(TAGS), tags=tags)
+    return heads.tagger(encoder, num_tags, tags=tags)

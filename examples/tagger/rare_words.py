@@ -128,21 +128,30 @@ def spell(word: str) -> list[int]:
 
 
 class Vocabulary:
-    """The frequent words of a training set (ids from 1; 0 is `<unk>`) and every
-    word's count there."""
+    """The frequent words of a training set (ids from 1; 0 is `<unk>`), every word's
+    count there, the tags (ids from 0) and the alphabet rare words are spelled in.
 
-    def __init__(self, words: Sequence[str], counts: dict):
+    The tags and alphabet default to this language's; a real treebank's come from its
+    training data (`examples.tagger.treebank.vocabulary`).
+    """
+
+    def __init__(self, words: Sequence[str], counts: dict, tags: Sequence[str] = TAGS,
+                 characters: str | Sequence[str] = CHARACTERS):
         self.words, self.counts = tuple(words), dict(counts)
+        self.tags, self.characters = tuple(tags), tuple(characters)
         self._ids = {w: i + 1 for i, w in enumerate(self.words)}
+        self._tag_ids = {t: i for i, t in enumerate(self.tags)}
+        self._char_ids = {c: i + 1 for i, c in enumerate(self.characters)}
 
     @classmethod
-    def build(cls, sentences: Iterable[Sequence[str]], rare_below: int = RARE_BELOW
+    def build(cls, sentences: Iterable[Sequence[str]], rare_below: int = RARE_BELOW,
+              tags: Sequence[str] = TAGS, characters: str | Sequence[str] = CHARACTERS
               ) -> Vocabulary:
         """The words seen at least `rare_below` times in `sentences`, most frequent first."""
         counts = Counter(w for s in sentences for w in s)
         frequent = sorted((w for w, n in counts.items() if n >= rare_below),
                           key=lambda w: (-counts[w], w))
-        return cls(frequent, counts)
+        return cls(frequent, counts, tags, characters)
 
     def __len__(self) -> int:
         """The number of word ids, `<unk>` included."""
@@ -156,13 +165,25 @@ class Vocabulary:
         """Whether `word` is seen fewer than `rare_below` times in training (or never)."""
         return self.id(word) == 0
 
+    def spell(self, word: str) -> list[int]:
+        """Character ids of `word` in this vocabulary's alphabet (0: not in it)."""
+        return [self._char_ids.get(c, 0) for c in word]
+
+    def tag_id(self, tag: str) -> int:
+        """The tag's id; a `ValueError` naming the known tags if it is not one."""
+        try:
+            return self._tag_ids[tag]
+        except KeyError:
+            raise ValueError(f"unknown tag {tag!r}; the tags are {', '.join(self.tags)}"
+                             ) from None
+
     def encode(self, words: Sequence[str], tags: Sequence[str] | None = None) -> dict:
         """`{"words": [...], "tags": [ids]}`: each word `{"word": id}` if frequent, else
         `{"word": 0, "chars": [character ids]}`."""
-        item = {"words": [{"word": i} if i else {"word": 0, "chars": spell(w)}
+        item = {"words": [{"word": i} if i else {"word": 0, "chars": self.spell(w)}
                           for w, i in ((w, self.id(w)) for w in words)]}
         if tags is not None:
-            item["tags"] = [TAGS.index(t) for t in tags]
+            item["tags"] = [self.tag_id(t) for t in tags]
         return item
 
 

@@ -56,46 +56,21 @@ class Sentence:
 
 
 def parse_conllu(text: str, source: str = "<text>") -> list[Sentence]:
-    """The sentences of CoNLL-U text. A malformed line is a `ValueError` naming
-    `source` and the line number."""
-    sentences: list[Sentence] = []
-    rows: list[tuple[str, str, int, str]] = []
-
-    def close():
-        if rows:
-            words, tags, heads, rels = (list(c) for c in zip(*rows))
-            sentences.append(Sentence(words, tags, heads, rels))
-            rows.clear()
-
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.rstrip("\r\n")
-        if not line.strip():
-            close()
-            continue
-        if line.startswith("#"):
-            continue
-        cols = line.split("\t")
-        if len(cols) != 10:
-            raise ValueError(f"{source}:{number}: expected 10 tab-separated columns, got "
-                             f"{len(cols)}: {line!r:.80}")
-        if "-" in cols[0] or "." in cols[0]:
-            continue  # a multiword token or an empty node
-        try:
-            ident, head = int(cols[0]), int(cols[6])
-        except ValueError:
-            raise ValueError(f"{source}:{number}: ID and HEAD must be integers: "
-                             f"{line!r:.80}") from None
-        if ident != len(rows) + 1:
-            raise ValueError(f"{source}:{number}: word {ident} where word {len(rows) + 1} "
-                             "was expected")
-        rows.append((cols[1], cols[3], head, cols[7]))
-    close()
-    for i, s in enumerate(sentences):
+    """The sentences of CoNLL-U text, read with the `conllu` library
+    (`examples.treebanks`). A malformed line is a `ValueError` naming `source` and the
+    line number, and a sentence that is not a tree one naming the sentence: a parser
+    cannot learn from either, and a silent loss would change its scores."""
+    from examples.treebanks import parse
+    reading = parse(text, source)
+    if reading.skipped:
+        raise ValueError(f"{reading.first_error} ({reading.skipped} malformed sentences "
+                         "in all)")
+    for i, s in enumerate(reading.sentences):
         try:
             check_tree(s.heads)
         except ValueError as e:
             raise ValueError(f"{source}: sentence {i + 1}: {e}") from None
-    return sentences
+    return reading.sentences
 
 
 def read_conllu(path: str | os.PathLike) -> list[Sentence]:

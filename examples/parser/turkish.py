@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from examples.parser.treebank import Sentence
+from examples.parser.treebank import Sentence, read_conllu
 
 TEST_EVERY = 10
 PARTS = ("web", "wiki")
@@ -42,16 +42,9 @@ def path(part: str = "web") -> str:
 
 
 def sentences(part: str = "web") -> list[Sentence]:
-    """Every sentence of the part, in file order (words, universal tags, heads, relations)."""
-    import conllu
-    with open(path(part), encoding="utf-8") as f:
-        parsed = conllu.parse(f.read())
-    out = []
-    for tokens in parsed:
-        words = [t for t in tokens if isinstance(t["id"], int)]  # no multiword ranges
-        out.append(Sentence([t["form"] for t in words], [t["upos"] for t in words],
-                            [int(t["head"]) for t in words], [t["deprel"] for t in words]))
-    return out
+    """Every sentence of the part, in file order (words, universal tags, heads, relations),
+    read as any CoNLL-U file is (`examples.parser.treebank.read_conllu`)."""
+    return read_conllu(path(part))
 
 
 def load(part: str = "web") -> tuple[list[Sentence], list[Sentence]]:

@@ -134,7 +134,8 @@ def test_conllu_round_trips_and_skips_multiword_tokens_and_empty_nodes(tmp_path)
 
 @pytest.mark.parametrize("text, message", [
     ("1\tthe\t_\tDET\n", r"f.conllu:1: expected 10 tab-separated columns, got 4"),
-    ("1\ta\t_\tX\t_\t_\tzero\t_\t_\t_\n", r"f.conllu:1: ID and HEAD must be integers"),
+    ("1\ta\t_\tX\t_\t_\tzero\t_\t_\t_\n",
+     r"f.conllu:1: Failed parsing field 'head': 'zero' is not a valid value"),
     ("2\ta\t_\tX\t_\t_\t0\t_\t_\t_\n", r"f.conllu:1: word 2 where word 1 was expected"),
     ("1\ta\t_\tX\t_\t_\t2\t_\t_\t_\n2\tb\t_\tX\t_\t_\t1\t_\t_\t_\n",
      r"f.conllu: sentence 1: a tree has exactly one word attached to the root"),

@@ -106,7 +106,7 @@ def checked(arrays: dict, executor: Executor, n_metrics: int) -> dict:
                     message=f"bad request: 'index' segment const_sizes_{d} must hold "
                             f"{n_types} sizes (one per value type of dtype {d})"),
                 tf.debugging.assert_equal(
-                    tf.reduce_sum(sizes), tf.size(arrays[f"consts_{d}"]),
+                    tf.size(arrays[f"consts_{d}"]), tf.reduce_sum(sizes),
                     message=f"bad request: 'consts_{d}' must hold as many numbers as "
                             f"'index' segment const_sizes_{d} adds up to"),
             ]
@@ -118,7 +118,7 @@ def check_output_rows(output: tf.Tensor, batch_size: tf.Tensor) -> tf.Tensor:
     """`output` (the first `batch_size` results) after checking that it has a row for
     each input."""
     check = tf.debugging.assert_equal(
-        tf.shape(output)[0], batch_size[0],
+        batch_size[0], tf.shape(output)[0],
         message="bad request: 'batch_size' is larger than the number of results the "
                 "'index' asks for")
     with tf.control_dependencies([check]):

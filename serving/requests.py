@@ -19,6 +19,7 @@ serving.requests.RequestError: bad request: 'batch_size' must have shape [1], go
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -73,9 +74,18 @@ def _conform_one(name: str, value: Any, spec: dict) -> np.ndarray:
 
 def tensorflow_reason(error: Exception) -> str | None:
     """The message of a SavedModel's request check (`compiler.signature.checked`)
-    inside a TensorFlow error, or None if the error is not one of them."""
-    for line in str(error).splitlines():
-        at = line.find("bad request:")
-        if at >= 0:
-            return line[at:].strip()
-    return None
+    inside a TensorFlow error, with the value found, or None if the error is not one
+    of those checks.
+
+    >>> tensorflow_reason(ValueError("... [bad request: \\\\'layout\\\\' must start at 0] "
+    ...                              "[Condition x == y did not hold] [x (s:0) = ] [1] "
+    ...                              "[y (c:0) = ] [0]"))
+    "bad request: 'layout' must start at 0 (found 1)"
+    """
+    text = str(error).replace("\\'", "'")
+    at = text.find("bad request:")
+    if at < 0:
+        return None
+    reason = text[at:].split("]", 1)[0].splitlines()[0].strip()
+    found = re.search(r"\[x \(.*?\) = \] \[(.*?)\]", text[at:])
+    return reason + (f" (found {found.group(1)})" if found else "")

@@ -1,0 +1,94 @@
+"""Serving an export: the latency of a lone request against the throughput of batched
+concurrent requests, by the number of concurrent clients.
+
+Loads an export of the calculator's classifier (`--export`, as `python -m
+examples.serving --out DIR` writes; without it, trains and exports one first, as
+the example does) with only the serving client, then, `--rounds` times, measures in
+turn: the requests answered one at a time (`Predictor.predict([x])`, one SavedModel
+call each), and for each client count the same requests sent by that many threads
+at once through a `BatchingPredictor`. Medians over the rounds, so every setting
+sees the same load; the answers of every setting are checked against one at a time.
+
+    python -m benchmarks.serving --export /tmp/calc      # clients 1,2,4,8,16,32
+    python -m benchmarks.serving --clients 1,8 --requests 100 --rounds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from collections.abc import Sequence
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+from examples.calculator.calculator import dataset  # noqa: E402
+from examples.serving.client import concurrently, one_at_a_time  # noqa: E402
+from serving import BatchingPredictor, Predictor  # noqa: E402
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.serving", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--export", help="an export of the calculator (default: train one)")
+    p.add_argument("--clients", default="1,2,4,8,16,32")
+    p.add_argument("--requests", type=int, default=400)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--max-batch", type=int, default=64)
+    p.add_argument("--max-wait", type=float, default=0.005)
+    return p.parse_args(argv)
+
+
+def measure(predictor: Predictor, xs: list, clients: list[int], rounds: int,
+            max_batch: int, max_wait: float) -> dict:
+    """Per setting ("alone" or a client count): per-round walls, latencies, batch sizes."""
+    runs: dict = {"alone": []}
+    runs.update({c: [] for c in clients})
+    for _ in range(rounds):
+        reference, lat = one_at_a_time(predictor, xs)
+        runs["alone"].append((sum(lat), lat, 1.0))
+        for c in clients:
+            with BatchingPredictor(predictor, max_batch, max_wait) as server:
+                rows, lat, wall = concurrently(server, xs, c)
+            np.testing.assert_allclose(rows, reference, atol=1e-5)
+            runs[c].append((wall, lat, float(np.mean(server.batch_sizes))))
+    return runs
+
+
+def table(runs: dict, n: int) -> str:
+    lines = ["| setting | requests/s | x alone | latency p50 (ms) | p95 (ms) | mean batch |",
+             "|---|---|---|---|---|---|"]
+    alone = n / np.median([w for w, _, _ in runs["alone"]])
+    for key, rs in runs.items():
+        lat = np.concatenate([r[1] for r in rs]) * 1e3
+        rate = n / np.median([w for w, _, _ in rs])
+        name = "one at a time" if key == "alone" else f"{key} clients, batched"
+        lines.append(f"| {name} | {rate:.0f} | {rate / alone:.2f} | {np.median(lat):.1f} | "
+                     f"{np.percentile(lat, 95):.1f} | {np.median([b for *_, b in rs]):.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    args = parse_args(argv)
+    clients = [int(c) for c in args.clients.split(",")]
+    with tempfile.TemporaryDirectory() as work:
+        path = args.export
+        if path is None:
+            from examples.serving.__main__ import parse_args as example_args
+            from examples.serving.__main__ import train_and_export
+            path = os.path.join(work, "calculator")
+            train_and_export(example_args([]), path)
+        predictor = Predictor(path)
+        xs = dataset(args.requests, np.random.default_rng(1), 5)[0]
+        predictor.predict(xs[:2])  # traced before timing
+        runs = measure(predictor, xs, clients, args.rounds, args.max_batch, args.max_wait)
+    print(f"{args.requests} requests, {args.rounds} rounds (medians), max_batch "
+          f"{args.max_batch}, max_wait {args.max_wait * 1e3:.0f} ms")
+    print(table(runs, args.requests))
+    return runs
+
+
+if __name__ == "__main__":
+    main()

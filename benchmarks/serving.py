@@ -6,11 +6,12 @@ examples.serving --out DIR` writes; without it, trains and exports one first, as
 the example does) with only the serving client, then, `--rounds` times, measures in
 turn: the requests answered one at a time (`Predictor.predict([x])`, one SavedModel
 call each), and for each client count the same requests sent by that many threads
-at once through a `BatchingPredictor`. Medians over the rounds, so every setting
-sees the same load; the answers of every setting are checked against one at a time.
+at once through a `BatchingPredictor` (for each `--max-wait`). Medians over the
+rounds, each of which measures every setting in turn, so all see the same load;
+the answers of every setting are checked against one at a time.
 
     python -m benchmarks.serving --export /tmp/calc      # clients 1,2,4,8,16,32
-    python -m benchmarks.serving --clients 1,8 --requests 100 --rounds 1
+    python -m benchmarks.serving --clients 1,8 --max-wait 0 --requests 100 --rounds 1
 """
 
 from __future__ import annotations
@@ -37,23 +38,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=400)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-batch", type=int, default=64)
-    p.add_argument("--max-wait", type=float, default=0.005)
+    p.add_argument("--max-wait", default="0,0.005",
+                   help="BatchingPredictor max_wait values (seconds), each measured")
     return p.parse_args(argv)
 
 
 def measure(predictor: Predictor, xs: list, clients: list[int], rounds: int,
-            max_batch: int, max_wait: float) -> dict:
-    """Per setting ("alone" or a client count): per-round walls, latencies, batch sizes."""
+            max_batch: int, waits: list[float]) -> dict:
+    """Per setting ("alone", or `(clients, max_wait)`): per-round walls, latencies and
+    mean batch sizes; every round measures every setting in turn."""
     runs: dict = {"alone": []}
-    runs.update({c: [] for c in clients})
+    runs.update({(c, w): [] for c in clients for w in waits})
     for _ in range(rounds):
         reference, lat = one_at_a_time(predictor, xs)
         runs["alone"].append((sum(lat), lat, 1.0))
-        for c in clients:
-            with BatchingPredictor(predictor, max_batch, max_wait) as server:
+        for c, w in list(runs)[1:]:
+            with BatchingPredictor(predictor, max_batch, w) as server:
                 rows, lat, wall = concurrently(server, xs, c)
             np.testing.assert_allclose(rows, reference, atol=1e-5)
-            runs[c].append((wall, lat, float(np.mean(server.batch_sizes))))
+            runs[c, w].append((wall, lat, float(np.mean(server.batch_sizes))))
     return runs
 
 
@@ -64,7 +67,8 @@ def table(runs: dict, n: int) -> str:
     for key, rs in runs.items():
         lat = np.concatenate([r[1] for r in rs]) * 1e3
         rate = n / np.median([w for w, _, _ in rs])
-        name = "one at a time" if key == "alone" else f"{key} clients, batched"
+        name = "one at a time" if key == "alone" else \
+            f"{key[0]} clients, batched, max_wait {key[1] * 1e3:g} ms"
         lines.append(f"| {name} | {rate:.0f} | {rate / alone:.2f} | {np.median(lat):.1f} | "
                      f"{np.percentile(lat, 95):.1f} | {np.median([b for *_, b in rs]):.1f} |")
     return "\n".join(lines)
@@ -83,9 +87,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
         predictor = Predictor(path)
         xs = dataset(args.requests, np.random.default_rng(1), 5)[0]
         predictor.predict(xs[:2])  # traced before timing
-        runs = measure(predictor, xs, clients, args.rounds, args.max_batch, args.max_wait)
+        waits = [float(w) for w in args.max_wait.split(",")]
+        runs = measure(predictor, xs, clients, args.rounds, args.max_batch, waits)
     print(f"{args.requests} requests, {args.rounds} rounds (medians), max_batch "
-          f"{args.max_batch}, max_wait {args.max_wait * 1e3:.0f} ms")
+          f"{args.max_batch}")
     print(table(runs, args.requests))
     return runs
 

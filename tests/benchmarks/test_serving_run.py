@@ -12,10 +12,11 @@ def test_serving_prints_one_row_per_setting(tmp_path, capsys):
     export_calculator(tmp_path / "calc")
     runs = serving.main(["--export", str(tmp_path / "calc"), "--clients", "1,3",
                          "--requests", "6", "--rounds", "1", "--max-wait", "0.05"])
-    assert list(runs) == ["alone", 1, 3]
+    assert list(runs) == ["alone", (1, 0.05), (3, 0.05)]
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line]
     assert [r.split(" | ")[0] for r in rows] == [
-        "| setting", "| one at a time", "| 1 clients, batched", "| 3 clients, batched"]
+        "| setting", "| one at a time", "| 1 clients, batched, max_wait 50 ms",
+        "| 3 clients, batched, max_wait 50 ms"]
     assert all(len(r.split(" | ")) == 6 for r in rows)
-    assert max(b for *_, b in runs[3]) > 1  # three concurrent clients shared batches
+    assert max(b for *_, b in runs[3, 0.05]) > 1  # three concurrent clients shared batches

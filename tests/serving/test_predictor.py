@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import blocks as td
 from blocks.errors import InputError
 from blocks.serialization import UnsafeConfigError
 from compiler import Model
@@ -103,3 +104,11 @@ def test_the_client_runs_in_a_fresh_process_without_the_training_code(calculator
     subprocess.run([sys.executable, "-c", script], check=True, cwd=ROOT, env=env, timeout=300)
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), model.predict(xs, verbose=0),
                                atol=1e-5)
+
+
+def test_a_block_that_reads_computed_values_is_refused_clearly(tmp_path):
+    from tests.compiler.test_unfold import _counter
+    model = Model(_counter(max_steps=3, done=lambda seen: False) >> td.GetItem(1))
+    model.export(str(tmp_path / "m"), verbose=False)
+    with pytest.raises(ValueError, match=r"depends on computed values \(Unfold\)"):
+        Predictor(tmp_path / "m", safe_mode=False)

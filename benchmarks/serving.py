@@ -12,6 +12,12 @@ the answers of every setting are checked against one at a time.
 
     python -m benchmarks.serving --export /tmp/calc      # clients 1,2,4,8,16,32
     python -m benchmarks.serving --clients 1,8 --max-wait 0 --requests 100 --rounds 1
+    python -m benchmarks.serving --check-cost       # the SavedModel's request checks
+
+`--check-cost` measures what the request checks inside the SavedModel
+(`compiler.signature.checked`) cost: it exports the calculator's classifier twice,
+with the checks (`Model.export`) and without, and alternates calls of the two on the
+same request (batches of 1 and 64), reporting the median per-pair time ratio.
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=400)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-batch", type=int, default=64)
+    p.add_argument("--check-cost", action="store_true",
+                   help="measure the SavedModel's request checks instead")
+    p.add_argument("--pairs", type=int, default=300, help="calls of each, for --check-cost")
     p.add_argument("--max-wait", default="0,0.005",
                    help="BatchingPredictor max_wait values (seconds), each measured")
     return p.parse_args(argv)
@@ -74,8 +83,45 @@ def table(runs: dict, n: int) -> str:
     return "\n".join(lines)
 
 
+def check_cost(pairs: int = 300) -> dict:
+    """`{batch size: median time ratio checked / unchecked}` of SavedModel calls."""
+    import time
+
+    import tensorflow as tf
+
+    from compiler import Model
+    from compiler.saving import write_saved_model
+    from examples.serving.__main__ import FACTORY
+    model = Model.from_factory(FACTORY, {"state": 32})
+    ratios = {}
+    with tempfile.TemporaryDirectory() as work:
+        model.export(os.path.join(work, "checked"), verbose=False)
+        write_saved_model(os.path.join(work, "bare"), model.weights, model.pipeline.signature(),
+                          lambda arrays: model._forward(arrays)[0])
+        fns = [tf.saved_model.load(os.path.join(work, k)).signatures["serving_default"]
+               for k in ("checked", "bare")]
+        for n in (1, 64):
+            xs = dataset(n, np.random.default_rng(2), 5)[0]
+            feed = {k: tf.constant(v) for k, v in model.packed_inputs(xs).items()}
+            for fn in fns:
+                fn(**feed)  # warm
+            times = np.zeros((pairs, 2))
+            for i in range(pairs):
+                for j, fn in enumerate(fns):
+                    t0 = time.perf_counter()
+                    fn(**feed)
+                    times[i, j] = time.perf_counter() - t0
+            ratios[n] = float(np.median(times[:, 0] / times[:, 1]))
+            print(f"batch {n}: checked {np.median(times[:, 0]) * 1e3:.2f} ms, unchecked "
+                  f"{np.median(times[:, 1]) * 1e3:.2f} ms a call (medians); median ratio "
+                  f"{ratios[n]:.3f} over {pairs} pairs")
+    return ratios
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.check_cost:
+        return check_cost(args.pairs)
     clients = [int(c) for c in args.clients.split(",")]
     with tempfile.TemporaryDirectory() as work:
         path = args.export

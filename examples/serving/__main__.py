@@ -46,7 +46,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=400, help="test expressions to serve")
     p.add_argument("--clients", type=int, default=8, help="concurrent client threads")
     p.add_argument("--max-batch", type=int, default=64)
-    p.add_argument("--max-wait", type=float, default=0.005,
+    p.add_argument("--max-wait", type=float, default=0.0,
                    help="seconds a batch waits for more requests after its first")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", help="export here (default: a temporary directory)")

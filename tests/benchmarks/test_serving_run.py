@@ -20,3 +20,9 @@ def test_serving_prints_one_row_per_setting(tmp_path, capsys):
         "| 3 clients, batched, max_wait 50 ms"]
     assert all(len(r.split(" | ")) == 6 for r in rows)
     assert max(b for *_, b in runs[3, 0.05]) > 1  # three concurrent clients shared batches
+
+
+def test_the_check_cost_compares_checked_and_unchecked_exports(capsys):
+    ratios = serving.main(["--check-cost", "--pairs", "3"])
+    assert sorted(ratios) == [1, 64] and all(r > 0 for r in ratios.values())
+    assert capsys.readouterr().out.count("median ratio") == 2

@@ -367,6 +367,8 @@ class Model(keras.Model):
         dict of numpy arrays; a process with TensorFlow only then predicts with
         `tf.saved_model.load(path).signatures["serving_default"](**feed)["output"]`
         (one row per input, in order) for a model written by `model.export(path)`.
+        A serving process without the training code makes them with
+        `serving.Predictor(path).request(trees)`.
         """
         inputs = list(inputs)
         self._expand(inputs, Labels(None, None), raise_errors=True)

@@ -25,6 +25,10 @@ from tests.serving.exports import expressions
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def as_column(x):
+    return x[:, None]
+
+
 def test_a_predictor_answers_as_the_model_and_the_reference_evaluator(calculator):
     model, path = calculator
     xs = expressions(12, seed=1)
@@ -112,3 +116,16 @@ def test_a_block_that_reads_computed_values_is_refused_clearly(tmp_path):
     model.export(str(tmp_path / "m"), verbose=False)
     with pytest.raises(ValueError, match=r"depends on computed values \(Unfold\)"):
         Predictor(tmp_path / "m", safe_mode=False)
+
+
+def test_a_block_with_metrics_serves_its_output(tmp_path):
+    seen = td.AllOf(td.Identity(), td.Metric("seen")) >> td.GetItem(0)
+    block = td.Map(td.Scalar() >> seen) >> td.Sum() >> td.Function(as_column)
+    model = Model(block)
+    model.export(str(tmp_path / "m"), verbose=False)
+    predictor = Predictor(tmp_path / "m")  # a function by name: safe mode loads it
+    xs = [[1.0, 2.0], [3.0], [-1.0, 0.5, 0.25]]
+    assert predictor.config["metrics"] == ["seen"]
+    assert predictor.request(xs)["metric_bounds"].tolist() == [0, 6]
+    np.testing.assert_allclose(predictor.predict(xs), [[3.0], [3.0], [-0.25]], atol=1e-6)
+    np.testing.assert_allclose(predictor.predict(xs), model.predict(xs, verbose=0), atol=1e-6)

@@ -4,16 +4,38 @@
 an op graph (`expansion`), and runs batches through the scheduler's executor.
 `Model` is a compiled block as a `keras.Model`: fit, evaluate, predict, save
 (`load_model` reads it back, as `keras.models.load_model` does), export.
+
+The names below are imported on first use, so that a process that needs only
+the inference half (`serving`: expansion and planning) does not load the training
+stack (`Model`, its input pipeline and step functions).
 """
 
-from compiler.compiler import BatchPlan, Compiler
-from compiler.distributed import MirroredTrainer
-from compiler.expansion import ExampleGraph, expand
-from compiler.lowering import Program, lower
-from compiler.model import Model
-from compiler.saving import ModelFileError, load_model
-from compiler.steps import NonFiniteLossError
-from compiler.streaming import Lines
+from __future__ import annotations
+
+import importlib
+
+_WHERE = {
+    "BatchPlan": "compiler.compiler", "Compiler": "compiler.compiler",
+    "MirroredTrainer": "compiler.distributed",
+    "ExampleGraph": "compiler.expansion", "expand": "compiler.expansion",
+    "Program": "compiler.lowering", "lower": "compiler.lowering",
+    "Model": "compiler.model",
+    "ModelFileError": "compiler.saving", "load_model": "compiler.saving",
+    "NonFiniteLossError": "compiler.steps",
+    "Lines": "compiler.streaming",
+}
 
 __all__ = ["Compiler", "Model", "MirroredTrainer", "BatchPlan", "Program", "lower", "expand",
            "ExampleGraph", "NonFiniteLossError", "load_model", "ModelFileError", "Lines"]
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'compiler' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -58,6 +59,7 @@ from blocks.layers import is_keras_layer
 from blocks.serialization import deserialize, serialize
 from blocks.types import TensorType
 from blocks.validation import validate
+from compiler import signature as packed
 from compiler.blame import blaming
 from compiler.compiler import Compiler
 from compiler.pipeline import (
@@ -365,6 +367,8 @@ class Model(keras.Model):
         dict of numpy arrays; a process with TensorFlow only then predicts with
         `tf.saved_model.load(path).signatures["serving_default"](**feed)["output"]`
         (one row per input, in order) for a model written by `model.export(path)`.
+        A serving process without the training code makes them with
+        `serving.Predictor(path).request(trees)`.
         """
         inputs = list(inputs)
         self._expand(inputs, Labels(None, None), raise_errors=True)
@@ -738,9 +742,14 @@ class Model(keras.Model):
             tmp, overwrite=True, **kwargs))
 
     def export(self, filepath, format: str = "tf_saved_model", verbose: bool = True, **kw):
-        """Writes a SavedModel for serving; its `serving_default` signature takes the
-        tensors of `packed_inputs(batch)` and returns `{"output": [B, ...]}` (the
-        block's output per input, in order). Loading it needs TensorFlow only."""
+        """Writes a SavedModel for serving: its `serving_default` signature takes the
+        packed tensors of a batch (`index`, `layout`, `consts_<dtype>`,
+        `metric_bounds`, `batch_size`; names, shapes and meaning in
+        `compiler.signature`) and returns `{"output": [N, ...]}`, the block's output
+        per input, in order. Loading it needs TensorFlow only; it checks a request's
+        tensors first and names the one at fault. Beside it, `assets.extra/refold.json`
+        holds the block expression (or factory call) with which `serving.Predictor`
+        turns Python inputs into requests (`model.packed_inputs(batch)` does too)."""
         if refuse_after_nan(self._nan_seen, filepath):
             return
         if format != "tf_saved_model":
@@ -748,8 +757,14 @@ class Model(keras.Model):
         if self._out_type is None:
             raise ValueError("export needs a block whose output is one tensor per input, "
                              f"got {self.block.output_type}")
-        write_saved_model(filepath, self.weights, self.pipeline.signature(),
-                          lambda arrays: self._forward(arrays)[0])
+        executor, n_metrics = self.compiler.executor, len(self.program.metric_names)
+
+        def serve(arrays):
+            arrays = packed.checked(arrays, executor, n_metrics)
+            return packed.check_output_rows(self._forward(arrays)[0], arrays["batch_size"])
+        config = packed.export_config(self.get_config(), executor, self.program)
+        write_saved_model(filepath, self.weights, self.pipeline.signature(), serve,
+                          {packed.EXPORT_CONFIG: json.dumps(config)})
         if verbose:
             print(f"Saved a SavedModel for serving at {filepath}")
 

@@ -10,7 +10,8 @@ it there and then. That hand-off is a Python call: a `tf.data` producer
 functions, tearing it down waits on its thread) and per step (a `py_func` and
 a copy into the graph) than planning a batch does. The packed arrays are those
 of the executor plus `metric_bounds` (where each `td.Metric`'s values are in the
-outputs) and `batch_size`, which is all a step, or a SavedModel's signature, needs.
+outputs) and `batch_size`, which is all a step, or a SavedModel's signature, needs
+(`compiler.signature` documents them).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import tensorflow as tf
 
 from blocks.errors import InputError
 from blocks.types import TensorType
+from compiler import signature as packed
 from compiler.compiler import BatchPlan, Compiler
 
 # With `verbose` on, expanding more inputs than this shows a progress bar.
@@ -214,17 +216,11 @@ class InputPipeline:
 
     def arrays(self, plan: BatchPlan) -> dict:
         """The packed arrays of a batch planned with `grouped=True`."""
-        arrays = dict(plan.feed.arrays)
-        arrays["metric_bounds"] = plan.metric_bounds(self.program).reshape(-1)
-        arrays["batch_size"] = np.array([len(plan.examples)], np.int32)
-        return arrays
+        return packed.pack(plan, self.program)
 
     def signature(self) -> dict:
-        """`tf.TensorSpec`s of the packed arrays, for every batch."""
-        spec = dict(self.compiler.executor.input_signature())
-        spec["metric_bounds"] = tf.TensorSpec([None], tf.int32)
-        spec["batch_size"] = tf.TensorSpec([1], tf.int32)
-        return spec
+        """`tf.TensorSpec`s of the packed arrays, for every batch (`compiler.signature`)."""
+        return packed.signature(self.compiler.executor)
 
     def feeder(self, inputs: list, labels: Labels, batch_size: int,
                order: Callable[[], np.ndarray], with_labels: bool = True) -> BatchFeeder:

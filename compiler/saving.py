@@ -48,9 +48,11 @@ def refuse_after_nan(nan_seen: bool, filepath) -> bool:
 
 
 def write_saved_model(filepath, weights: list, signature: dict,
-                      forward: Callable[[dict], tf.Tensor]) -> None:
+                      forward: Callable[[dict], tf.Tensor],
+                      extra_files: dict[str, str] | None = None) -> None:
     """A SavedModel whose `serving_default` maps the packed arrays (`signature`: name
-    -> `tf.TensorSpec`) to `{"output": forward(arrays)}`, holding `weights`."""
+    -> `tf.TensorSpec`) to `{"output": forward(arrays)}`, holding `weights`; and
+    `extra_files` (relative path -> text) written inside its directory."""
     module = tf.Module()
     module.weights = [w.value if isinstance(w, keras.Variable) else w for w in weights]
     spec = {k: tf.TensorSpec(v.shape, v.dtype, name=k) for k, v in signature.items()}
@@ -62,6 +64,11 @@ def write_saved_model(filepath, weights: list, signature: dict,
     module.serve = serve
     tf.saved_model.save(module, str(filepath),
                         signatures={"serving_default": serve.get_concrete_function()})
+    for name, text in (extra_files or {}).items():
+        path = os.path.join(os.fspath(filepath), name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
 
 
 class ModelFileError(ValueError):

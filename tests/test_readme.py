@@ -69,3 +69,30 @@ def test_the_saving_section_runs_on_the_quick_start_model(tmp_path, monkeypatch)
         assert str(e).startswith(error_comment[len("# UnsafeConfigError: "):-len(" ...")])
     else:
         raise AssertionError("loading the quick start in safe mode raised nothing")
+
+
+def test_the_serving_section_runs_on_the_quick_start_model(tmp_path, monkeypatch):
+    quick = re.search(r"## Quick start\n\n```python\n(.*?)```", readme(), re.S).group(1)
+    section = readme().split("## Serving", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    *body, bad_line, error_comment = code.rstrip("\n").split("\n")
+    assert error_comment.startswith("# InputError: ")
+    program = "\n".join([*quick.rstrip("\n").split("\n")[:-2], *body]).replace(
+        "epochs=5)", "epochs=1, verbose=0)").replace(
+        "model.predict([(3.0, -1.0)])", "model.predict([(3.0, -1.0)], verbose=0)")
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(program, "README.md", "exec"), scope)
+    assert out.getvalue().rstrip().endswith("(3, 2)")
+    np = scope["np"]
+    np.testing.assert_allclose(scope["logits"],
+                               scope["model"].predict([(1.0, -2.0)], verbose=0)[0], atol=1e-5)
+    from blocks.errors import InputError
+    try:
+        exec(bad_line, scope)
+    except InputError as e:
+        assert str(e) == error_comment[len("# InputError: "):]
+    else:
+        raise AssertionError("the README's bad request raised nothing")

@@ -1,0 +1,1 @@
+"""The serving example: train, export, and answer concurrent requests in a fresh process."""

@@ -4,9 +4,13 @@ configurations, Kiperwasser and Goldberg 2016) and parses the test set greedily.
     python -m examples.parser                       # the shipped synthetic treebank
     python -m examples.parser --data DIR            # DIR/{train,test}.conllu (e.g. UD)
     python -m examples.parser --data turkish-web    # the Turkish Web Treebank (real data)
+    python -m examples.parser --train exploration   # follow its own predictions
 
 Training has a loss at every transition of the static oracle's gold sequence
-(non-projective training trees are left out, and counted). The program prints Keras'
+(non-projective training trees are left out, and counted). With `--train
+exploration` the parser follows its own predictions (wrong ones with probability
+`--explore`, after `--static-epochs` epochs on the gold path) and learns from the
+dynamic oracle (`examples.parser.exploration`), on the same sentences. The program prints Keras'
 per-epoch log (loss and transition accuracy), then a table of unlabelled attachment
 scores (UAS) on the test set for the parser and two baselines that attach every word
 to the word before it or after it (the first or last word to the root), with the
@@ -47,6 +51,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=0.005)
+    p.add_argument("--train", default="static", choices=("static", "exploration"),
+                   help="static: the static oracle's gold sequence; exploration: the "
+                   "model's own path, judged by the dynamic oracle")
+    p.add_argument("--explore", type=float, default=0.9, help="with --train exploration: "
+                   "the probability of following a wrong prediction")
+    p.add_argument("--static-epochs", type=int, default=2, help="with --train exploration: "
+                   "epochs on the gold path before exploring")
     p.add_argument("--scheduler", default="agenda", choices=("agenda", "depth"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--verbose", type=int, default=2, choices=(0, 1, 2))
@@ -112,6 +123,14 @@ def training_items(sentences: Sequence[Sentence], vocab) -> tuple[list[dict], in
     return items, skipped
 
 
+def training_sentences(sentences: Sequence[Sentence]) -> tuple[list[Sentence], int]:
+    """The projective sentences (those static training can use), and how many were
+    not."""
+    from examples.parser.treebank import is_projective
+    kept = [s for s in sentences if is_projective(s.heads)]
+    return kept, len(sentences) - len(kept)
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     """Runs the example; returns the training history, the scores and the parses."""
     import keras
@@ -131,18 +150,29 @@ def main(argv: Sequence[str] | None = None) -> dict:
     keras.utils.set_random_seed(args.seed)
     parser = ParserModel(vocab, embed=args.embed, tag_embed=args.tag_embed,
                          hidden=args.hidden, mlp=args.mlp, scheduler=args.scheduler)
-    model = Model(parser.training_block, scheduler=args.scheduler, seed=args.seed)
+    callbacks = []
+    if args.train == "exploration":
+        from examples.parser.exploration import Exploration, exploration_input
+        exploring = Exploration(parser, explore=args.explore)
+        projective, _ = training_sentences(train)
+        items = [exploration_input(s, vocab, seed=i) for i, s in enumerate(projective)]
+        block = exploring.block
+        callbacks.append(exploring.schedule(args.static_epochs, args.explore))
+    else:
+        block = parser.training_block
+    model = Model(block, scheduler=args.scheduler, seed=args.seed)
     model.compile(optimizer=keras.optimizers.Adam(args.lr))
     history = model.fit(items, batch_size=args.batch_size, epochs=args.epochs,
-                        verbose=args.verbose)
+                        verbose=args.verbose, callbacks=callbacks)
     trained = time.perf_counter()
     parses = parser.parse(test)
     parsed = time.perf_counter()
     results = {"BiLSTM arc-hybrid (greedy)": scores(parses, test),
                "previous word": scores([previous_word(s) for s in test], test),
                "next word": scores([next_word(s) for s in test], test)}
-    print(f"\ntrained in {trained - start:.0f} s; parsed {len(test)} test sentences in "
-          f"{parsed - trained:.1f} s ({len(test) / (parsed - trained):.0f} sentences/s)\n")
+    print(f"\n{args.train} training; trained in {trained - start:.0f} s; parsed {len(test)} "
+          f"test sentences in {parsed - trained:.1f} s "
+          f"({len(test) / (parsed - trained):.0f} sentences/s)\n")
     print(format_table(results))
     s, heads = test[0], parses[0]
     print("\n" + " ".join(f"{w}<-{h}" for w, h in zip(s.words, heads)) + "   (head positions; "

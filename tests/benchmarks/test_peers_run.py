@@ -78,3 +78,15 @@ def test_parser_data_holds_each_sentences_oracle_configurations_and_the_sizes():
     for item in data["sentences"]:
         n = len(item["tokens"]) - 1  # the root token first
         assert len(item["configs"]) == 2 * n and item["tokens"][0] == (0, 0)
+
+
+def test_the_explore_workload_runs_on_refolds_side_and_its_data_holds_gold_trees(capsys):
+    data = run.make_data(["explore"], 4, seed=3)["explore"]
+    assert data["explore"] == run.EXPLORE and [s["seed"] for s in data["sentences"]] == [
+        0, 1, 2, 3]
+    assert all(len(s["heads"]) == len(s["tokens"]) - 1 for s in data["sentences"])
+    out = run.main(["--peer", "none", "--tf-threads", "default", "--workloads", "explore",
+                    "--batch-sizes", "2", "--items", "3", "--rounds", "1"])
+    row = out["results"]["explore"][2]
+    assert list(row) == ["train"] and all(map(_rate, row["train"]["rates"]["refold"]))
+    assert "### explore:" in capsys.readouterr().out

@@ -188,6 +188,44 @@ def greedy_parse(dy, encode, score, batch) -> list:
     return [c.heads for c in configs]
 
 
+def coin(epoch: int, seed: int, step: int) -> float:
+    """A uniform draw fixed by (epoch, sentence seed, step), as the Refold side's."""
+    import random
+    return random.Random(hash((epoch, seed, step))).random()
+
+
+def exploration_losses(dy, encode, score, batch, explore: float, epoch: int = 0) -> list:
+    """The loss terms of one minibatch of exploration training, built as the parsers
+    go: every round scores the current configuration of each unfinished sentence,
+    reads the scores in one forward (autobatched), adds each one's cross-entropy of
+    its best-scoring least-cost transition (the dynamic oracle) and moves it on by
+    its prediction if that is correct, or with probability `explore` anyway, else by
+    that best correct transition."""
+    from examples.parser.dynamic_oracle import best_transitions, costs
+    from examples.parser.transitions import Configuration
+    encodings = [encode(s["tokens"]) for s in batch]
+    configs = [Configuration(len(s["heads"])) for s in batch]
+    steps = [0] * len(batch)
+    terms = []
+    active = [i for i, c in enumerate(configs) if not c.is_terminal()]
+    while active:
+        exprs = [score(encodings[i], configs[i].features()) for i in active]
+        values = dy.concatenate_cols(exprs).npvalue().reshape(3, len(active))
+        for j, i in enumerate(active):
+            cost = costs(configs[i], batch[i]["heads"])
+            correct = best_transitions(cost)
+            z = values[:, j]
+            best = max((t for t in range(3) if correct[t]), key=lambda t: z[t])
+            terms.append(dy.pickneglogsoftmax(exprs[j], best))
+            taken = max((t for t in range(3) if cost[t] is not None), key=lambda t: z[t])
+            if not correct[taken] and not coin(epoch, batch[i]["seed"], steps[i]) < explore:
+                taken = best
+            configs[i].apply(taken)
+            steps[i] += 1
+        active = [i for i in active if not configs[i].is_terminal()]
+    return terms
+
+
 class DynetSide:
     """The workloads' DyNet models, each with its own plain SGD trainer."""
 
@@ -197,6 +235,7 @@ class DynetSide:
         builders = {"treelstm": lambda pc: build_tree_lstm(dy, pc, gates),
                     "bilstm": lambda pc: build_tagger(dy, pc),
                     "parser": lambda pc: parser_logits(*self._parser(pc, data)),
+                    "explore": lambda pc: build_parser(dy, pc, data["explore"]["sizes"]),
                     "chartagger": lambda pc: build_char_tagger(
                         dy, pc, data["chartagger"]["vocabulary"])}
         for workload in data:
@@ -220,6 +259,9 @@ class DynetSide:
             return [pick(logits(t), y) for t, y in batch], len(batch)
         if workload == "parser":
             terms = [pick(z, c[-1]) for s in batch for z, c in zip(logits(s), s["configs"])]
+            return terms, len(terms)
+        if workload == "explore":  # `logits` is the parser's (encode, score)
+            terms = exploration_losses(self.dy, *logits, batch, self.data[workload]["explore"])
             return terms, len(terms)
         terms = [pick(z, t) for s in batch for z, t in zip(logits(s["words"]), s["tags"])]
         return terms, len(terms)

@@ -52,6 +52,9 @@ class RefoldSide:
             self.parser, train, infer = parser_models(data["parser"], scheduler)
             train.compile(optimizer=keras.optimizers.SGD(lr))
             self.train_models["parser"], self.infer_models["parser"] = train, infer
+        if "explore" in workloads:
+            self.train_models["explore"] = exploration_model(data["explore"], scheduler)
+            self.train_models["explore"].compile(optimizer=keras.optimizers.SGD(lr))
         if "chartagger" in workloads:
             train, infer = char_tagger_models(data["chartagger"]["vocabulary"], scheduler)
             train.compile(optimizer=keras.optimizers.SGD(lr))
@@ -130,6 +133,22 @@ def parser_models(data: dict, scheduler: str = "agenda"):
                          scheduler=scheduler)
     return (parser, Model(parser.training_block, scheduler=scheduler),
             Model(parser.scoring_block, scheduler=scheduler))
+
+
+def exploration_model(data: dict, scheduler: str = "agenda"):
+    """`examples.parser.exploration`'s block on a `ParserModel` at the data's sizes,
+    as a `Model` (the loss at every transition the walk takes)."""
+    import keras
+
+    from compiler import Model
+    from examples.parser.exploration import Exploration
+    from examples.parser.model import ParserModel, Vocabulary
+    keras.utils.set_random_seed(0)
+    sizes = data["sizes"]
+    parser = ParserModel(Vocabulary(**data["vocab"]), embed=sizes["embed"],
+                         tag_embed=sizes["tag_embed"], hidden=sizes["hidden"], mlp=sizes["mlp"],
+                         scheduler=scheduler)
+    return Model(Exploration(parser, explore=data["explore"]).block, scheduler=scheduler)
 
 
 def main(argv=None) -> None:

@@ -32,13 +32,18 @@ WORKLOADS = {"treelstm": ("sst-synth TreeLSTM, loss at the root (variant R)", "t
              "bilstm": ("bilstm tagger, loss at every word", "sentences/s"),
              "parser": ("examples.parser's BiLSTM arc-hybrid parser on its synthetic "
                         "treebank, loss at every oracle transition", "sentences/s"),
+             "explore": ("examples.parser's parser trained with exploration (its own "
+                         "predictions, wrong ones followed with probability 0.9, the "
+                         "dynamic oracle's loss at every transition taken)", "sentences/s"),
              "chartagger": ("BiLSTM tagger with a char BiLSTM for rare words "
                             "(examples.tagger.chars' language), loss at every word",
                             "sentences/s")}
-MODES = {"parser": ("train", "infer", "parse")}
+MODES = {"parser": ("train", "infer", "parse"), "explore": ("train",)}
 """Each workload's timed modes (train and infer unless said here); parse: greedy parsing."""
 PARSER_SIZES = dict(embed=100, tag_embed=25, hidden=125, mlp=100)
 """Kiperwasser and Goldberg (2016)'s sizes, with one BiLSTM layer."""
+EXPLORE = 0.9
+"""The explore workload's probability of following a wrong prediction (both sides)."""
 LABELS = {"dynet": "DyNet", "refold": "Refold", "refold-1t": "Refold 1t",
           "refold-depth": "Refold depth"}
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,6 +69,16 @@ def make_data(workloads, n: int, seed: int = 0) -> dict:
         data["parser"] = {
             "sentences": [training_input(s, vocab) for s in sentences],
             "vocab": {"words": vocab.words, "tags": vocab.tags},
+            "sizes": {**PARSER_SIZES, "words": len(vocab.words), "tags": len(vocab.tags)}}
+    if "explore" in workloads:
+        from examples.parser.exploration import exploration_input
+        from examples.parser.model import Vocabulary
+        from examples.parser.synthetic import generate
+        sentences = generate(n, rng)
+        vocab = Vocabulary.from_sentences(sentences)
+        data["explore"] = {
+            "sentences": [exploration_input(s, vocab, seed=k) for k, s in enumerate(sentences)],
+            "vocab": {"words": vocab.words, "tags": vocab.tags}, "explore": EXPLORE,
             "sizes": {**PARSER_SIZES, "words": len(vocab.words), "tags": len(vocab.tags)}}
     if "chartagger" in workloads:
         from examples.tagger.rare_words import dataset

@@ -4,6 +4,7 @@ configurations, Kiperwasser and Goldberg 2016) and parses the test set greedily.
     python -m examples.parser                       # the shipped synthetic treebank
     python -m examples.parser --data DIR            # DIR/{train,test}.conllu (e.g. UD)
     python -m examples.parser --data turkish-web    # the Turkish Web Treebank (real data)
+    python -m examples.parser --train exploration   # follow its own predictions
 
 Training has a loss at every transition of the static oracle's gold sequence and a
 label loss at every arc (non-projective training trees are left out, and counted).
@@ -17,6 +18,12 @@ The baselines label each arc with the training set's most frequent label for its
 direction: of arcs to the root, of arcs from a head before the word, or of arcs from
 a head after it. Labels are compared whole (`acl:relcl` is not `acl`); a test label
 never seen in training cannot be predicted and counts as wrong.
+
+With `--train exploration` the parser follows its own predictions (wrong ones with
+probability `--explore`, after `--static-epochs` epochs on the gold path) and learns
+from the dynamic oracle (`examples.parser.exploration`), on the same sentences; its
+label classifiers learn at every configuration where an arc to the stack's top would
+be gold.
 """
 
 from __future__ import annotations
@@ -55,6 +62,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.005)
     p.add_argument("--scheduler", default="agenda", choices=("agenda", "depth"))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train", default="static", choices=("static", "exploration"),
+                   help="static: the static oracle's gold sequence; exploration: the "
+                   "model's own path, judged by the dynamic oracle")
+    p.add_argument("--explore", type=float, default=0.9, help="with --train exploration: "
+                   "the probability of following a wrong prediction")
+    p.add_argument("--static-epochs", type=int, default=2, help="with --train exploration: "
+                   "epochs on the gold path before exploring")
     p.add_argument("--verbose", type=int, default=2, choices=(0, 1, 2))
     args = p.parse_args(argv)
     for name in ("train_size", "test_size"):
@@ -169,10 +183,21 @@ def main(argv: Sequence[str] | None = None) -> dict:
     keras.utils.set_random_seed(args.seed)
     parser = ParserModel(vocab, embed=args.embed, tag_embed=args.tag_embed,
                          hidden=args.hidden, mlp=args.mlp, scheduler=args.scheduler)
-    model = Model(parser.training_block, scheduler=args.scheduler, seed=args.seed)
+    callbacks = []
+    if args.train == "exploration":  # the same (projective) sentences as static training
+        from examples.parser.exploration import Exploration, exploration_input
+        from examples.parser.treebank import is_projective
+        exploring = Exploration(parser, explore=args.explore)
+        projective = [s for s in train if is_projective(s.heads)]
+        items = [exploration_input(s, vocab, seed=i) for i, s in enumerate(projective)]
+        block = exploring.block
+        callbacks.append(exploring.schedule(args.static_epochs, args.explore))
+    else:
+        block = parser.training_block
+    model = Model(block, scheduler=args.scheduler, seed=args.seed)
     model.compile(optimizer=keras.optimizers.Adam(args.lr))
     history = model.fit(items, batch_size=args.batch_size, epochs=args.epochs,
-                        verbose=args.verbose)
+                        verbose=args.verbose, callbacks=callbacks)
     trained = time.perf_counter()
     labelled = parser.parse_labelled(test)
     parsed = time.perf_counter()
@@ -184,8 +209,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
         guesses = [baseline(s) for s in test]
         results[name] = scores(guesses, test,
                                [label_by_direction(h, majority) for h in guesses])
-    print(f"\ntrained in {trained - start:.0f} s; parsed {len(test)} test sentences in "
-          f"{parsed - trained:.1f} s ({len(test) / (parsed - trained):.0f} sentences/s)\n")
+    print(f"\n{args.train} training; trained in {trained - start:.0f} s; parsed {len(test)} "
+          f"test sentences in {parsed - trained:.1f} s "
+          f"({len(test) / (parsed - trained):.0f} sentences/s)\n")
     print(format_table(results))
     s, (heads, relations) = test[0], labelled[0]
     print("\n" + " ".join(f"{w}<-{h}:{r}" for w, h, r in zip(s.words, heads, relations))

@@ -78,3 +78,71 @@ def test_parser_data_holds_each_sentences_oracle_configurations_and_the_sizes():
     for item in data["sentences"]:
         n = len(item["tokens"]) - 1  # the root token first
         assert len(item["configs"]) == 2 * n and item["tokens"][0] == (0, 0)
+
+
+def test_the_explore_workload_runs_on_refolds_side_and_its_data_holds_gold_trees(capsys):
+    data = run.make_data(["explore"], 4, seed=3)["explore"]
+    assert data["explore"] == run.EXPLORE and [s["seed"] for s in data["sentences"]] == [
+        0, 1, 2, 3]
+    assert all(len(s["heads"]) == len(s["tokens"]) - 1 for s in data["sentences"])
+    out = run.main(["--peer", "none", "--tf-threads", "default", "--workloads", "explore",
+                    "--batch-sizes", "2", "--items", "3", "--rounds", "1"])
+    row = out["results"]["explore"][2]
+    assert list(row) == ["train"] and all(map(_rate, row["train"]["rates"]["refold"]))
+    assert "### explore:" in capsys.readouterr().out
+
+
+def test_the_dynet_exploration_program_walks_as_the_refold_model_decides():
+    # DyNet is not installed here: a stand-in whose expressions are numpy arrays runs
+    # the DyNet side's loop; its losses' targets and its walk must be what
+    # `Exploration.decide` and the dynamic oracle give, sentence by sentence
+    import types
+
+    import numpy as np
+
+    from benchmarks.peers import dynet_worker
+    from examples.parser.dynamic_oracle import best_transitions
+    from examples.parser.exploration import Exploration, Walk
+    from tests.examples.test_parser import tiny_parser
+
+    data = run.make_data(["explore"], 6, seed=5)["explore"]
+    batch = data["sentences"]
+    rng = np.random.default_rng(0)
+    weights = rng.normal(size=(3, 4))
+    vectors = {}
+
+    def encode(tokens):
+        return [vectors.setdefault(tuple(t), rng.normal(size=1)[0]) for t in tokens]
+
+    def score(encodings, positions):
+        x = np.array([0.5 if p is None else encodings[p] for p in positions])
+        return weights @ x
+    dy = types.SimpleNamespace(
+        concatenate_cols=lambda zs: types.SimpleNamespace(npvalue=lambda: np.stack(zs, 1)),
+        pickneglogsoftmax=lambda z, t: (z, t))
+    terms = dynet_worker.exploration_losses(dy, encode, score, batch, explore=0.5)
+
+    from examples.parser.treebank import Sentence
+    exploring = Exploration(tiny_parser([Sentence(["a"], ["X"], [0])]), explore=0.5)
+    want = []  # per sentence, its (logits, target) at every step, as Refold decides
+    for s in batch:
+        enc, walk, steps = encode(s["tokens"]), Walk.start(s["heads"], s["seed"]), []
+        while not walk.config.is_terminal():
+            z = score(enc, walk.features)
+            correct = best_transitions(walk.costs)
+            steps.append((z, max((t for t in range(3) if correct[t]), key=lambda t: z[t])))
+            walk = exploring.decide(walk, z)
+        want.append(steps)
+    # the DyNet loop adds one term per unfinished sentence per round, in sentence order
+    got = [[] for _ in batch]
+    pending = [i for i, steps in enumerate(want) if steps]
+    k = 0
+    while pending:
+        for i in pending:
+            got[i].append(terms[k])
+            k += 1
+        pending = [i for i in pending if len(got[i]) < len(want[i])]
+    assert k == len(terms) == sum(map(len, want))
+    for g, w in zip(got, want):
+        assert [t for _, t in g] == [t for _, t in w]
+        np.testing.assert_allclose([z for z, _ in g], [z for z, _ in w])

@@ -48,6 +48,22 @@ def test_examples_stop_at_their_own_step_and_take_one_round_each():
     assert comp.last_rounds == 5  # the longest example's steps, not their sum
 
 
+def test_no_example_expands_before_every_examples_thread_has_started():
+    # a thread started while others expand waits for the GIL (a switch interval each)
+    import threading
+
+    def threads_then_nothing(x):
+        seen.append(sum(t.name.startswith("refold-round-") for t in threading.enumerate()))
+        return ()
+    seen: list[int] = []
+    step = td.GetItem(0) >> td.Function(lambda s: s + 1.0) >> td.AllOf(
+        td.Identity(), td.Identity())
+    block = td.AllOf(td.Scalar(), td.InputTransform(threads_then_nothing)) >> td.Unfold(
+        step, decide=lambda c, out: c, max_steps=1)
+    Compiler.create(block).run([float(k) for k in range(24)])
+    assert seen == [24] * 24
+
+
 def test_an_example_done_at_the_start_takes_no_step():
     block = _counter(max_steps=3, done=lambda seen: True)
     (outs, state, seen), = Compiler.create(block).run([2.0])

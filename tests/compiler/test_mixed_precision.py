@@ -322,3 +322,25 @@ def test_weight_gradients_once_per_step_match_the_loop_s_own(policy):
     for g, h in zip(once, per_iteration):
         assert g.dtype == np.float32
         np.testing.assert_allclose(g, h, atol=tol * max(1.0, np.abs(h).max()), rtol=tol)
+
+
+@pytest.mark.parametrize("policy", POLICIES, indirect=True)
+def test_the_sentiment_tree_lstm_trains_and_evaluates_as_its_eval_block(policy):
+    from examples.sentiment import __main__ as sentiment
+    from examples.sentiment.model import SentimentModel, accuracies, prepare
+    from examples.sentiment.treebank import Vocabulary
+    from tests.examples.test_sentiment import DULL_BUT_GOOD, GOOD_BUT_DULL, _tree
+    trees = [_tree(GOOD_BUT_DULL), _tree(DULL_BUT_GOOD), _tree("(2 (2 very) (2 good))")]
+    vocab = Vocabulary.from_trees(trees)
+    data = prepare(trees, vocab)
+    keras.utils.set_random_seed(0)
+    sm = SentimentModel("tree_lstm", len(vocab), embed=5, hidden=6)
+    model = Model(sm.train_block)
+    model.compile(optimizer=keras.optimizers.Adam(0.05))
+    history = model.fit(data * 4, batch_size=4, epochs=5, verbose=0)
+    losses = history.history["loss"]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+    rows = [sm.eval_block.eval(t)[1] for t in data]
+    expected = accuracies(np.concatenate([r["node"] for r in rows]),
+                          np.concatenate([r["root"] for r in rows]))
+    assert sentiment.evaluate(sm, data, batch_size=2) == expected

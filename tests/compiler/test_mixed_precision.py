@@ -175,15 +175,33 @@ def _labelled_sign(t):
     return {"x": t, "y": int(t > 0), "s": t}
 
 
-def _tiny_loss_model(auto_scale_loss: bool) -> Model:
-    """A loss so small that its gradient underflows float16 (1e-8 / 4 per output)."""
+def _tiny_loss_model(auto_scale_loss: bool, factor: float = 1e-8,
+                     lr: float = 1e6) -> Model:
+    """A loss `factor * sum(FC(x))`: at 1e-8 its gradient underflows float16
+    (1e-8 / 4 per output)."""
     keras.utils.set_random_seed(0)
     fc = td.FC(4, activation=None)
-    tiny = td.Function(lambda h: 1e-8 * tf.reduce_sum(tf.cast(h, tf.float32), 1))
+    tiny = td.Function(lambda h: factor * tf.reduce_sum(tf.cast(h, tf.float32), 1))
     block = td.Vector(3) >> fc >> tiny >> td.Metric("loss") >> td.Void()
     model = Model(block)
-    model.compile(optimizer=keras.optimizers.SGD(1e6), auto_scale_loss=auto_scale_loss)
+    model.compile(optimizer=keras.optimizers.SGD(lr), auto_scale_loss=auto_scale_loss)
     return model
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16"], indirect=True)
+def test_a_step_whose_scaled_gradients_overflow_is_skipped_and_the_scale_lowered(policy):
+    # 1e3 / 4 per output, times the initial scale 2**15: beyond float16's 65504
+    model = _tiny_loss_model(True, factor=1e3, lr=1e-6)
+    xs = [[1.0, 2.0, -1.0], [0.5, -0.5, 1.5], [1.0, 1.0, 1.0], [-2.0, 0.0, 1.0]]
+    kernel = model.block_layers[0].kernel
+    before = kernel.numpy().copy()
+    model.train_on_batch(xs)  # no NonFiniteLossError: the loss itself is finite
+    assert float(model.optimizer.dynamic_scale) == 2.0 ** 14
+    np.testing.assert_array_equal(kernel.numpy(), before)  # that step was skipped
+    for _ in range(12):  # the scale comes down until the gradients fit
+        model.train_on_batch(xs)
+    assert float(model.optimizer.dynamic_scale) <= 2.0 ** 6
+    assert np.abs(kernel.numpy() - before).max() > 0
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16"], indirect=True)

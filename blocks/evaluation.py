@@ -42,6 +42,7 @@ import numpy as np
 
 from blocks.errors import BadValueError, InputError, InternalError
 from blocks.op import Op
+from blocks.precision import compute_dtype, held_dtype, to_held
 from blocks.types import (
     ResultType,
     TensorType,
@@ -100,9 +101,12 @@ _running = [0, 0]  # deep calls in flight, the recursion limit to restore
 class ReferenceContext:
     """Computes every op at once, eagerly, with batch size 1 (the oracle)."""
 
-    def __init__(self):
+    def __init__(self, low: str | None = None, keep=()):
         import tensorflow as tf
         self._tf = tf
+        # under a mixed policy: the low dtype and the types that stay float32
+        # (`blocks.precision`)
+        self._low, self._keep = low, frozenset(keep)
         self.metrics: dict[str, list] = {}
         self.metric_labels: dict[str, list] = {}
         # id -> constant, kept alive so that ids stay unique: a prelude-only op
@@ -112,6 +116,8 @@ class ReferenceContext:
 
     def constant(self, value: np.ndarray, ttype: TensorType):
         t = self._tf.constant(value, dtype=ttype.dtype)
+        if self._low is not None:
+            t = to_held(t, ttype, held_dtype(ttype, self._low, self._keep))
         self._constants[id(t)] = t
         return t
 
@@ -133,7 +139,10 @@ class ReferenceContext:
         results = []
         for i, (o, t) in enumerate(zip(outs, op.output_types)):
             o = tf.convert_to_tensor(o)
-            if tuple(o.shape) != (1, *t.shape) or o.dtype.name != t.dtype:
+            if self._low is not None:
+                o = to_held(o, t, held_dtype(t, self._low, self._keep))
+            if tuple(o.shape) != (1, *t.shape) or o.dtype.name != held_dtype(
+                    t, self._low, self._keep):
                 raise ValueError(
                     f"op {op.name!r} output {i}: expected {t} per example, got shape "
                     f"{tuple(o.shape)[1:]} and dtype {o.dtype.name}")
@@ -221,7 +230,7 @@ def reference_eval(block, inp: Any, tolist: bool = False) -> Any:
     """
     from blocks.validation import metric_types, validate
     metrics_of = metric_types(validate(block))
-    ctx = ReferenceContext()
+    ctx = ReferenceContext(compute_dtype(block), metrics_of.values())
     result = call_with_deep_stack(lambda: block._eval(ctx, root_input(block, ctx, inp)))
     result = to_numpy(block.output_type, result, tolist)
     if not metrics_of:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from blocks.precision import compute_dtype, held_program
 from blocks.types import TensorType
 from compiler.expansion import ExampleGraph, expand_all
 from compiler.lowering import Program, lower
@@ -130,7 +131,12 @@ class Compiler:
                                  "computed values (Unfold): its expansion runs the model")
             cache = False
         self.scheduler = scheduler
-        self.executor = Executor(self.program.ops, self.program.value_types)
+        # under a mixed policy, values of float32 types are held in its low dtype
+        self.compute_dtype = compute_dtype(self.program.root)
+        ops, types = held_program(self.program.ops, self.program.value_types,
+                                  self.compute_dtype, self.program.metric_types)
+        self.executor = Executor(ops, types, output_dtypes=[
+            t.dtype for t in self.program.value_types] if self.compute_dtype else None)
         self.planner = Planner(self.executor.layout, scheduler, len(self.program.metric_names))
         self.cache_size = _cache_size(cache)
         self._cache: OrderedDict[int, tuple[Any, ExampleGraph]] | None = \

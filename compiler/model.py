@@ -56,6 +56,7 @@ import tensorflow as tf
 
 from blocks.errors import InputError
 from blocks.layers import is_keras_layer
+from blocks.precision import global_policy
 from blocks.serialization import deserialize, serialize
 from blocks.types import TensorType
 from blocks.validation import validate
@@ -107,9 +108,11 @@ class Model(keras.Model):
     `td.ScopedLayer`, Keras layers in `td.Function`) and of `td.FromTensor`
     variables; they are shared with the blocks, so `block.eval` sees training.
 
-    Mixed precision is not supported yet: under a `"mixed_float16"` or
-    `"mixed_bfloat16"` policy (global, or of a block's layer) `Model(...)` raises
-    `ValueError`; build the block and the model under `"float32"`.
+    Mixed precision: under a `"mixed_float16"` or `"mixed_bfloat16"` policy (the
+    global one, or that of the block's layers) layers compute in the low dtype, the
+    engine holds float32-typed values in it, and variables, losses and metrics stay
+    float32 (`blocks.precision`); under float16, `compile` wraps the optimizer in
+    Keras' `LossScaleOptimizer`, as for any Keras model of that policy.
     """
 
     def __init__(self, block=None, scheduler: str = "agenda", loss_metrics=None,
@@ -119,12 +122,12 @@ class Model(keras.Model):
         super().__init__(name=name, **kwargs)
         if block is None:
             raise TypeError("Model needs a block expression: Model(block)")
-        _refuse_mixed_precision(keras.mixed_precision.global_policy(), "the global dtype policy")
         if on_bad_example not in ("raise", "skip"):
             raise ValueError(f"on_bad_example must be 'raise' or 'skip', got {on_bad_example!r}")
         self.compiler = Compiler.create(block, scheduler=scheduler, cache=cache,
                                         workers=workers)
         self.program = self.compiler.program
+        _mixed_policy(self, self.compiler.compute_dtype)
         self.pipeline = InputPipeline(self.compiler)
         self.block = self.program.root
         self.scheduler = scheduler
@@ -137,8 +140,6 @@ class Model(keras.Model):
         self._feeders: dict = {}   # role -> the BatchFeeder of the call under way
         self._test_role = "test"
         layers, variables = _weights_of(self.block)
-        for layer in layers:  # built under a mixed policy set and reset since
-            _refuse_mixed_precision(layer.dtype_policy, f"layer {layer.name!r}")
         self.block_layers = layers          # tracked by Keras: weights, checkpoints
         self.block_variables = variables
         names = self.program.metric_names
@@ -182,8 +183,11 @@ class Model(keras.Model):
 
     def get_config(self) -> dict:
         """The block expression (`blocks.serialization.serialize`), or the factory
-        call of `Model.from_factory`, and the model's arguments."""
+        call of `Model.from_factory`, the model's arguments, and the mixed policy it
+        computes under (its block is rebuilt under it when loaded)."""
+        low = self.compiler.compute_dtype
         config = {"scheduler": self.scheduler, "seed": self.seed, "name": self.name,
+                  "mixed_precision": f"mixed_{low}" if low else None,
                   "on_bad_example": self.on_bad_example, "loss_metrics": self.loss_metrics,
                   "cache": self.compiler.cache_size, "workers": self.compiler.workers}
         if self._factory is not None:
@@ -194,10 +198,12 @@ class Model(keras.Model):
     @classmethod
     def from_config(cls, config: dict) -> Model:
         config = dict(config)
-        if "factory" in config:
-            return cls.from_factory(config.pop("factory"), config.pop("factory_kwargs"),
-                                    **config)
-        return cls(deserialize(config.pop("block")), **config)
+        # a mixed model's layers are rebuilt under its policy (blocks.precision)
+        with global_policy(config.pop("mixed_precision", None)):
+            if "factory" in config:
+                return cls.from_factory(config.pop("factory"), config.pop("factory_kwargs"),
+                                        **config)
+            return cls(deserialize(config.pop("block")), **config)
 
     # --- the traced computation ---------------------------------------------------
 
@@ -272,7 +278,9 @@ class Model(keras.Model):
             return loss, y_pred, values, tf.math.is_finite(tf.cast(loss, tf.float32))
         grads = tape.gradient(scaled, weights)
         grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
-        if not guard:
+        if not guard or _scales_loss(self.optimizer):
+            # a loss-scaling optimizer skips a step whose scaled gradients overflow
+            # (and lowers the scale) itself: only a non-finite loss is bad there
             self.optimizer.apply_gradients(zip(grads, weights))
             return loss, y_pred, values, tf.math.is_finite(tf.cast(loss, tf.float32))
         finite = all_finite(loss, grads)
@@ -818,15 +826,16 @@ def _weights_of(root) -> tuple[list, list]:
     return layers, variables
 
 
-def _refuse_mixed_precision(policy, whose: str) -> None:
-    """Mixed precision is not supported yet: the ops' float32 output types would
-    meet float16 / bfloat16 tensors at the first step, far from the cause."""
-    if policy.compute_dtype != policy.variable_dtype:
-        raise ValueError(
-            f"{whose} is {policy.name!r} (compute in {policy.compute_dtype}, variables "
-            f"in {policy.variable_dtype}); Refold does not support mixed precision yet. "
-            'Call keras.mixed_precision.set_global_policy("float32") before building the '
-            "block and the Model")
+def _mixed_policy(model: Model, low: str | None) -> None:
+    """Gives the model the mixed policy its block computes under (`low`, from the
+    global policy or the block's layers), so that Keras' `compile` wraps the
+    optimizer for loss scaling under float16 even when only the layers are mixed."""
+    if low is not None and model.dtype_policy.compute_dtype != low:
+        model.dtype_policy = f"mixed_{low}"
+
+
+def _scales_loss(optimizer) -> bool:
+    return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
 
 def _streamed(x, y, sample_weight) -> bool:

@@ -37,7 +37,9 @@ from blocks.block import Block, block_factory
 
 
 def _cross_entropy(logits, labels):
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    # softmax and loss in float32 under a mixed policy too (blocks.precision)
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=tf.cast(logits, tf.float32))
 
 
 def _hit(logits, labels):

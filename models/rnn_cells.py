@@ -113,6 +113,14 @@ class _RecurrentCell(Layer):
     def _keras_layer(self):
         return self._weights
 
+    def _in_compute_dtype(self, *xs) -> list:
+        """`xs`, the kernel, recurrent kernel and bias in the cell's compute dtype:
+        float32, or the low dtype of a mixed policy it was built under (its
+        variables stay float32; reading them cast is how Keras layers compute)."""
+        dtype = self._weights.compute_dtype
+        return [tf.cast(t, dtype) for t in (*xs, self.kernel, self.recurrent_kernel,
+                                            self.bias)]
+
     def _infer(self):
         t = self.input_type
         if t is not None:
@@ -140,7 +148,8 @@ class SimpleRNNCell(_RecurrentCell):
     """
 
     def _call(self, x, h):
-        h = self.activation(x @ self.kernel + h @ self.recurrent_kernel + self.bias)
+        x, h, kernel, recurrent_kernel, bias = self._in_compute_dtype(x, h)
+        h = self.activation(x @ kernel + h @ recurrent_kernel + bias)
         return h, h
 
 
@@ -164,8 +173,8 @@ class LSTMCell(_RecurrentCell):
     _stateful_c = True
 
     def _call(self, x, state):
-        h, c = state
-        z = x @ self.kernel + h @ self.recurrent_kernel + self.bias
+        x, h, c, kernel, recurrent_kernel, bias = self._in_compute_dtype(x, *state)
+        z = x @ kernel + h @ recurrent_kernel + bias
         i, f, g, o = gates.cut_gates(z, 4)
         i, f, g, o = tf.sigmoid(i), tf.sigmoid(f), self.activation(g), tf.sigmoid(o)
         c = f * c + i * g
@@ -194,8 +203,9 @@ class GRUCell(_RecurrentCell):
         return (2, 3 * self.units)  # input bias, recurrent bias
 
     def _call(self, x, h):
-        from_x = x @ self.kernel + self.bias[0]
-        from_h = h @ self.recurrent_kernel + self.bias[1]
+        x, h, kernel, recurrent_kernel, bias = self._in_compute_dtype(x, h)
+        from_x = x @ kernel + bias[0]
+        from_h = h @ recurrent_kernel + bias[1]
         x_z, x_r, x_n = gates.cut_gates(from_x, 3)
         h_z, h_r, h_n = gates.cut_gates(from_h, 3)
         z = tf.sigmoid(x_z + h_z)

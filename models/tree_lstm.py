@@ -188,8 +188,9 @@ class _ChildSumForget(Layer):
 
     def _call(self, wx, state):
         import tensorflow as tf
-        h, c = state
-        u = self.dense.kernel[self.input_size:]
+        dtype = self.dense.compute_dtype  # the low dtype under a mixed policy
+        wx, h, c = (tf.cast(t, dtype) for t in (wx, *state))
+        u = tf.cast(self.dense.kernel[self.input_size:], dtype)
         return tf.sigmoid(wx + tf.matmul(h, u)) * c
 
 
@@ -209,7 +210,9 @@ class _ChildSumForgetInput(Layer):
     def _call(self, x):
         import tensorflow as tf
         dense = self.forget.dense
-        return tf.matmul(x, dense.kernel[:self.forget.input_size]) + dense.bias
+        kernel, bias = (tf.cast(w, dense.compute_dtype)
+                        for w in (dense.kernel[:self.forget.input_size], dense.bias))
+        return tf.matmul(tf.cast(x, dense.compute_dtype), kernel) + bias
 
 
 class ChildSumTreeLSTMCell(Block):

@@ -110,10 +110,15 @@ class Executor:
             loop's ops once more (`scheduler.weight_grads`; BENCHMARKS.md,
             "Weight gradients once per step"; `python -m benchmarks.ablations
             --only weightgrads`).
+        output_dtypes: per value type, the dtype `compute` returns its rows in (a
+            cast where it differs from the type's); under a mixed policy the
+            values are held in a low dtype and returned in the declared one
+            (`blocks.precision`). Default: each type's own dtype.
     """
 
     def __init__(self, ops: Sequence[Any], value_types: Sequence[Any], row_lists: bool = True,
-                 batched_weight_grads: bool = False):
+                 batched_weight_grads: bool = False,
+                 output_dtypes: Sequence[str] | None = None):
         for name, flag in (("row_lists", row_lists),
                            ("batched_weight_grads", batched_weight_grads)):
             if not isinstance(flag, bool):
@@ -122,6 +127,7 @@ class Executor:
         self.row_lists = row_lists
         self.batched_weight_grads = batched_weight_grads
         self.layout = Layout.build(self.ops, value_types)
+        self.output_dtypes = None if output_dtypes is None else tuple(map(str, output_dtypes))
 
     @property
     def value_types(self) -> list:
@@ -158,7 +164,11 @@ class Executor:
         tap = self._weight_tap(deferred, final, seg) if deferred else None
         bufs = self._before_loop(made, seg, tap)
         carried, ys, g_end = self._loop(bufs, seg, deferred)
-        return self._after_loop(bufs, carried, ys, g_end, seg, final if tap else None)
+        outs = self._after_loop(bufs, carried, ys, g_end, seg, final if tap else None)
+        if self.output_dtypes is None:
+            return outs
+        return [o if o.dtype.name == d else tf.cast(o, d)
+                for o, d in zip(outs, self.output_dtypes)]
 
     def _constants(self, arrays: dict, seg) -> list:
         """Per value type, its constant rows `[c_k, *shape]`."""

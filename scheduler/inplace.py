@@ -18,6 +18,13 @@ previous read, and the custom gradient accumulates into a gradient buffer with
 `final_read` starts from a fresh zero buffer, so the backward loop only ever
 mutates buffers it created.
 
+A gradient buffer has its value buffer's dtype: under a mixed policy the low one
+(`blocks.precision`), like the rest of the backward pass through low-precision layers.
+`InplaceAdd` there sums a value's gradients over the launches that read it (a few:
+a node's parents), not over many children, and the loss scale under float16 keeps
+them clear of underflow; the weight gradients leave the loop float32 (the casts of
+the float32 variables take them back).
+
 Use these only on buffers created inside the same traced step with a dynamic
 shape (never on constants, which could be folded and shared).
 """

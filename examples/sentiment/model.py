@@ -79,7 +79,9 @@ def prepare(trees: Iterable[dict], vocab: Vocabulary) -> list[dict]:
 
 def _node_loss(logits, labels):
     import tensorflow as tf
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    # in float32 under a mixed policy too (blocks.precision)
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=tf.cast(logits, tf.float32))
 
 
 def _hit(logits, labels):
@@ -93,7 +95,7 @@ def _prediction_and_label(logits, labels):
     (1 positive, 0 negative) compares the probability of labels 3-4 with that of 0-1."""
     import tensorflow as tf
     pred = tf.cast(tf.argmax(logits, axis=1, output_type=tf.int32), tf.float32)
-    p = tf.nn.softmax(logits)
+    p = tf.nn.softmax(tf.cast(logits, tf.float32))
     positive = tf.cast(p[:, 3] + p[:, 4] > p[:, 0] + p[:, 1], tf.float32)
     return tf.stack([pred, positive, tf.cast(labels, tf.float32)], axis=1)
 

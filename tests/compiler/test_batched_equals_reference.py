@@ -73,13 +73,14 @@ def reference_loss_and_grads(c: models.Case, comp: Compiler, weights, inputs):
     def run():
         with tf.GradientTape() as tape:
             terms = [tf.constant(0.0)]
-            for x in inputs:
-                ctx = ReferenceContext()
+            for x in inputs:  # values held as the engine holds them (blocks.precision)
+                ctx = ReferenceContext(comp.compute_dtype, comp.program.metric_types)
                 result = c.block._eval(ctx, x)
 
                 def add(t, v):
                     if isinstance(t, TensorType) and t.dtype == "float32":
-                        terms.append(tf.reduce_sum(v * weights[type_id[t]]))
+                        terms.append(tf.reduce_sum(tf.cast(v, tf.float32)
+                                                   * weights[type_id[t]]))
                     return v
                 out_type.for_each_terminal(add, result)
                 for m, values in ctx.metrics.items():
@@ -93,17 +94,17 @@ def reference_loss_and_grads(c: models.Case, comp: Compiler, weights, inputs):
     return call_with_deep_stack(run)
 
 
-def assert_same_result(got, want, where: str):
+def assert_same_result(got, want, where: str, atol: float = ATOL, rtol: float = 0.0):
     if isinstance(want, np.ndarray):
-        np.testing.assert_allclose(got, want, atol=ATOL, rtol=0, err_msg=where)
+        np.testing.assert_allclose(got, want, atol=atol, rtol=rtol, err_msg=where)
     elif isinstance(want, (tuple, list)):
         assert type(got) is type(want) and len(got) == len(want), where
         for i, (g, w) in enumerate(zip(got, want)):
-            assert_same_result(g, w, f"{where}[{i}]")
+            assert_same_result(g, w, f"{where}[{i}]", atol, rtol)
     elif isinstance(want, dict):
         assert sorted(got) == sorted(want), where
         for k in want:
-            assert_same_result(got[k], want[k], f"{where}[{k!r}]")
+            assert_same_result(got[k], want[k], f"{where}[{k!r}]", atol, rtol)
     else:
         assert got == want, where
 
@@ -112,9 +113,11 @@ def check_batch(name: str, scheduler: str, inputs: list):
     check_case_batch(case(name), scheduler, inputs, engine(name, scheduler))
 
 
-def check_case_batch(c: models.Case, scheduler: str, inputs: list, built=None):
+def check_case_batch(c: models.Case, scheduler: str, inputs: list, built=None,
+                     atol: float = ATOL, rtol: float = 0.0):
     """Batched values, metrics and gradients of `c` on `inputs` equal the reference's
-    (`built`: `engine_for(c, scheduler)`, if already built)."""
+    (`built`: `engine_for(c, scheduler)`, if already built), within `atol` (and
+    `rtol`, for values held in a low dtype under a mixed policy)."""
     name = c.name
     comp, run, weights = built or engine_for(c, scheduler)
     plan = comp.plan(inputs)
@@ -123,12 +126,13 @@ def check_case_batch(c: models.Case, scheduler: str, inputs: list, built=None):
     got = comp.results(plan, [o.numpy() for o in outs])
     for i, x in enumerate(inputs):
         want = reference_eval(c.block, x)
-        assert_same_result(got[i], want, f"{name}/{scheduler} input {i}")
+        assert_same_result(got[i], want, f"{name}/{scheduler} input {i}", atol, rtol)
     ref_loss, ref_grads = reference_loss_and_grads(c, comp, weights, inputs)
-    np.testing.assert_allclose(loss.numpy(), ref_loss.numpy(), atol=1e-4, rtol=1e-5)
+    np.testing.assert_allclose(loss.numpy(), ref_loss.numpy(), atol=max(atol, 1e-4),
+                               rtol=max(rtol, 1e-5))
     for v, g, r in zip(c.variables, grads, ref_grads):
-        np.testing.assert_allclose(g.numpy(), tf.convert_to_tensor(r).numpy(), atol=ATOL,
-                                   rtol=GRAD_RTOL,
+        np.testing.assert_allclose(g.numpy(), tf.convert_to_tensor(r).numpy(), atol=atol,
+                                   rtol=max(rtol, GRAD_RTOL),
                                    err_msg=f"{name}/{scheduler} gradient of {v.name}")
 
 

@@ -315,30 +315,6 @@ def test_unknown_loss_metrics_and_bad_arguments_are_refused():
         model.fit([1.0], [1], max_queue_size=1, verbose=0)
 
 
-@pytest.fixture
-def restore_dtype_policy():
-    policy = keras.mixed_precision.global_policy()
-    yield
-    keras.mixed_precision.set_global_policy(policy)
-
-
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-def test_a_mixed_precision_policy_is_refused_at_model_naming_it_and_the_fix(
-        policy, restore_dtype_policy):
-    block = factories.tree_sign()
-    keras.mixed_precision.set_global_policy(policy)
-    with pytest.raises(ValueError, match=f"global dtype policy is '{policy}'.*not support "
-                       r'mixed precision.*set_global_policy\("float32"\)'):
-        Model(block)
-    # a block built under the policy still computes in low precision once it is reset
-    low = factories.tree_sign()
-    keras.mixed_precision.set_global_policy("float32")
-    with pytest.raises(ValueError, match=f"layer '.*' is '{policy}'"):
-        Model(low)
-    trees, y = sign_data(8)
-    compiled(Model(block)).fit(trees, y, epochs=1, verbose=0)
-
-
 def test_expanding_many_inputs_shows_a_progress_bar_when_verbose(monkeypatch, capsys):
     monkeypatch.setattr(pipeline, "PROGRESS_AFTER", 10)
     trees, y = sign_data(24)

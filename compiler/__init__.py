@@ -7,7 +7,6 @@ an op graph (`expansion`), and runs batches through the scheduler's executor.
 """
 
 from compiler.compiler import BatchPlan, Compiler
-from compiler.distributed import MirroredTrainer
 from compiler.expansion import ExampleGraph, expand
 from compiler.lowering import Program, lower
 from compiler.model import Model
@@ -15,5 +14,5 @@ from compiler.saving import ModelFileError, load_model
 from compiler.steps import NonFiniteLossError
 from compiler.streaming import Lines
 
-__all__ = ["Compiler", "Model", "MirroredTrainer", "BatchPlan", "Program", "lower", "expand",
+__all__ = ["Compiler", "Model", "BatchPlan", "Program", "lower", "expand",
            "ExampleGraph", "NonFiniteLossError", "load_model", "ModelFileError", "Lines"]

@@ -105,6 +105,11 @@ def main(argv=None) -> dict:
     for k, v in rates.items():
         print(f"  {k:28s}: {' '.join(f'{r:7.0f}' for r in v)}")
     result["rounds"] = rates
+    # every model trained on the same batches: the same weights (what the test checks)
+    one, two = models["one device"].get_weights(), models["2 replicas"].get_weights()
+    result["weight difference"] = max(float(np.abs(a - b).max()) for a, b in zip(one, two))
+    print(f"  max |weights(one device) - weights(2 replicas)|: "
+          f"{result['weight difference']:.2e}")
     return result
 
 

@@ -127,6 +127,6 @@ def test_model_fit_under_mirrored_strategy_equals_single_device_training():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=root)
     out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=root, env=env,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "DONE" in out.stdout

@@ -23,7 +23,7 @@ from tests.compiler import factories
 from tests.compiler.test_model import labelled, sign_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TIMEOUT = 300  # seconds for one run of both workers (TensorFlow starts slowly here)
+TIMEOUT = 600  # seconds for one run of both workers (TensorFlow starts slowly under load)
 
 WORKER = textwrap.dedent("""
     import json, os, sys

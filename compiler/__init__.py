@@ -16,7 +16,6 @@ import importlib
 
 _WHERE = {
     "BatchPlan": "compiler.compiler", "Compiler": "compiler.compiler",
-    "MirroredTrainer": "compiler.distributed",
     "ExampleGraph": "compiler.expansion", "expand": "compiler.expansion",
     "Program": "compiler.lowering", "lower": "compiler.lowering",
     "Model": "compiler.model",
@@ -25,7 +24,8 @@ _WHERE = {
     "Lines": "compiler.streaming",
 }
 
-__all__ = ["Compiler", "Model", "MirroredTrainer", "BatchPlan", "Program", "lower", "expand",
+
+__all__ = ["Compiler", "Model", "BatchPlan", "Program", "lower", "expand",
            "ExampleGraph", "NonFiniteLossError", "load_model", "ModelFileError", "Lines"]
 
 

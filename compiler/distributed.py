@@ -1,144 +1,363 @@
-"""Training a `Model` on several devices with `tf.distribute.MirroredStrategy`.
+"""`Model.fit`, `evaluate` and `predict` under `tf.distribute` strategies.
 
-Each replica runs its own whole schedule: a global batch of inputs is split into
-one contiguous part per replica, each part is expanded, scheduled and packed on
-its own, and every replica runs `Model`'s training step on its part. Each part's
-loss is its share, so that the gradients the strategy sums across replicas are
-those of the loss of the whole batch on one device: a labelled loss counts
-`n_part / n_global` of its replica's mean, and a `td.Metric` loss sums its values
-and divides by the number of values in the whole batch.
-
-Keras' `fit` does not work under a strategy here (its first step tries to average
-one input batch across replicas, and schedules of different sizes cannot be
-averaged); `MirroredTrainer` is a small custom loop on public APIs only
-(`strategy.run`, `experimental_distribute_values_from_function`, the Keras
-optimizer). Build the block and the `Model` inside `strategy.scope()` so that the
-layers' weights are mirrored:
+Build the block, the `Model` and compile it inside `strategy.scope()` (so that the
+weights are mirrored); then train as on one device, with Keras' callbacks,
+validation data, metrics, sample weights and `History`:
 
 >>> import keras, tensorflow as tf
 >>> import blocks as td
->>> from compiler import Model, MirroredTrainer
+>>> from compiler import Model
 >>> strategy = tf.distribute.MirroredStrategy(["CPU:0"])   # or several devices
 >>> with strategy.scope():
 ...     block = td.Map(td.Scalar() >> td.Function(lambda x: x[:, None]) >> td.FC(1)) \\
 ...         >> td.Sum() >> td.Function(lambda s: tf.reduce_sum(s, 1)) >> td.Metric("loss")
 ...     model = Model(block)
 ...     model.compile(optimizer=keras.optimizers.SGD(0.1))
->>> trainer = MirroredTrainer(model, strategy)
->>> history = trainer.fit([[1.0, 2.0], [3.0], [0.5]], batch_size=2, epochs=2, verbose=0)
->>> len(history["loss"])
+>>> history = model.fit([[1.0, 2.0], [3.0], [0.5]], batch_size=2, epochs=2, verbose=0)
+>>> len(history.history["loss"])
 2
+
+How it works. Keras' own loop runs (epochs, callbacks, validation, metric
+resets, `History`); only the step differs. Batch `b` of a call holds the same
+inputs as on one device (`x[b*B:(b+1)*B]`, `B` the global batch size); it is cut
+into one contiguous part per replica (`replica_parts`), and each replica expands,
+schedules and packs its own part and runs `Model.train_step` on it
+(`strategy.run`). Each replica's loss is its share of the whole batch's loss (see
+`Model._total_loss`; the global counts it needs are summed across replicas in the
+step), so the gradients the optimizer sums across replicas are those of the whole
+batch on one device, and the weights follow single-device training. The loss
+metric is weighed so that Keras' summed (sync-on-read) metric variables give the
+single-device figure. The non-finite guard holds on every replica: replicas agree
+(an all-reduce) on whether the step is finite and all apply the update or none does.
+
+Why Keras' loop rather than a loop of our own: parity with Keras (every callback,
+`validation_freq`, `initial_epoch`, `BackupAndRestore`, `stop_training`) comes for
+free and stays right as Keras changes, and it is one training loop for one device
+and many. A loop of our own would have to re-implement all of it; the per-replica
+schedules only need the step function (`make_train_function`, Keras' public hook)
+to hand each replica its own packed part instead of letting `tf.distribute` split
+one tensor batch (schedules of different sizes cannot be split or averaged).
+
+Sharding. Every worker is given the same `x` (a list; Python objects, cheap to
+hold) and the same labels; each worker expands, plans and packs only the inputs
+of its own replicas' parts: its shard, the `x[i]` that fall in its replicas'
+parts of the batches, chosen by worker index (`local_replicas`), not by
+`tf.data`'s auto-sharding (the dataset Keras iterates holds batch indices only,
+which every worker reads whole). With `shuffle=True` each replica shuffles its
+own shard every epoch (seeded by `model.seed`, the epoch and the replica), so a
+replica keeps its inputs across epochs, as with `tf.data` sharding; without
+shuffling the batches are exactly those of one device. An input skipped as bad
+(`on_bad_example="skip"`) leaves its part one shorter; `skipped_examples` lists
+the skipped inputs of this worker's shard. A part may be empty (a last batch with
+fewer inputs than replicas): that replica contributes nothing to the step.
+
+Streams (generators, `PyDataset`s, `compiler.Lines`) are not supported under a
+strategy: give lists. `predict` of a block whose output is not one tensor per
+input runs on one device (it has no step function to distribute).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
-import keras
 import numpy as np
 import tensorflow as tf
 
-from compiler.model import Model
 from compiler.pipeline import Labels, as_inputs, check_batch_size
-from compiler.steps import NonFiniteLossError
+from compiler.steps import STEP_FINITE, STEP_LOSS, NonFiniteLossError, next_indices
+
+STRATEGIES = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
-class MirroredTrainer:
-    """A custom training loop for `Model` under a `tf.distribute` strategy.
+def is_distributed(strategy: tf.distribute.Strategy) -> bool:
+    """Whether `Model` runs its steps through `strategy` (with per-replica parts).
+
+    A strategy other than the mirrored ones is refused here, with its name."""
+    if isinstance(strategy, STRATEGIES):
+        return True
+    if strategy.num_replicas_in_sync > 1 or tf.distribute.has_strategy():
+        raise ValueError(f"Model supports MirroredStrategy and MultiWorkerMirroredStrategy, "
+                         f"not {type(strategy).__name__}")
+    return False
+
+
+def local_replicas(strategy: tf.distribute.Strategy) -> range:
+    """The ids (`replica_id_in_sync_group`) of the replicas of this worker: worker
+    `w` of a multi-worker strategy with `L` devices each holds `w*L .. w*L+L-1`."""
+    per_worker = len(strategy.extended.worker_devices)
+    resolver = getattr(strategy, "cluster_resolver", None)
+    worker = resolver.task_id if resolver is not None and resolver.task_type else 0
+    return range(worker * per_worker, (worker + 1) * per_worker)
+
+
+def replica_parts(n: int, batch_size: int, replicas: int) -> list[list[np.ndarray]]:
+    """For each batch `x[b*B:(b+1)*B]` of `n` inputs, its `replicas` contiguous
+    parts (index arrays; sizes differ by one at most, a part may be empty).
+
+    >>> [[p.tolist() for p in parts] for parts in replica_parts(5, 3, 2)]
+    [[[0, 1], [2]], [[3], [4]]]
+    """
+    return [np.array_split(np.arange(lo, min(lo + batch_size, n)), replicas)
+            for lo in range(0, n, batch_size)]
+
+
+class ReplicaShard:
+    """One replica's inputs for one call: its part of every batch, expanded.
 
     Args:
-        model: a compiled `Model` (with an optimizer) built in `strategy.scope()`.
-        strategy: the strategy (default: the current one).
+        parts: the indices (in the call's `x`) of its part of each batch.
     """
 
-    def __init__(self, model: Model, strategy: tf.distribute.Strategy | None = None):
-        if model.optimizer is None:
-            raise ValueError("compile the model (with an optimizer) before training it")
-        self.model = model
-        self.strategy = strategy or tf.distribute.get_strategy()
-        self.replicas = self.strategy.num_replicas_in_sync
-        self._step = tf.function(self._distributed_step, reduce_retracing=True,
-                                 autograph=False)
+    def __init__(self, replica: int, parts: list[np.ndarray]):
+        self.replica = replica
+        self.sizes = [len(p) for p in parts]
+        self.positions = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        self.inputs: list = []
+        self.labels: Labels | None = None
+        self._order = np.arange(len(self.positions))
+        self._ends = np.cumsum([0, *self.sizes])
 
-    # --- one step ---------------------------------------------------------------
+    def expand(self, model, inputs: list, labels: Labels, skip: bool, what: str,
+               offset: int, verbose) -> list[int]:
+        """Expands the shard's inputs, part by part (so that errors name their index
+        in `x`); drops bad ones with `skip`. Returns the indices skipped."""
+        kept_inputs, kept_rows, bad, sizes = [], [], [], []
+        for b, size in enumerate(self.sizes):
+            rows = self.positions[self._ends[b]:self._ends[b + 1]]
+            if not size:
+                sizes.append(0)
+                continue
+            lo = int(rows[0])
+            part, _, skipped = model.pipeline.expand(
+                inputs[lo:lo + size], labels.take(rows), skip, what, offset + lo,
+                verbose)
+            keep = np.setdiff1d(np.arange(size), skipped)
+            bad.extend(lo + s for s in skipped)
+            kept_inputs.extend(part)
+            kept_rows.extend(rows[keep])
+            sizes.append(len(keep))
+        self.inputs, self.sizes = kept_inputs, sizes
+        self.positions = np.asarray(kept_rows, np.int64)
+        self.labels = labels.take(self.positions)
+        self._order = np.arange(len(self.positions))
+        self._ends = np.cumsum([0, *sizes])
+        return bad
 
-    def _replica_step(self, arrays: dict, y=None):
-        # the step of `Model.fit`; the arrays' global counts make its loss this part's share
-        loss, _, _, _ = self.model._train_on(arrays, y, guard=False)
-        return loss
+    def shuffle(self, seed: int, epoch: int) -> None:
+        """A new order of the shard's inputs for the epoch (the part sizes stay)."""
+        self._order = np.random.default_rng([seed, epoch, self.replica]).permutation(
+            len(self.positions))
 
-    def _distributed_step(self, per_replica_arrays, per_replica_y=None):
-        args = (per_replica_arrays,) if per_replica_y is None else \
-            (per_replica_arrays, per_replica_y)
-        losses = self.strategy.run(self._replica_step, args=args)
-        return self.strategy.reduce("SUM", losses, axis=None)
+    def part(self, b: int) -> np.ndarray:
+        """The shard-local indices of the inputs of its part of batch `b`."""
+        return self._order[self._ends[b]:self._ends[b + 1]]
 
-    def train_step(self, inputs: list, y=None) -> float:
-        """One optimizer step on a global batch; returns its loss (as on one device).
 
-        The batch needs at least one input per replica."""
-        if len(inputs) < self.replicas:
-            raise ValueError(f"a batch of {len(inputs)} inputs cannot feed "
-                             f"{self.replicas} replicas; use batches of at least "
-                             f"{self.replicas}")
-        parts = np.array_split(np.arange(len(inputs)), self.replicas)
-        feeds = [self.model.pipeline.pack([inputs[i] for i in p]) for p in parts]
-        n_metrics = len(self.model.program.metric_names)
-        counts = np.zeros(n_metrics, np.int64)
-        for f in feeds:
-            b = f["metric_bounds"].reshape(-1, 2)
-            counts += b[:, 1] - b[:, 0]
-        for f in feeds:
-            f["global_batch_size"] = np.array([len(inputs)], np.int32)
-            f["global_metric_counts"] = counts.astype(np.int32)
-        arrays = self.strategy.experimental_distribute_values_from_function(
-            lambda ctx: {k: tf.constant(v) for k, v in
-                         feeds[ctx.replica_id_in_sync_group].items()})
-        if y is None:
-            return float(self._step(arrays))
-        y = np.asarray(y)
-        ys = self.strategy.experimental_distribute_values_from_function(
-            lambda ctx: tf.constant(y[parts[ctx.replica_id_in_sync_group]]))
-        return float(self._step(arrays, ys))
+class ShardFeeder:
+    """The per-replica batches of one call on this worker (a `BatchFeeder` for
+    `strategy`): `batch(i)` is one `(arrays, y?, sample_weight?)` per local replica.
+    """
 
-    # --- epochs -------------------------------------------------------------------
+    def __init__(self, model, shards: list[ReplicaShard], n_batches: int,
+                 shuffle: bool, with_labels: bool, signature: tuple):
+        self.model, self.shards, self.n_batches = model, shards, n_batches
+        self.shuffle, self.with_labels, self.signature = shuffle, with_labels, signature
+        self.replicas = model.distribute_strategy.num_replicas_in_sync
 
-    def fit(self, x: Any, y=None, batch_size: int = 32, epochs: int = 1,
-            shuffle: bool = True, verbose: int = 1) -> dict:
-        """Trains for `epochs` on `x` (and labels `y`); returns `{"loss": [per epoch]}`.
+    def dataset(self) -> tf.data.Dataset:
+        """What Keras iterates: `n_batches` steps of one item per replica (Keras
+        hands it to `tf.distribute`, which splits it among the replicas). Only
+        its length counts (see `ReplicaSteps`); auto-sharding is off, since
+        each worker shards the inputs by itself."""
+        r = self.replicas
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy.OFF
+        options.experimental_optimization.apply_default_optimizations = False
+        options.autotune.enabled = False
+        return tf.data.Dataset.range(self.n_batches * r).map(lambda j: j // r) \
+            .batch(r).with_options(options)
 
-        A last batch with fewer inputs than replicas joins the batch before it.
-        Inputs are expanded once up front (bad inputs raise or are skipped as the
-        model's `on_bad_example` says); epoch `e` shuffles with `model.seed + e`.
-        """
-        m = self.model
-        check_batch_size(batch_size)
-        inputs = as_inputs(x)
-        kept = np.arange(len(inputs))  # the inputs' indices in x, once bad ones are skipped
-        inputs, labels = m._expand(inputs, Labels(y, None, len(inputs)))
-        kept = np.setdiff1d(kept, m.skipped_examples)
-        n = len(inputs)
-        if n < self.replicas:
-            raise ValueError(f"{n} inputs cannot feed {self.replicas} replicas")
-        # a last batch too small to give every replica an input joins the one before
-        starts = list(range(0, n, batch_size))
-        if len(starts) > 1 and n - starts[-1] < self.replicas:
-            starts.pop()
-        bounds = list(zip(starts, starts[1:] + [n]))
-        n_batches = len(bounds)
-        history: dict[str, list] = {"loss": []}
-        for epoch in range(epochs):
-            order = np.random.default_rng(m.seed + epoch).permutation(n) if shuffle \
-                else np.arange(n)
-            bar = keras.utils.Progbar(n_batches, verbose=verbose)
-            total = 0.0
-            for b, (lo, hi) in enumerate(bounds):
-                idx = order[lo:hi]
-                loss = self.train_step([inputs[i] for i in idx],
-                                       None if labels.y is None else labels.y[idx])
-                if not np.isfinite(loss):
-                    raise NonFiniteLossError(kept[idx], loss, epoch, b, applied=True)
-                total += loss * len(idx)
-                bar.update(b + 1, [("loss", loss)])
-            history["loss"].append(total / n)  # per-example weighting, as Keras logs
-        return history
+    def batch(self, i: int) -> list[tuple]:
+        if i == 0 and self.shuffle:
+            for s in self.shards:
+                s.shuffle(self.model.seed, self.model._epoch)
+        out = []
+        for s in self.shards:
+            idx = s.part(i)
+            arrays = self.model.pipeline.pack([s.inputs[j] for j in idx])
+            out.append((arrays, *s.labels.batch(idx)) if self.with_labels else (arrays,))
+        return out
+
+    def examples(self, i: int) -> np.ndarray:
+        """The indices in `x` of this worker's inputs of batch `i`."""
+        return np.concatenate([s.positions[s.part(i)] for s in self.shards])
+
+
+def sharded_feeder(model, x, y, sample_weight, batch_size: int, shuffle: bool,
+                   with_labels: bool, what: str, raise_errors: bool, offset: int,
+                   verbose) -> ShardFeeder:
+    """This worker's `ShardFeeder` for one call (what `Model._dataset` makes on
+    one device): labels checked whole, then only this worker's shard expanded."""
+    strategy = model.distribute_strategy
+    check_batch_size(batch_size)
+    inputs = as_inputs(x, what)
+    if not inputs:
+        raise ValueError(f"no inputs in {what}")
+    loss = model.loss if with_labels and model._compile_loss is not None else None
+    labels = model.pipeline.labels(y, sample_weight, len(inputs), loss,
+                                   "y" if what == "x" else f"{what} y")
+    plan = replica_parts(len(inputs), batch_size, strategy.num_replicas_in_sync)
+    skip = model.on_bad_example == "skip" and not raise_errors
+    shards, bad = [], []
+    for r in local_replicas(strategy):
+        shard = ReplicaShard(r, [parts[r] for parts in plan])
+        bad.extend(shard.expand(model, inputs, labels, skip, what, offset, verbose))
+        shards.append(shard)
+    if what != "x":
+        model._skipped.validation = sorted(bad)
+    else:
+        model._skipped.x = sorted(bad)
+    signature = (model.pipeline.signature(), *labels.signature())
+    feeder = ShardFeeder(model, shards, len(plan), shuffle, with_labels,
+                         signature if with_labels else signature[:1])
+    _build_state(model, feeder, labels)
+    return feeder
+
+
+def _build_state(model, feeder: ShardFeeder, labels: Labels) -> None:
+    """Creates, in the strategy's scope, the state a step would otherwise create on
+    its first run: the layers' weights, the compiled metrics and loss. Variables
+    cannot be created inside `strategy.run`, and Keras would try to build them from
+    the batch indices it iterates."""
+    unbuilt = not all(layer.built for layer in model._flatten_layers())
+    metrics = model._compile_metrics is not None and not model._compile_metrics.built
+    loss = model._compile_loss is not None and not model._compile_loss.built
+    if not (unbuilt or metrics or loss):
+        return
+    shard = next((s for s in feeder.shards if s.inputs), None)
+    if shard is None:
+        return
+    with model.distribute_strategy.scope():
+        arrays = model.pipeline.pack(shard.inputs[:1])
+        y_pred, _ = model._forward({k: tf.constant(v) for k, v in arrays.items()})
+        if labels.y is not None and (metrics or loss):
+            y = tf.constant(shard.labels.y[:1])
+            if metrics:
+                model._compile_metrics.build(y, y_pred)
+            if loss:
+                model._compile_loss.build(y, y_pred)
+
+
+def with_global_counts(x: dict) -> dict:
+    """A replica's packed arrays plus the whole batch's input and metric-value
+    counts (summed across the replicas), which make its loss its share."""
+    ctx = tf.distribute.get_replica_context()
+    bounds = tf.reshape(x["metric_bounds"], [-1, 2])
+    local = tf.concat([tf.cast(x["batch_size"], tf.float32),
+                       tf.cast(bounds[:, 1] - bounds[:, 0], tf.float32)], 0)
+    total = tf.cast(tf.round(ctx.all_reduce("SUM", local)), tf.int32)
+    return {**x, "global_batch_size": total[:1], "global_metric_counts": total[1:]}
+
+
+class ReplicaSteps:
+    """Runs a `Model` step on every replica's part of a batch; the interface of
+    `compiler.steps.StepFunction` (what `make_*_function` wrap).
+
+    Args:
+        model: the `Model`.
+        kind: "train", "test" or "predict".
+        feeder: returns the `ShardFeeder` of the call under way.
+    """
+
+    def __init__(self, model, kind: str, feeder: Callable[[], ShardFeeder]):
+        self.model, self.kind, self._feeder = model, kind, feeder
+        self.strategy = model.distribute_strategy
+        self._first = local_replicas(self.strategy)[0]
+        step = {"train": model.train_step, "test": model.test_step,
+                "predict": model.predict_step}[kind]
+        self._replica_step = lambda data: step((with_global_counts(data[0]), *data[1:]))
+        self._traced: dict = {}
+        self._pass: tuple = (None, None)   # the (feeder, iterator) being read
+        self._next = 0
+
+    def _step(self, parts: list):
+        """The step on this worker's replicas' parts (one `(arrays, y?, w?)` each)."""
+        data = self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: parts[ctx.replica_id_in_sync_group - self._first])
+        out = self.strategy.run(self._replica_step, args=(data,))
+        if self.kind == "predict":
+            return self._gather(out)
+        logs = self.model.get_metrics_result()   # the replicas' metrics, summed
+        if self.kind == "train":
+            logs[STEP_FINITE] = self.strategy.experimental_local_results(out[STEP_FINITE])[0]
+            logs[STEP_LOSS] = self.strategy.reduce("SUM", out[STEP_LOSS], axis=None)
+        return logs
+
+    def _gather(self, y_pred):
+        """The outputs of every replica, in replica order (all workers')."""
+        if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy) \
+                and self.strategy.extended._in_multi_worker_mode():
+            return self.strategy.gather(y_pred, axis=0)
+        return tf.concat(self.strategy.experimental_local_results(y_pred), 0)
+
+    def run(self, i: int):
+        """The step's outputs (cross-replica) on batch `i` of the current feeder."""
+        feeder = self._feeder()
+        parts = feeder.batch(i)
+        if self.model.run_eagerly:
+            outputs = self._step(tf.nest.map_structure(tf.convert_to_tensor, parts))
+        else:
+            key = tuple(tf.nest.flatten(feeder.signature))
+            fn = self._traced.get(key)
+            if fn is None:  # traced once per label layout, as on one device
+                fn = self._traced[key] = tf.function(
+                    self._step, input_signature=[[feeder.signature] * len(parts)],
+                    autograph=False).get_concrete_function()
+            outputs = fn(parts)
+        if self.kind == "train":
+            outputs = dict(outputs)
+            finite, loss = outputs.pop(STEP_FINITE), outputs.pop(STEP_LOSS)
+            if not bool(finite):
+                raise NonFiniteLossError(feeder.examples(i), float(loss), self.model._epoch, i)
+        return outputs
+
+    def _next_batch(self, source) -> int:
+        """The index of the batch to run next, counted here from 0 for each new
+        `source` (Keras' iterator: one pass) or feeder (one call). Keras' iterator
+        only paces the steps: what its elements hold depends on how
+        `tf.distribute` rebatches them for the cluster's shape."""
+        feeder = self._feeder()
+        if self._pass[0] is not feeder or self._pass[1] is not source:
+            self._pass, self._next = (feeder, source), 0
+        i, self._next = self._next, self._next + 1
+        return i
+
+    def on_iterator(self, iterator, steps: int):
+        """For `train_function` / `test_function`: up to `steps` batches."""
+        outputs = None
+        for _ in next_indices(_Steps(iterator), steps):
+            i = self._next_batch(iterator)
+            if i >= self._feeder().n_batches:
+                break
+            outputs = self.run(i)
+        if outputs is None:
+            raise StopIteration
+        return outputs
+
+    def on_data(self, data: list):
+        """For `predict_function`: the outputs of the batches Keras fetched."""
+        outs = [self.run(self._next_batch(None)) for _ in data]
+        return outs[0] if len(outs) == 1 else tf.concat(outs, 0)
+
+
+class _Steps:
+    """Keras' distributed iterator as a count of steps (0 for each)."""
+
+    def __init__(self, iterator):
+        self._it = iterator
+
+    def __next__(self) -> int:
+        next(self._it)
+        return 0
+

@@ -63,6 +63,7 @@ from blocks.validation import validate
 from compiler import signature as packed
 from compiler.blame import blaming
 from compiler.compiler import Compiler
+from compiler.distributed import ReplicaSteps, is_distributed, sharded_feeder
 from compiler.pipeline import (
     InputPipeline,
     Labels,
@@ -73,7 +74,13 @@ from compiler.pipeline import (
     split_validation,
 )
 from compiler.saving import atomic_write, refuse_after_nan, write_saved_model
-from compiler.steps import STEP_FINITE, STEP_LOSS, StepFunction, all_finite
+from compiler.steps import (
+    STEP_FINITE,
+    STEP_LOSS,
+    StepFunction,
+    all_finite,
+    apply_if_finite_on_every_replica,
+)
 from compiler.streaming import StreamFeeder, is_stream, reads_once
 
 
@@ -226,7 +233,7 @@ class Model(keras.Model):
         """The loss of one packed batch: Keras' loss of the labels (with the weight
         penalties) plus, for each loss metric, the mean of its values.
 
-        Arrays packed as one replica's part of a global batch (`MirroredTrainer`
+        Arrays packed as one replica's part of a global batch (`compiler.distributed`
         adds "global_batch_size" and "global_metric_counts") give that part's share
         instead, so that the sum of the shares over the replicas is the loss of the
         whole batch on one device: the labelled mean counts `n_part / n_global`, a
@@ -247,8 +254,9 @@ class Model(keras.Model):
                 # that to get the mean over this part's inputs, then weigh it
                 n_part = tf.cast(x["batch_size"][0], tf.float32)
                 n_global = tf.cast(x["global_batch_size"][0], tf.float32)
-                terms.append(self._compile_loss(y, y_pred, sample_weight) * replicas
-                             * n_part / n_global)
+                share = self._compile_loss(y, y_pred, sample_weight) * replicas \
+                    * n_part / n_global
+                terms.append(tf.where(n_part > 0, share, 0.0))  # an empty part: none
             if self.losses:
                 terms.append(tf.add_n([tf.cast(v, tf.float32) for v in self.losses])
                              / replicas)
@@ -261,14 +269,13 @@ class Model(keras.Model):
             return tf.constant(0.0)
         return tf.add_n(terms) if len(terms) > 1 else terms[0]
 
-    def _train_on(self, x, y=None, sample_weight=None, guard: bool = True):
+    def _train_on(self, x, y=None, sample_weight=None):
         """One optimizer step on a packed batch: `(loss, y_pred, metric values, finite)`.
 
-        With `guard`, the update is applied only if the loss and every gradient are
+        The update is applied only if the loss and every gradient are
         finite (`finite`, a scalar bool; the weights and the optimizer's state stay
-        those of the last good step otherwise). `MirroredTrainer` runs it on every
-        replica unguarded (see `_total_loss`): a replica cannot skip an update the
-        others apply."""
+        those of the last good step otherwise). On a replica's part of a batch
+        (`compiler.distributed`) the replicas agree whether to apply it."""
         weights = self.trainable_weights
         with tf.GradientTape() as tape:
             y_pred, values = self._forward(x)
@@ -278,12 +285,16 @@ class Model(keras.Model):
             return loss, y_pred, values, tf.math.is_finite(tf.cast(loss, tf.float32))
         grads = tape.gradient(scaled, weights)
         grads = [tf.zeros_like(w) if g is None else g for g, w in zip(grads, weights)]
-        if not guard or _scales_loss(self.optimizer):
+        if _scales_loss(self.optimizer):
             # a loss-scaling optimizer skips a step whose scaled gradients overflow
-            # (and lowers the scale) itself: only a non-finite loss is bad there
+            # (and lowers the scale) itself, on every replica alike: only a
+            # non-finite loss is bad there
             self.optimizer.apply_gradients(zip(grads, weights))
             return loss, y_pred, values, tf.math.is_finite(tf.cast(loss, tf.float32))
         finite = all_finite(loss, grads)
+        if "global_batch_size" in x:
+            finite = apply_if_finite_on_every_replica(self.optimizer, finite, grads, weights)
+            return loss, y_pred, values, finite
 
         def apply():
             self.optimizer.apply_gradients(zip(grads, weights))
@@ -296,11 +307,18 @@ class Model(keras.Model):
         # tf.cond branch), and making them there would make Keras trace it twice
         optimizer = getattr(self, "optimizer", None)  # none before compile
         if optimizer is not None and not optimizer.built:
-            optimizer.build(self.trainable_variables)
+            with self.distribute_strategy.scope():  # its slots mirrored, as the weights
+                optimizer.build(self.trainable_variables)
 
     def _update_metrics(self, x, y, y_pred, sample_weight, values, loss):
-        self._loss_tracker.update_state(loss, sample_weight=tf.cast(x["batch_size"][0],
-                                                                     tf.float32))
+        n = tf.cast(x["batch_size"][0], tf.float32)
+        if "global_batch_size" in x:
+            # a replica's share of the batch's loss: summed over the replicas these
+            # updates give the batch's loss weighted by its inputs, as on one device
+            replicas = float(tf.distribute.get_strategy().num_replicas_in_sync)
+            loss = loss * replicas
+            n = tf.cast(x["global_batch_size"][0], tf.float32) / replicas
+        self._loss_tracker.update_state(loss, sample_weight=n)
         if y is not None and self._compile_metrics is not None:
             self._compile_metrics.update_state(y, y_pred, sample_weight)
         for tracker, m in zip(self.block_metric_trackers, self._tracked_ids):
@@ -344,26 +362,28 @@ class Model(keras.Model):
     def _resolve_auto_jit_compile(self) -> bool:
         return False
 
-    def _step_function(self, step, role) -> StepFunction:
+    def _step_function(self, step, role, kind: str) -> StepFunction | ReplicaSteps:
+        if is_distributed(self.distribute_strategy):  # compiler.distributed
+            return ReplicaSteps(self, kind, lambda: self._feeders[role()])
         return StepFunction(step, lambda: self._feeders[role()],
                             lambda: bool(self.run_eagerly), lambda: self._epoch)
 
     def make_train_function(self, force=False):
         if self.train_function is None or force:
-            run = self._step_function(self.train_step, lambda: "train")
+            run = self._step_function(self.train_step, lambda: "train", "train")
             self.train_function = lambda it: run.on_iterator(it, self.steps_per_execution)
         return self.train_function
 
     def make_test_function(self, force=False):
         if self.test_function is None or force:
-            run = self._step_function(self.test_step, lambda: self._test_role)
+            run = self._step_function(self.test_step, lambda: self._test_role, "test")
             self.test_function = lambda it: run.on_iterator(it, self.steps_per_execution)
         return self.test_function
 
     def make_predict_function(self, force=False):
         if self.predict_function is None or force:
             self.predict_function = self._step_function(
-                self.predict_step, lambda: "predict").on_data
+                self.predict_step, lambda: "predict", "predict").on_data
         return self.predict_function
 
     # --- the input pipeline ---------------------------------------------------------
@@ -411,6 +431,11 @@ class Model(keras.Model):
         """What Keras iterates for one call (batch indices); the batches themselves
         come from the `BatchFeeder` kept for `role` ("train", "validation", "test"
         or "predict"), which the step functions read."""
+        if is_distributed(self.distribute_strategy):
+            feeder = sharded_feeder(self, x, y, sample_weight, batch_size, shuffle,
+                                    with_labels, what, raise_errors, offset, verbose)
+            self._feeders[role] = feeder
+            return feeder.dataset()
         check_batch_size(batch_size)
         inputs = as_inputs(x, what)
         loss = self.loss if with_labels and self._compile_loss is not None else None
@@ -458,15 +483,17 @@ class Model(keras.Model):
         (a class id, or the argmax of a one-hot row; classes not listed weigh 1), as
         Keras does (not with `sample_weight`).
 
+        Under `tf.distribute.MirroredStrategy` or `MultiWorkerMirroredStrategy` (the
+        model built and compiled in its scope) each replica runs its own part of
+        every batch and each worker expands only its shard of `x`; the weights
+        follow single-device training (`compiler.distributed`).
+
         Bad data cannot spoil the weights: inputs (`blocks.InputError`) and labels
         (`ValueError`) are checked before the first step, and a step whose loss or
         gradients are not finite is not applied: it raises `compiler.NonFiniteLossError`
         naming the batch's examples, the weights left those of the last good step.
         """
         _refuse(kwargs, "fit")
-        if self.distribute_strategy.num_replicas_in_sync > 1:
-            raise ValueError("Model.fit runs on one device; under a multi-device strategy "
-                             "train with compiler.MirroredTrainer(model, strategy)")
         batch_size = 32 if batch_size is None else batch_size
         stream = _streamed(x, y, sample_weight)
         if stream:
@@ -644,6 +671,9 @@ class Model(keras.Model):
                 labelled: bool | None = None, class_weight=None, endless: bool = False):
         """The batch indices Keras iterates over stream `x`; the batches come from the
         `StreamFeeder` kept for `role`."""
+        if is_distributed(self.distribute_strategy):
+            raise ValueError(f"{what} is a stream ({type(x).__name__}); under a "
+                             "tf.distribute strategy give a list of inputs")
         check_batch_size(batch_size)
         if labelled is None:
             labelled = self._compile_loss is not None

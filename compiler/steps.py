@@ -29,27 +29,23 @@ class NonFiniteLossError(FloatingPointError):
     `FloatingPointError`: bad data is one cause (an extreme input or label among
     the batch's examples), a learning rate too high is another.
 
-    `compiler.MirroredTrainer` raises it too, after the update (`applied=True`):
-    replicas cannot hold back an update the others apply.
+    Under a `tf.distribute` strategy no replica applies the update if any
+    replica's step was not finite (`apply_if_finite_on_every_replica`).
 
     Attributes:
         examples: the indices in `x` of the batch's inputs.
         loss: the step's loss (NaN or inf; finite when only a gradient was not).
         epoch: the epoch (from 0) and `batch` the batch in it.
-        applied: whether the update was applied anyway.
     """
 
-    def __init__(self, examples: Sequence[int], loss: float, epoch: int, batch: int,
-                 applied: bool = False):
+    def __init__(self, examples: Sequence[int], loss: float, epoch: int, batch: int):
         self.examples = [int(i) for i in examples]
-        self.loss, self.epoch, self.batch, self.applied = loss, epoch, batch, applied
+        self.loss, self.epoch, self.batch = loss, epoch, batch
         shown = self.examples if len(self.examples) <= 64 else \
             [*self.examples[:64], "..."]
         what = f"the loss is {loss}" if not _isfinite(loss) else \
             f"the loss is {loss} but a gradient is not finite"
-        state = ("The update was applied (on several devices it cannot be held back): "
-                 "restore the weights from a checkpoint." if applied else
-                 "The step's update was not applied: the weights and the optimizer are "
+        state = ("The step's update was not applied: the weights and the optimizer are "
                  "those of the last good step.")
         super().__init__(
             f"epoch {epoch}, batch {batch}: {what}, on the examples at indices {shown} of x. "
@@ -73,6 +69,30 @@ def all_finite(loss, grads: list):
                                   tf.float32)) for g in grads]
     total = tf.add_n([tf.cast(loss, tf.float32), *sums])
     return tf.math.is_finite(total)
+
+
+def apply_if_finite_on_every_replica(optimizer, finite, grads: list, weights: list):
+    """In a replica's step (`compiler.distributed`): applies the gradients only if
+    `finite` holds on every replica; returns that (a scalar bool, the same on all).
+
+    Replicas cannot differ: the optimizer sums their gradients, so they agree (an
+    all-reduce) and then all apply or all skip. The branch is taken in the
+    cross-replica context, since an update that sums across replicas cannot sit
+    inside one replica's `tf.cond`."""
+    ctx = tf.distribute.get_replica_context()
+    failed = ctx.all_reduce("SUM", 1.0 - tf.cast(finite, tf.float32))
+    everywhere = failed < 0.5
+
+    def decide(strategy, everywhere, grads):
+        def apply():
+            strategy.extended.call_for_each_replica(
+                lambda g: optimizer.apply_gradients(zip(g, weights)), args=(grads,))
+            return tf.constant(True)
+        ok = strategy.experimental_local_results(everywhere)[0]
+        return tf.cond(ok, apply, lambda: tf.constant(False))
+
+    ctx.merge_call(decide, args=(everywhere, grads))
+    return everywhere
 
 
 class StepFunction:

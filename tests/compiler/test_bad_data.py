@@ -10,7 +10,7 @@ import tensorflow as tf
 
 import blocks as td
 from blocks.errors import InputError
-from compiler import Compiler, MirroredTrainer, Model, NonFiniteLossError
+from compiler import Compiler, Model, NonFiniteLossError
 from tests.compiler import factories
 
 
@@ -278,15 +278,6 @@ def test_a_non_finite_gradient_with_a_finite_loss_is_not_applied():
     assert int(model.optimizer.iterations) == 0
     model.train_on_batch([1.0, 2.0])   # a good batch is applied
     assert int(model.optimizer.iterations) == 1
-
-
-def test_mirrored_trainer_stops_on_a_nan_loss_naming_the_batch():
-    xs = list(np.random.default_rng(0).normal(size=16))
-    xs[9] = -1000.0
-    trainer = MirroredTrainer(log_loss_model())
-    with pytest.raises(NonFiniteLossError, match="The update was applied") as err:
-        trainer.fit(xs, batch_size=4, epochs=1, shuffle=False, verbose=0)
-    assert err.value.examples == [8, 9, 10, 11] and err.value.applied
 
 
 # --- D. validation_split and class_weight, as in Keras --------------------------------------

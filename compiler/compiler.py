@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import threading
@@ -140,6 +141,7 @@ class Compiler:
         self.last_rounds = 0  # engine calls the last expansion in rounds made
         self.workers = workers
         self._pool = None
+        self._stream_workers = None
 
     @classmethod
     def create(cls, block, scheduler: str = "agenda", cache: bool | int = True,
@@ -155,11 +157,30 @@ class Compiler:
             self._pool = ExpansionPool(self, self.workers)
         return self._pool
 
+    def stream_workers(self):
+        """The worker processes that expand and plan a stream's batches
+        (`compiler.streaming`), forked on the first call (and those that died forked
+        anew on later ones), or None without workers. Call it from the main thread."""
+        if not self.workers:
+            return None
+        if self._stream_workers is None:
+            from compiler.parallel import StreamWorkers, warm_planner
+            from compiler.streaming import plan_in_worker
+            warm_planner(self)
+            self._stream_workers = StreamWorkers(functools.partial(plan_in_worker, self),
+                                                 self.workers, "refold-stream-worker")
+        else:
+            self._stream_workers.revive()
+        return self._stream_workers
+
     def close(self) -> None:
         """Stops the worker processes, if any (a later parallel call forks new ones)."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        if self._stream_workers is not None:
+            self._stream_workers.close()
+            self._stream_workers = None
 
     @property
     def root(self):

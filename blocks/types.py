@@ -136,7 +136,13 @@ class TensorType(ResultType):
         return np.zeros(self._shape, dtype=dtype or self.numpy_dtype)
 
     def __repr__(self) -> str:
-        return f"TensorType({self._shape!r}, {self._dtype!r})"
+        # made once: equality and hashing go through it, and expansion looks a type
+        # up for every op output (a tensor type never changes)
+        try:
+            return self._text
+        except AttributeError:
+            self._text = f"TensorType({self._shape!r}, {self._dtype!r})"
+            return self._text
 
 
 class VoidType(ResultType):

@@ -111,8 +111,10 @@ class Compiler:
         workers: if > 0, expand uncached inputs of large batches (at least
             `min_parallel_batch`, 64 by default) in that many forked worker
             processes (`compiler.parallel.ExpansionPool`), and let
-            `plan_batches` plan whole batches there ahead of the device. The
-            workers are forked on first use and stopped by `close()`.
+            `plan_batches` plan whole batches there ahead of the device; streams
+            fed to `Model` are expanded and planned in as many processes of their
+            own (`stream_workers`). The workers are forked on first use and
+            stopped by `close()`.
         share_layers: batch `Function` blocks that share a layer and a signature
             as one op (the default); False gives each block instance its own op,
             as TensorFlow Fold does (for comparison).

@@ -11,9 +11,13 @@ whole batch and the block path: the worker sends the error's fields back, and th
 parent re-raises it with the chunk's offset added.
 
 Only the fork start method can do this (POSIX). Forking a process that has
-started TensorFlow is safe here because the children only run Python and numpy
-(expansion never calls TensorFlow); create the pool before heavy use anyway, as
-it forks once and keeps its workers.
+started TensorFlow works because the children only run Python, numpy and the
+planning kernels (never TensorFlow), provided the kernels are loaded before the
+fork and the child's garbage collector never finalizes the parent's objects
+(`warm_planner`, `frozen_garbage`); the pool forks once and keeps its workers.
+
+`StreamWorkers` is the same idea for a stream's batches, with explicit pipes
+instead of a `multiprocessing.Pool` (see its docstring for why).
 
 Whether it pays depends on the machine: a worker's result has to be pickled and
 unpickled, so it helps when expansion dominates and spare cores exist (see

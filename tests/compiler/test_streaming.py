@@ -225,6 +225,48 @@ def test_results_of_a_non_tensor_output_from_a_stream():
         model.predict(iter([[1.0], ["x"]]), batch_size=1, verbose=0)
 
 
+# --- lists without cache --------------------------------------------------------------
+
+def counting_tree_sign(counts: dict):
+    """`factories.tree_sign` behind an `InputTransform` counting each root's expansions."""
+    def count(t):
+        counts[id(t)] = counts.get(id(t), 0) + 1
+        return t
+    return td.InputTransform(count) >> factories.tree_sign()
+
+
+def test_a_list_without_cache_is_expanded_once_per_epoch():
+    trees, y = sign_data(24, seed=14)
+    counts: dict = {}
+    model = compiled(Model(counting_tree_sign(counts), cache=False))
+    model.fit(trees, y, batch_size=8, epochs=2, verbose=0)
+    assert sorted(counts.values()) == [2] * 24  # once per epoch, no check up front
+    counts.clear()
+    model.predict(trees, batch_size=8, verbose=0)
+    assert sorted(counts.values()) == [1] * 24
+
+
+def test_a_bad_input_of_a_list_without_cache_is_named_by_its_index_in_x():
+    trees, y = sign_data(40, seed=15)
+    trees[29] = "not a tree"
+    model = compiled(Model(factories.tree_sign(), cache=False))
+    with pytest.raises(InputError) as err:
+        model.fit(trees, y, batch_size=8, verbose=0)  # shuffled: found in any batch
+    assert err.value.example_index == 29 and "Scalar" in err.value.block_path
+    good = [t for i, t in enumerate(trees) if i != 29]
+    with pytest.raises(InputError, match=r"example 3: .*\(in validation_data\)"):
+        model.fit(good, y[1:], batch_size=8, verbose=0,
+                  validation_data=(trees[26:], y[26:]))
+    with pytest.raises(InputError, match="example 29"):
+        model.fit(trees, y, batch_size=8, verbose=0, validation_split=0.5)
+    with pytest.raises(InputError, match="example 29"):
+        model.predict(trees, batch_size=8, verbose=0)
+    skipping = compiled(Model(factories.tree_sign(), cache=False, on_bad_example="skip"))
+    with pytest.warns(UserWarning, match="skipped 1 of 40"):
+        skipping.fit(trees, y, batch_size=8, verbose=0)
+    assert skipping.skipped_examples == [29]
+
+
 # --- worker processes (Model(workers=n)) ------------------------------------------------
 
 def test_worker_processes_train_a_stream_to_the_weights_of_its_list():

@@ -84,6 +84,7 @@ class ExpansionContext:
         self._op_id = program.op_id
         self._type_id = program.type_id
         self._metric_id = program.metric_id
+        self._ops = program.__dict__.setdefault("_expansion_ops", {})  # see _describe
         n_types = len(program.value_types)
         self.node_op: list[int] = []
         self.node_arity: list[int] = []
@@ -110,10 +111,10 @@ class ExpansionContext:
         return v
 
     def op(self, op, args: list) -> list[int]:
-        o = self._op_id.get(op)
-        if o is None:  # imported here: the error path only
-            from compiler.lowering import UnloweredOpError
-            raise UnloweredOpError.of(op)
+        known = self._ops.get(op)
+        if known is None:
+            known = self._ops[op] = self._describe(op)
+        o, out_types, slots = known
         if not args:
             cached = self._sources.get(o)
             if cached is not None:
@@ -130,15 +131,25 @@ class ExpansionContext:
         self.node_args.extend(args)
         self.sdepth.append(d)
         v = len(self.value_type)
-        outs = list(range(v, v + len(op.output_types)))
-        for slot, t in enumerate(op.output_types):
-            self.value_type.append(self._type_id[t])
-            self.value_node.append(j)
-            self.value_index.append(slot)
-            vd.append(d)
+        n = len(out_types)
+        outs = list(range(v, v + n))
+        self.value_type.extend(out_types)
+        self.value_node.extend([j] * n)
+        self.value_index.extend(slots)
+        vd.extend([d] * n)
         if not args:
             self._sources[o] = outs
         return outs
+
+    def _describe(self, op) -> tuple:
+        """`(op id, output type ids, output slots)`, kept per program: looking the
+        output types up on every call was the largest cost of expansion."""
+        o = self._op_id.get(op)
+        if o is None:  # imported here: the error path only
+            from compiler.lowering import UnloweredOpError
+            raise UnloweredOpError.of(op)
+        types = tuple(self._type_id[t] for t in op.output_types)
+        return o, types, tuple(range(len(types)))
 
     def mark(self) -> tuple:
         """Where the graph ends now, for `rewind` (a block building steps ahead)."""

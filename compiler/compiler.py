@@ -161,8 +161,8 @@ class Compiler:
 
     def stream_workers(self):
         """The worker processes that expand and plan a stream's batches
-        (`compiler.streaming`), forked on the first call (and those that died forked
-        anew on later ones), or None without workers. Call it from the main thread."""
+        (`compiler.streaming`, a `compiler.parallel.StreamWorkers`), forked on the
+        first call, or None without workers. Call it from the main thread."""
         if not self.workers:
             return None
         if self._stream_workers is None:
@@ -171,8 +171,6 @@ class Compiler:
             warm_planner(self)
             self._stream_workers = StreamWorkers(functools.partial(plan_in_worker, self),
                                                  self.workers, "refold-stream-worker")
-        else:
-            self._stream_workers.revive()
         return self._stream_workers
 
     def close(self) -> None:

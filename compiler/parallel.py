@@ -31,6 +31,7 @@ import gc
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -241,6 +242,7 @@ class StreamWorkers:
         self._procs: list = [None] * workers
         self._conns: list = [None] * workers
         self._busy = [False] * workers
+        self._claim = threading.Lock()
         for k in range(workers):
             self._start(k)
 
@@ -289,6 +291,15 @@ class StreamWorkers:
                 yield item, reply
         finally:
             self._drain([k for k, _ in pending])
+
+    def claim(self) -> bool:
+        """Takes the workers for one stream (until `release()`); False if another
+        stream has them (a validation stream read while the training stream's
+        batches are in flight): `map` must not run twice at once on them."""
+        return self._claim.acquire(blocking=False)
+
+    def release(self) -> None:
+        self._claim.release()
 
     def revive(self) -> None:
         """Forks anew the workers that were killed or died (call it where the first

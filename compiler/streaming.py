@@ -164,6 +164,7 @@ class StreamFeeder:
         self.with_labels = labelled
         self._on_skip = on_skip
         self._ahead: _Ahead | None = None
+        self._workers = None  # the worker processes this feeder has claimed
         self._once = None if not reads_once(source) else source
         self.n_batches = _known_batches(source) if not endless else None
         self.signature = None
@@ -183,9 +184,7 @@ class StreamFeeder:
         """The next batch of the stream: `(arrays, y?, sample_weight?)`, numpy."""
         if i == 0 or self._ahead is None:
             self.close()
-            # here, in the main thread, with no planning thread running: workers
-            # are forked (or forked anew) only from here
-            workers = self.pipeline.compiler.stream_workers()
+            workers = self._claim_workers()
             stop = threading.Event()
             self._ahead = _Ahead(self._packed(self.batches(), workers, stop.is_set),
                                  self.ahead, stop)
@@ -212,6 +211,21 @@ class StreamFeeder:
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             ahead.close()
+        workers, self._workers = self._workers, None
+        if workers is not None and (ahead is None or ahead.ended()):
+            workers.release()  # else a thread stuck in the stream keeps them
+
+    def _claim_workers(self):
+        """The compiler's worker processes for this pass, or None: without workers,
+        or when another stream has them (validation data read during training with
+        `steps_per_epoch`), which then is expanded in its thread. Here, in the main
+        thread with no planning thread of ours running, dead workers are forked anew."""
+        workers = self.pipeline.compiler.stream_workers()
+        if workers is None or not workers.claim():
+            return None
+        workers.revive()
+        self._workers = workers
+        return workers
 
     # --- in the planning thread ------------------------------------------------------
 
@@ -429,6 +443,9 @@ class _Ahead:
         if kind == "error":
             raise value
         return None
+
+    def ended(self) -> bool:
+        return not self._thread.is_alive()
 
     def close(self, timeout: float = 30.0) -> None:
         self._stop.set()

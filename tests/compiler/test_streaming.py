@@ -284,6 +284,28 @@ def test_worker_processes_train_a_stream_to_the_weights_of_its_list():
     assert 8 * 15 <= endless.taken <= 8 * (15 + 2 + streaming.AHEAD + 1)
 
 
+def test_a_validation_stream_read_while_training_batches_are_in_the_workers():
+    trees, y = sign_data(64, seed=16)
+
+    def run(workers: int):
+        return trained(itertools.cycle(list(zip(trees, y))), workers=workers, epochs=2,
+                       steps_per_epoch=4, batch_size=8,
+                       validation_data=Reread(trees[:24], y[:24]))
+    (with_workers, h1), (without, h2) = run(2), run(0)
+    assert_same_weights(with_workers, without)
+    assert h1.history["val_loss"] == pytest.approx(h2.history["val_loss"], abs=1e-6)
+
+
+class Reread:
+    """A stream that can be read again (as `Lines` is): `(tree, label)` pairs."""
+
+    def __init__(self, trees, y):
+        self.items = list(zip(trees, y))
+
+    def __iter__(self):
+        return iter(self.items)
+
+
 def test_worker_processes_name_a_bad_streamed_example_or_skip_it():
     trees, y = sign_data(40, seed=12)
     items = list(zip(trees, y))

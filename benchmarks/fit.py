@@ -10,7 +10,10 @@ median epoch throughput of each is reported with their ratio.
 A third variant, `Model.fit` from a stream (`zip(trees, labels)`, read afresh each
 epoch, into a model without the graph cache), expands and plans every batch in the
 stream's background thread while the step runs; its ratio to the cached list is
-what streaming costs.
+what streaming costs. A fourth does the same with `Model(workers=2)`: two worker
+processes expand and plan the stream's batches (`compiler.parallel.StreamWorkers`),
+so expansion runs beside the step instead of in turn with it (`--workers N`, 0 to
+leave that variant out).
 
     python -m benchmarks.fit            # 1,280 trees, 3 rounds
     python -m benchmarks.fit --quick    # 320 trees, 2 rounds
@@ -31,6 +34,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--trees", type=int, default=1280)
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     if args.quick:
@@ -48,7 +52,11 @@ def main(argv=None) -> dict:
     engine = EngineVariant(workload, "agenda", lr=0.01)
     model = Model(workload.block)
     streamed = Model(workload.block, cache=False)
-    for m in (model, streamed):
+    parallel = Model(workload.block, cache=False, workers=args.workers) \
+        if args.workers else None
+    for m in (model, streamed, parallel):
+        if m is None:
+            continue
         m.compile(optimizer=keras.optimizers.SGD(0.01),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     b = args.batch
@@ -79,14 +87,22 @@ def main(argv=None) -> dict:
                      callbacks=[Timer()])
         return len(trees) / epoch_times[-1]
 
-    engine_epoch()
-    fit_epoch()  # warm-up: tracing, expansion, caches
-    stream_epoch()
-    rates = {"engine": [], "fit": [], "stream": []}
+    def workers_epoch() -> float:
+        parallel.fit(zip(trees, labels), batch_size=b, epochs=1, verbose=0,
+                     callbacks=[Timer()])
+        return len(trees) / epoch_times[-1]
+
+    variants = {"engine": engine_epoch, "fit": fit_epoch, "stream": stream_epoch}
+    if parallel is not None:
+        variants["workers"] = workers_epoch
+    for run in variants.values():
+        run()  # warm-up: tracing, expansion, caches, forking the workers
+    rates: dict = {k: [] for k in variants}
     for _ in range(args.rounds):
-        rates["engine"].append(engine_epoch())
-        rates["fit"].append(fit_epoch())
-        rates["stream"].append(stream_epoch())
+        for name, run in variants.items():
+            rates[name].append(run())
+    if parallel is not None:
+        parallel.compiler.close()
     result = {k: float(np.median(v)) for k, v in rates.items()}
     result["ratio"] = result["fit"] / result["engine"]
     result["stream_ratio"] = result["stream"] / result["fit"]
@@ -94,8 +110,16 @@ def main(argv=None) -> dict:
     print(f"  bare engine           : {result['engine']:8.0f}")
     print(f"  Model.fit (list)      : {result['fit']:8.0f}")
     print(f"  Model.fit (stream)    : {result['stream']:8.0f}")
+    if parallel is not None:
+        result["workers_ratio"] = result["workers"] / result["fit"]
+        print(f"  ... {args.workers} workers         : {result['workers']:8.0f}")
     print(f"  fit / engine          : {result['ratio']:8.2f}")
     print(f"  stream / list         : {result['stream_ratio']:8.2f}")
+    if parallel is not None:
+        print(f"  stream, workers / list: {result['workers_ratio']:8.2f}")
+        # per round, interleaved: the ratio least disturbed by the machine's load
+        per_round = [w / f for w, f in zip(rates["workers"], rates["fit"])]
+        print("  per round (workers / list): " + " ".join(f"{r:.2f}" for r in per_round))
     return result
 
 

@@ -34,6 +34,10 @@ class InputError(ValueError):
     def __str__(self) -> str:
         return self._message()
 
+    def __reduce__(self):
+        # pickled by its fields (a worker process sends it to the parent)
+        return type(self), (self.block_path, self.reason, self.example_index)
+
     def with_example_index(self, index: int) -> InputError:
         """A copy of this error that names the example's index in its batch."""
         err = type(self)(self.block_path, self.reason, index)

@@ -33,6 +33,7 @@ block path instead of recursing until the recursion limit.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -57,45 +58,93 @@ _RECURSION_LIMIT = 1_000_000
 def call_with_deep_stack(fn: Callable, *args: Any) -> Any:
     """Calls `fn(*args)` on a thread with a large stack and a high recursion limit.
 
-    The interpreter-wide recursion limit is raised only while such calls run.
+    The interpreter-wide recursion limit is raised only while such calls run. On a
+    thread that already has the deep stack (one started by `start_deep_thread`, such
+    as a stream's planning thread or a worker process's) `fn` runs right there: a
+    thread hand-off per call costs two wake-ups, which on a loaded machine can take
+    longer than expanding a small batch.
     """
     if getattr(_deep, "active", False):
         return fn(*args)
     result: dict[str, Any] = {}
 
     def run():
-        _deep.active = True
         try:
             result["value"] = fn(*args)
         except BaseException as e:  # re-raised in the calling thread
             result["error"] = e
 
-    with _deep_lock:
-        if _running[0] == 0:
-            _running[1] = sys.getrecursionlimit()
-            sys.setrecursionlimit(max(_running[1], _RECURSION_LIMIT))
-        _running[0] += 1
-        old_size = threading.stack_size(_STACK_BYTES)
-        try:
-            thread = threading.Thread(target=run, name="refold-eval")
-            thread.start()
-        finally:
-            threading.stack_size(old_size)
-    try:
-        thread.join()
-    finally:
-        with _deep_lock:
-            _running[0] -= 1
-            if _running[0] == 0:
-                sys.setrecursionlimit(_running[1])
+    start_deep_thread(run).join()
     if "error" in result:
         raise result["error"]
     return result["value"]
 
 
+def start_deep_thread(target: Callable, *args: Any, name: str = "refold-eval",
+                      daemon: bool = False) -> threading.Thread:
+    """Starts `target(*args)` on a new thread with a large stack, where the recursion
+    limit is raised while it runs and `call_with_deep_stack` calls need no thread of
+    their own. For threads that expand many inputs (a stream's planning thread).
+
+    >>> def depth(n): return 0 if n == 0 else 1 + depth(n - 1)
+    >>> out = []
+    >>> start_deep_thread(lambda: out.append(depth(20_000))).join()
+    >>> out
+    [20000]
+    """
+    def run():
+        _deep.active = True
+        try:
+            target(*args)
+        finally:
+            _leave_deep()
+
+    _enter_deep()
+    try:
+        with _deep_lock:
+            old_size = threading.stack_size(_STACK_BYTES)
+            try:
+                thread = threading.Thread(target=run, name=name, daemon=daemon)
+                thread.start()
+            finally:
+                threading.stack_size(old_size)
+    except BaseException:
+        _leave_deep()
+        raise
+    return thread
+
+
+def _enter_deep() -> None:
+    with _deep_lock:
+        if _running[0] == 0:
+            _running[1] = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(_running[1], _RECURSION_LIMIT))
+        _running[0] += 1
+
+
+def _leave_deep() -> None:
+    with _deep_lock:
+        _running[0] -= 1
+        if _running[0] == 0:
+            sys.setrecursionlimit(_running[1])
+
+
+def _after_fork_in_child() -> None:
+    # Only the forking thread lives on in a child: deep threads of the parent are
+    # gone, and the lock may have been held by one of them.
+    global _deep_lock
+    _deep_lock = threading.Lock()
+    if _running[0] and not getattr(_deep, "active", False):
+        sys.setrecursionlimit(_running[1])
+        _running[0] = 0
+    elif _running[0]:
+        _running[0] = 1  # the forking thread's own
+
+
 _deep = threading.local()
 _deep_lock = threading.Lock()
-_running = [0, 0]  # deep calls in flight, the recursion limit to restore
+_running = [0, 0]  # deep threads alive, the recursion limit to restore
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class ReferenceContext:
@@ -254,4 +303,4 @@ def max_depth(block, inp: Any) -> int:
 
 
 __all__ = ["ReferenceContext", "DepthContext", "reference_eval", "max_depth",
-           "call_with_deep_stack", "InputError"]
+           "call_with_deep_stack", "start_deep_thread", "InputError"]

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import threading
@@ -111,8 +112,10 @@ class Compiler:
         workers: if > 0, expand uncached inputs of large batches (at least
             `min_parallel_batch`, 64 by default) in that many forked worker
             processes (`compiler.parallel.ExpansionPool`), and let
-            `plan_batches` plan whole batches there ahead of the device. The
-            workers are forked on first use and stopped by `close()`.
+            `plan_batches` plan whole batches there ahead of the device; streams
+            fed to `Model` are expanded and planned in as many processes of their
+            own (`stream_workers`). The workers are forked on first use and
+            stopped by `close()`.
         share_layers: batch `Function` blocks that share a layer and a signature
             as one op (the default); False gives each block instance its own op,
             as TensorFlow Fold does (for comparison).
@@ -146,6 +149,7 @@ class Compiler:
         self.last_rounds = 0  # engine calls the last expansion in rounds made
         self.workers = workers
         self._pool = None
+        self._stream_workers = None
 
     @classmethod
     def create(cls, block, scheduler: str = "agenda", cache: bool | int = True,
@@ -161,11 +165,28 @@ class Compiler:
             self._pool = ExpansionPool(self, self.workers)
         return self._pool
 
+    def stream_workers(self):
+        """The worker processes that expand and plan a stream's batches
+        (`compiler.streaming`, a `compiler.parallel.StreamWorkers`), forked on the
+        first call, or None without workers. Call it from the main thread."""
+        if not self.workers:
+            return None
+        if self._stream_workers is None:
+            from compiler.parallel import StreamWorkers, warm_planner
+            from compiler.streaming import plan_in_worker
+            warm_planner(self)
+            self._stream_workers = StreamWorkers(functools.partial(plan_in_worker, self),
+                                                 self.workers, "refold-stream-worker")
+        return self._stream_workers
+
     def close(self) -> None:
         """Stops the worker processes, if any (a later parallel call forks new ones)."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        if self._stream_workers is not None:
+            self._stream_workers.close()
+            self._stream_workers = None
 
     @property
     def root(self):

@@ -106,10 +106,10 @@ class Model(keras.Model):
             epochs skip expansion: `True` up to `compiler.compiler.DEFAULT_CACHE_SIZE`
             inputs, an int up to that many (the least recently used dropped), `False`
             none. Cached inputs are held in memory and must not be mutated.
-        workers: expand the inputs of in-memory lists never seen before in that
-            many forked worker processes (see `Compiler`), for large datasets on
-            machines with spare cores; 0 (default) expands in this process. Streams
-            are planned by a background thread (`compiler.streaming`).
+        workers: expand the inputs of in-memory lists never seen before, and the
+            batches of streams (`compiler.streaming`), in that many forked worker
+            processes (see `Compiler`), for machines with spare cores; 0 (default)
+            expands in this process (streams in a background thread).
 
     Weights are those of the layers the block uses (`td.FC`, `td.Embedding`,
     `td.ScopedLayer`, Keras layers in `td.Function`) and of `td.FromTensor`
@@ -442,8 +442,14 @@ class Model(keras.Model):
         labels = self.pipeline.labels(y, sample_weight, len(inputs), loss,
                                       "y" if what == "x" else f"{what} y")
         n_given = len(inputs)
-        inputs, labels = self._expand(inputs, labels, raise_errors=raise_errors, what=what,
-                                      offset=offset, verbose=verbose)
+        if self.compiler.cache_size == 0 and (raise_errors or self.on_bad_example == "raise"):
+            # nothing to cache: each batch is expanded (and checked) as it is packed,
+            # and a bad input raises there, named by its index (not expanded twice)
+            self._skipped.x, self._skipped.validation = \
+                ([], self._skipped.validation) if what == "x" else (self._skipped.x, [])
+        else:
+            inputs, labels = self._expand(inputs, labels, raise_errors=raise_errors,
+                                          what=what, offset=offset, verbose=verbose)
         skipped = self.skipped_validation_examples if what != "x" else self.skipped_examples
         if not inputs:
             raise ValueError(f"no inputs in {what}" + (" (all were skipped)" if
@@ -454,7 +460,8 @@ class Model(keras.Model):
             return np.random.default_rng(self.seed + self._epoch).permutation(n) \
                 if shuffle else np.arange(n)
 
-        feeder = self.pipeline.feeder(inputs, labels, batch_size, order, with_labels)
+        feeder = self.pipeline.feeder(inputs, labels, batch_size, order, with_labels, what)
+        feeder.offset = offset  # errors name an input by offset + its index
         if skipped:
             feeder.positions = np.setdiff1d(np.arange(n_given), skipped)
         self._feeders[role] = feeder

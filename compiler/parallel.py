@@ -11,9 +11,13 @@ whole batch and the block path: the worker sends the error's fields back, and th
 parent re-raises it with the chunk's offset added.
 
 Only the fork start method can do this (POSIX). Forking a process that has
-started TensorFlow is safe here because the children only run Python and numpy
-(expansion never calls TensorFlow); create the pool before heavy use anyway, as
-it forks once and keeps its workers.
+started TensorFlow works because the children only run Python, numpy and the
+planning kernels (never TensorFlow), provided the kernels are loaded before the
+fork and the child's garbage collector never finalizes the parent's objects
+(`warm_planner`, `frozen_garbage`); the pool forks once and keeps its workers.
+
+`StreamWorkers` is the same idea for a stream's batches, with explicit pipes
+instead of a `multiprocessing.Pool` (see its docstring for why).
 
 Whether it pays depends on the machine: a worker's result has to be pickled and
 unpickled, so it helps when expansion dominates and spare cores exist (see
@@ -22,8 +26,14 @@ BENCHMARKS.md for the measured figures).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import multiprocessing
 import os
+import signal
+import threading
+import time
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -81,7 +91,9 @@ class ExpansionPool:
         self.chunk_size = chunk_size
         self._key = id(self)
         _PROGRAMS[self._key] = program
-        self._pool = multiprocessing.get_context("fork").Pool(workers)
+        warm_planner(program)
+        with frozen_garbage():
+            self._pool = multiprocessing.get_context("fork").Pool(workers)
         self._owner = os.getpid()
 
     def _chunks(self, n: int) -> list[tuple[int, int]]:
@@ -147,3 +159,277 @@ class ExpansionPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def frozen_garbage():
+    """Forks inside see the parent's objects out of reach of their garbage collector.
+
+    A child's collector would otherwise finalize the parent's unreachable cycles, and
+    finalizers of TensorFlow objects call into a runtime whose threads did not
+    survive the fork: a worker crashed (SIGSEGV) or hung there. `gc.freeze()` moves
+    every object to a generation the collector never visits; the parent unfreezes
+    them once the child is forked."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def warm_planner(compiler) -> None:
+    """Loads (or compiles) the planning kernels in this process before it forks, so
+    that children inherit them: loading them in a forked child runs Numba's and
+    LLVM's initialisation there, which is not safe after a fork."""
+    scheduler = getattr(compiler, "scheduler", None)
+    if scheduler is not None:
+        from compiler.warmup import warm_up
+        warm_up([scheduler])
+
+
+class WorkerDiedError(RuntimeError):
+    """A worker process ended without replying (killed, or crashed in native code)."""
+
+
+class StreamWorkers:
+    """Forked processes that each run `task(payload)` on payloads sent to them, one at
+    a time, for a stream's batches: `map` keeps every worker busy with one payload,
+    hands the replies back in the order the payloads came, and never holds more than
+    one payload per worker in flight.
+
+    Design, after a `multiprocessing.Pool` hung here (a task whose reply never came):
+
+    - Each worker has its own pipe and at most one payload in flight, and payloads
+      go only to a worker that has replied to its last one (so waiting in `recv`).
+      Neither side can then block on a full pipe while the other waits for it.
+    - The processes are forked from the thread that creates this object (make it in
+      the main thread, before any planning thread runs: a lock held by another
+      thread at the fork would stay held in the child), with the parent's objects
+      hidden from the child's garbage collector (`frozen_garbage`), after the
+      planning kernels are loaded (`warm_planner`): a child that collected the
+      parent's TensorFlow objects, or loaded Numba kernels, crashed. They inherit `task` (blocks
+      hold lambdas and layers, which do not pickle: only fork can give them the
+      program); payloads and replies are pickled. A child closes the parent's ends of
+      every worker's pipe, so it sees the parent go (`EOFError`) and ends.
+    - A child ignores SIGINT (Ctrl-C stops the parent's loop, which then stops the
+      workers), runs its loop on a deep-stack thread (expansion needs no thread per
+      call), and sends back any exception `task` raises (it must pickle; one that
+      does not comes back as a `RuntimeError` with its text).
+    - `stop()` (a callable) is polled while waiting, so a caller that is shutting down
+      is never stuck behind a busy worker. Replies left unread when `map` ends early
+      are drained (a batch's worth of work), or the worker is killed (`revive()`
+      forks it anew). `close()` sends each worker the end, joins it with a timeout, and
+      kills it if it has not ended; the processes are daemons, so they cannot
+      outlive an interpreter that exits without calling it.
+
+    Args:
+        task: what a worker runs on each payload (called in the child).
+        workers: the number of processes (>= 1).
+        name: the processes' name prefix.
+    """
+
+    poll_seconds = 0.05
+    drain_seconds = 10.0
+
+    def __init__(self, task, workers: int, name: str = "refold-worker"):
+        if not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be a positive int, got {workers!r}")
+        if "fork" not in multiprocessing.get_all_start_methods():
+            raise ValueError("worker processes need the 'fork' start method (POSIX)")
+        self._task, self._name = task, name
+        self._context = multiprocessing.get_context("fork")
+        self._owner = os.getpid()
+        self._procs: list = [None] * workers
+        self._conns: list = [None] * workers
+        self._busy = [False] * workers
+        self._claim = threading.Lock()
+        for k in range(workers):
+            self._start(k)
+
+    @property
+    def workers(self) -> int:
+        return len(self._procs)
+
+    def _start(self, k: int) -> None:
+        parent_end, child_end = self._context.Pipe()
+        others = [c for c in self._conns if c is not None] + [parent_end]
+        proc = self._context.Process(target=_serve, args=(self._task, child_end, others),
+                                     name=f"{self._name}-{k}", daemon=True)
+        with frozen_garbage():
+            proc.start()
+        child_end.close()
+        self._procs[k], self._conns[k], self._busy[k] = proc, parent_end, False
+
+    def map(self, items, payload_of, stop=lambda: False):
+        """Yields `(item, reply)` for each of `items`, in order, where `reply` is
+        `task(payload_of(item))` computed in a worker. An exception raised by the task
+        is raised here, at its item; `stop()` true while waiting ends the generator."""
+        pending: deque = deque()  # (worker, item), in the items' order
+        free = deque(k for k in range(self.workers) if not self._busy[k])
+        items = iter(items)
+        more = True
+        try:
+            while True:
+                while more and free:
+                    try:
+                        item = next(items)
+                    except StopIteration:
+                        more = False
+                        break
+                    k = free.popleft()
+                    self._send(k, payload_of(item))
+                    pending.append((k, item))
+                if not pending:
+                    return
+                k, item = pending[0]
+                try:
+                    reply = self._receive(k, stop)
+                except _StoppedError:
+                    return
+                pending.popleft()
+                free.append(k)
+                yield item, reply
+        finally:
+            self._drain([k for k, _ in pending])
+
+    def claim(self) -> bool:
+        """Takes the workers for one stream (until `release()`); False if another
+        stream has them (a validation stream read while the training stream's
+        batches are in flight): `map` must not run twice at once on them."""
+        return self._claim.acquire(blocking=False)
+
+    def release(self) -> None:
+        self._claim.release()
+
+    def revive(self) -> None:
+        """Forks anew the workers that were killed or died (call it where the first
+        ones were forked: in the main thread, with no planning thread running)."""
+        for k, proc in enumerate(self._procs):
+            if proc is None or not proc.is_alive():
+                self._kill(k)
+                self._start(k)
+
+    def _send(self, k: int, payload) -> None:
+        proc = self._procs[k]
+        if proc is None or not proc.is_alive():
+            raise WorkerDiedError(f"worker process {self._name}-{k} is not running "
+                             f"(exit code {None if proc is None else proc.exitcode})")
+        self._busy[k] = True
+        self._conns[k].send(payload)
+
+    def _receive(self, k: int, stop):
+        conn, proc = self._conns[k], self._procs[k]
+        while not conn.poll(self.poll_seconds):
+            if stop():
+                raise _StoppedError
+            if not proc.is_alive() and not conn.poll(0):
+                self._busy[k] = False
+                raise WorkerDiedError(f"worker process {proc.name} ended (exit code "
+                                 f"{proc.exitcode}) without replying")
+        try:
+            kind, value = conn.recv()
+        except EOFError:
+            self._busy[k] = False
+            raise WorkerDiedError(f"worker process {proc.name} ended (exit code "
+                             f"{proc.exitcode}) without replying") from None
+        self._busy[k] = False
+        if kind == "error":
+            raise value
+        return value
+
+    def _drain(self, busy: list[int]) -> None:
+        """Reads the replies of payloads in flight, or kills their workers."""
+        deadline = time.monotonic() + self.drain_seconds
+        for k in busy:
+            conn = self._conns[k]
+            try:
+                if conn.poll(max(0.0, deadline - time.monotonic())):
+                    conn.recv()
+                    self._busy[k] = False
+                    continue
+            except (EOFError, OSError):
+                pass
+            self._kill(k)
+
+    def _kill(self, k: int) -> None:
+        proc, conn = self._procs[k], self._conns[k]
+        self._procs[k] = self._conns[k] = None
+        self._busy[k] = False
+        if conn is not None:
+            conn.close()
+        if proc is not None:
+            proc.kill()
+            proc.join(5)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Ends the workers: the end message, a join, a kill for those still running."""
+        if os.getpid() != self._owner:
+            return
+        for k, conn in enumerate(self._conns):
+            if conn is not None and not self._busy[k]:
+                try:
+                    conn.send(None)
+                except (OSError, ValueError):
+                    pass
+        deadline = time.monotonic() + timeout
+        for k, proc in enumerate(self._procs):
+            if proc is None:
+                continue
+            if not self._busy[k]:
+                proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+            if self._conns[k] is not None:
+                self._conns[k].close()
+            self._procs[k] = self._conns[k] = None
+
+    def __del__(self):
+        try:
+            self.close(timeout=1.0)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+class _StoppedError(Exception):
+    """`StreamWorkers.map`'s `stop()` turned true while it waited."""
+
+
+def _serve(task, conn, others) -> None:
+    """A worker's life: payloads in, `("ok", reply)` or `("error", exception)` out,
+    until the end message (None) or the parent's end closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for c in others:
+        c.close()
+    from blocks.evaluation import start_deep_thread
+    start_deep_thread(_serve_loop, task, conn, name="refold-worker-loop").join()
+
+
+def _serve_loop(task, conn) -> None:
+    while True:
+        try:
+            payload = conn.recv()
+        except (EOFError, OSError):
+            return
+        if payload is None:
+            return
+        try:
+            reply = ("ok", task(payload))
+        except BaseException as e:  # sent to the parent, raised there
+            reply = ("error", _portable(e))
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, OSError):
+            return
+
+
+def _portable(e: BaseException) -> BaseException:
+    """`e` if it pickles, else a `RuntimeError` with its text and traceback."""
+    import pickle
+    import traceback
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:
+        text = "".join(traceback.format_exception(e))
+        return RuntimeError(f"{type(e).__name__} in a worker process: {e}\n{text}")

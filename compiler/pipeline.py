@@ -1,7 +1,9 @@
 """The input pipeline of a `Model`: Python inputs and labels into packed batches.
 
 Inputs are expanded once up front (bad ones raise or are skipped, as the model's
-`on_bad_example` says; many inputs show a progress bar when `verbose` is on).
+`on_bad_example` says; many inputs show a progress bar when `verbose` is on), to
+fill the cache; without one they are expanded as their batch is packed, and a bad
+one raises there (unless bad ones are to be skipped, which needs the check up front).
 Then a `BatchFeeder` hands Keras' loop one packed batch per step: Keras iterates
 a `tf.data` range of batch indices, and the model's step functions
 (`compiler.steps`) ask the feeder for batch i, which merges, schedules and packs
@@ -223,10 +225,12 @@ class InputPipeline:
         return packed.signature(self.compiler.executor)
 
     def feeder(self, inputs: list, labels: Labels, batch_size: int,
-               order: Callable[[], np.ndarray], with_labels: bool = True) -> BatchFeeder:
-        """A `BatchFeeder` of `(arrays, y?, sample_weight?)` batches of expanded
-        `inputs`, taken in the order `order()` gives at the start of every pass."""
-        return BatchFeeder(self, inputs, labels, batch_size, order, with_labels)
+               order: Callable[[], np.ndarray], with_labels: bool = True,
+               what: str = "x") -> BatchFeeder:
+        """A `BatchFeeder` of `(arrays, y?, sample_weight?)` batches of `inputs`, taken
+        in the order `order()` gives at the start of every pass; `what` names them in
+        errors."""
+        return BatchFeeder(self, inputs, labels, batch_size, order, with_labels, what)
 
 
 def _progress_bar(n: int, what: str, verbose) -> keras.utils.Progbar | None:
@@ -243,17 +247,20 @@ class BatchFeeder:
     Keras' loop iterates `dataset()`, the batch indices `0 .. n_batches - 1` (a
     `tf.data` range: cheap to build and to iterate); the step function asks for
     `batch(i)`. Batch 0 starts a pass: `order()` is read again, so each epoch
-    has its own shuffle.
+    has its own shuffle. Inputs not expanded up front (a model without cache) are
+    expanded here; a bad one raises its `InputError` naming its index in `x`.
     """
 
     def __init__(self, pipeline: InputPipeline, inputs: list, labels: Labels,
-                 batch_size: int, order: Callable[[], np.ndarray], with_labels: bool):
+                 batch_size: int, order: Callable[[], np.ndarray], with_labels: bool,
+                 what: str = "x"):
         self.pipeline, self.inputs, self.labels = pipeline, inputs, labels
-        self.batch_size, self.with_labels = batch_size, with_labels
+        self.batch_size, self.with_labels, self.what = batch_size, with_labels, what
         self.n_batches = math.ceil(len(inputs) / batch_size)
         self._order_of_pass = order
         self._order: np.ndarray | None = None
         self.positions: np.ndarray | None = None  # inputs' indices in x, if some were skipped
+        self.offset = 0  # added to an index in errors (a validation split's start in x)
         spec = (pipeline.signature(), *labels.signature())
         self.signature = spec if with_labels else spec[:1]
 
@@ -273,7 +280,15 @@ class BatchFeeder:
         if i == 0 or self._order is None:
             self._order = self._order_of_pass()
         idx = self._order[i * self.batch_size:(i + 1) * self.batch_size]
-        arrays = self.pipeline.pack([self.inputs[j] for j in idx])
+        try:
+            arrays = self.pipeline.pack([self.inputs[j] for j in idx])
+        except InputError as e:
+            if e.example_index is None:
+                raise
+            reason = e.reason if self.what == "x" else f"{e.reason} (in {self.what})"
+            index = self.offset + int(self.examples(i)[e.example_index])
+            err = type(e)(e.block_path, reason, index)
+            raise err from e.__cause__
         return (arrays, *self.labels.batch(idx)) if self.with_labels else (arrays,)
 
     def examples(self, i: int) -> np.ndarray:

@@ -8,11 +8,12 @@ the stream, and planning overlaps the device step (TensorFlow and the planning
 kernels release the GIL). The thread is stopped and joined when the call ends,
 early stop or not, so nothing is left to wait on at interpreter exit.
 
-Streams are expanded and planned in this thread, never in the compiler's forked
-worker processes (`Model(workers=n)`, used for in-memory lists): with the pool
-expanding or planning a stream's batches, the early-stop script of
-`tests/compiler/test_streaming.py` hung (a pool task whose reply never came), so
-the thread, which stops cleanly, is all streams use.
+With `Model(workers=n)` the thread hands each batch's inputs (pickled) to one of n
+worker processes (`compiler.parallel.StreamWorkers`, forked once per model), which
+expands and plans it and sends back the packed arrays; the thread keeps each worker
+busy with one batch and passes the batches on in the stream's order, so training
+sees the same batches as without workers. Expanding a batch is Python (it holds
+the GIL), so only processes can run it beside the step and beside each other.
 
 What a stream yields:
 
@@ -50,6 +51,7 @@ import numpy as np
 import tensorflow as tf
 
 from blocks.errors import InputError
+from blocks.evaluation import start_deep_thread
 
 # Batches planned ahead of the step, waiting in the queue.
 AHEAD = 4
@@ -162,6 +164,7 @@ class StreamFeeder:
         self.with_labels = labelled
         self._on_skip = on_skip
         self._ahead: _Ahead | None = None
+        self._workers = None  # the worker processes this feeder has claimed
         self._once = None if not reads_once(source) else source
         self.n_batches = _known_batches(source) if not endless else None
         self.signature = None
@@ -181,7 +184,10 @@ class StreamFeeder:
         """The next batch of the stream: `(arrays, y?, sample_weight?)`, numpy."""
         if i == 0 or self._ahead is None:
             self.close()
-            self._ahead = _Ahead(self._packed(self.batches()), self.ahead)
+            workers = self._claim_workers()
+            stop = threading.Event()
+            self._ahead = _Ahead(self._packed(self.batches(), workers, stop.is_set),
+                                 self.ahead, stop)
         item = self._ahead.next()
         if item is None:
             if i == 0:
@@ -200,10 +206,26 @@ class StreamFeeder:
         return self.current.positions
 
     def close(self) -> None:
-        """Stops the planning thread (joined), dropping the batches it planned ahead."""
+        """Stops the planning thread (joined), dropping the batches it planned ahead
+        (the worker processes, if any, stay with the compiler for the next pass)."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             ahead.close()
+        workers, self._workers = self._workers, None
+        if workers is not None and (ahead is None or ahead.ended()):
+            workers.release()  # else a thread stuck in the stream keeps them
+
+    def _claim_workers(self):
+        """The compiler's worker processes for this pass, or None: without workers,
+        or when another stream has them (validation data read during training with
+        `steps_per_epoch`), which then is expanded in its thread. Here, in the main
+        thread with no planning thread of ours running, dead workers are forked anew."""
+        workers = self.pipeline.compiler.stream_workers()
+        if workers is None or not workers.claim():
+            return None
+        workers.revive()
+        self._workers = workers
+        return workers
 
     # --- in the planning thread ------------------------------------------------------
 
@@ -274,31 +296,44 @@ class StreamFeeder:
         return RawBatch([item[0] for item in chunk], [item[1] for item in chunk], w,
                         positions)
 
-    def _packed(self, raws: Iterator[RawBatch]) -> Iterator[tuple]:
-        """`(arrays, labels, raw)` per batch, expanded through the compiler's cache."""
-        pipeline = self.pipeline
-        for raw in raws:
-            examples, raw = self._expand(raw)
-            if raw.inputs:
-                plan = pipeline.compiler.plan_expanded(examples, grouped=True)
-                yield pipeline.arrays(plan), self._labels(raw), raw
+    def _packed(self, raws: Iterator[RawBatch], workers=None,
+                stop: Callable[[], bool] = lambda: False) -> Iterator[tuple]:
+        """`(arrays, labels, raw)` per batch: expanded here through the compiler's cache,
+        or with `workers` (`compiler.parallel.StreamWorkers`) expanded and planned in
+        their processes (the cache unused), replies in the batches' order."""
+        if workers is None:
+            compiler = self.pipeline.compiler
+            for raw in raws:
+                examples, kept, skipped, error = expand_skipping(
+                    lambda xs: compiler.expand(xs, 0, in_workers=False), raw.inputs,
+                    self.skip)
+                raw = self._kept(raw, kept, skipped, error)
+                if raw.inputs:
+                    plan = compiler.plan_expanded(examples, grouped=True)
+                    yield self.pipeline.arrays(plan), self._labels(raw), raw
+            return
+        replies = workers.map(raws, lambda raw: (raw.inputs, self.skip), stop)
+        try:
+            for raw, (arrays, kept, skipped, error) in replies:
+                raw = self._kept(raw, kept, skipped, error)
+                if raw.inputs:
+                    yield arrays, self._labels(raw), raw
+        finally:
+            replies.close()  # drains the replies of batches still in the workers
 
-    def _expand(self, raw: RawBatch) -> tuple[list, RawBatch]:
-        """The batch's expanded graphs; a bad input raises, or with `skip` is left out
-        (the batch is then one smaller)."""
-        compiler = self.pipeline.compiler
-        while True:
-            try:
-                return compiler.expand(raw.inputs, 0, in_workers=False), raw
-            except InputError as e:
-                if not self.skip or e.example_index is None:
-                    raise self.named(e, raw) from e.__cause__
-                j = e.example_index
-                if self._on_skip is not None:
-                    self._on_skip(int(raw.positions[j]), self.named(e, raw))
-                keep = [k for k in range(len(raw.inputs)) if k != j]
-                raw = RawBatch([raw.inputs[k] for k in keep], _take(raw.y, keep),
-                               _take(raw.w, keep), raw.positions[keep])
+    def _kept(self, raw: RawBatch, kept: list, skipped: list,
+              error: InputError | None) -> RawBatch:
+        """The batch without its skipped inputs (each reported to `on_skip`), or the
+        error of its bad input raised, naming it by its position in the stream."""
+        if error is not None:
+            raise self.named(error, raw) from error.__cause__
+        if not skipped:
+            return raw
+        if self._on_skip is not None:
+            for j, e in skipped:
+                self._on_skip(int(raw.positions[j]), self.named(e, raw))
+        return RawBatch([raw.inputs[k] for k in kept], _take(raw.y, kept),
+                        _take(raw.w, kept), raw.positions[kept])
 
     def named(self, e: InputError, raw: RawBatch) -> InputError:
         """The error naming the input by its position in the stream."""
@@ -321,6 +356,45 @@ class StreamFeeder:
         return labels
 
 
+def expand_skipping(expand: Callable[[list], list], inputs: list, skip: bool) -> tuple:
+    """`(examples, kept, skipped, error)`: `expand` of the inputs that fit the block.
+
+    With `skip`, an input that raises `InputError` is left out and expansion goes on
+    without it: `kept` lists the indices (into `inputs`) of the expanded ones and
+    `skipped` holds `(index, error)` for the others. Without `skip`, the first bad
+    input ends it: `error` is its `InputError` naming its index in `inputs`. Errors
+    are returned, not raised, so that a worker process can send them back."""
+    kept = list(range(len(inputs)))
+    skipped: list = []
+    while True:
+        try:
+            return expand([inputs[k] for k in kept]), kept, skipped, None
+        except InputError as e:
+            j = e.example_index
+            if j is not None:
+                e = e.with_example_index(kept[j])
+            if not skip or j is None:
+                return [], kept, skipped, e
+            skipped.append((kept[j], e))
+            kept = kept[:j] + kept[j + 1:]
+
+
+def plan_in_worker(compiler, payload: tuple) -> tuple:
+    """What a stream's worker process does with a batch (`Compiler.stream_workers`):
+    `(arrays, kept, skipped, error)`, the packed arrays of the inputs that fit
+    (None if none does) and what `expand_skipping` says about the others. Inputs
+    arrive pickled, so the compiler's cache (keyed by the object) is not used."""
+    from compiler.expansion import expand_all
+    from compiler.pipeline import InputPipeline
+    inputs, skip = payload
+    examples, kept, skipped, error = expand_skipping(
+        lambda xs: expand_all(compiler.program, xs, 0), inputs, skip)
+    if error is not None or not kept:
+        return None, kept, skipped, error
+    plan = compiler.plan_expanded(examples, grouped=True)
+    return InputPipeline(compiler).arrays(plan), kept, skipped, None
+
+
 class _Ahead:
     """Runs an iterator in a daemon thread, at most `size` items ahead of `next()`.
 
@@ -329,14 +403,13 @@ class _Ahead:
     between items and while the queue is full, so it ends as soon as the item it is
     computing (a user's generator step, a batch's planning) is done."""
 
-    def __init__(self, items: Iterator, size: int):
+    def __init__(self, items: Iterator, size: int, stop: threading.Event | None = None):
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, size))
-        self._stop = threading.Event()
+        self._stop = stop or threading.Event()
         self._done = False
         self._items = items
-        self._thread = threading.Thread(target=self._produce, name="refold-stream",
-                                        daemon=True)
-        self._thread.start()
+        # a deep stack: expansion runs right here, without a thread per batch
+        self._thread = start_deep_thread(self._produce, name="refold-stream", daemon=True)
 
     def _produce(self) -> None:
         try:
@@ -370,6 +443,9 @@ class _Ahead:
         if kind == "error":
             raise value
         return None
+
+    def ended(self) -> bool:
+        return not self._thread.is_alive()
 
     def close(self, timeout: float = 30.0) -> None:
         self._stop.set()

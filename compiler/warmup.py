@@ -55,18 +55,26 @@ def compilations() -> Iterator[list]:
         numba.core.event.unregister("numba:compile", listener)
 
 
-def warm_up() -> dict:
-    """Plans a batch under every scheduler, grouped and not; `{"seconds": s,
-    "compiled": [kernels compiled here, not loaded from the cache]}`."""
+def warm_up(schedulers=None) -> dict:
+    """Plans a batch under every scheduler (or those named), grouped and not;
+    `{"seconds": s, "compiled": [kernels compiled here, not loaded from the cache]}`.
+    A scheduler warmed up once in a process is not planned again there."""
     start = time.perf_counter()
     inputs = [((1.0, (2.0, -1.0)), 0.5), (3.0, -2.0), ((1.0, 2.0), 1.0)]
-    block = _block()
+    block = None
     with compilations() as compiled:
-        for scheduler in SCHEDULERS:
+        for scheduler in SCHEDULERS if schedulers is None else schedulers:
+            if schedulers is not None and scheduler in _WARM:
+                continue
+            block = block or _block()
             c = Compiler.create(block, scheduler=scheduler, cache=False)
             for grouped in (False, True):
                 c.plan(inputs, grouped=grouped)
+            _WARM.add(scheduler)
     return {"seconds": time.perf_counter() - start, "compiled": compiled}
+
+
+_WARM: set = set()  # the schedulers warm_up planned in this process
 
 
 def main() -> None:

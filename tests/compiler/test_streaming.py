@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -24,10 +25,13 @@ from tests.compiler import factories
 from tests.compiler.test_model import compiled, sign_data
 
 
-def trained(x, y=None, cache=100, **fit):
+def trained(x, y=None, cache=100, workers=0, **fit):
     """A tree-sign model after `fit(x, y, shuffle=False, **fit)`, with its history."""
-    model = compiled(Model(factories.tree_sign(), cache=cache))
-    history = model.fit(x, y, shuffle=False, verbose=0, **fit)
+    model = compiled(Model(factories.tree_sign(), cache=cache, workers=workers))
+    try:
+        history = model.fit(x, y, shuffle=False, verbose=0, **fit)
+    finally:
+        model.compiler.close()
     return model, history
 
 
@@ -221,10 +225,151 @@ def test_results_of_a_non_tensor_output_from_a_stream():
         model.predict(iter([[1.0], ["x"]]), batch_size=1, verbose=0)
 
 
+# --- lists without cache --------------------------------------------------------------
+
+def counting_tree_sign(counts: dict):
+    """`factories.tree_sign` behind an `InputTransform` counting each root's expansions."""
+    def count(t):
+        counts[id(t)] = counts.get(id(t), 0) + 1
+        return t
+    return td.InputTransform(count) >> factories.tree_sign()
+
+
+def test_a_list_without_cache_is_expanded_once_per_epoch():
+    trees, y = sign_data(24, seed=14)
+    counts: dict = {}
+    model = compiled(Model(counting_tree_sign(counts), cache=False))
+    model.fit(trees, y, batch_size=8, epochs=2, verbose=0)
+    assert sorted(counts.values()) == [2] * 24  # once per epoch, no check up front
+    counts.clear()
+    model.predict(trees, batch_size=8, verbose=0)
+    assert sorted(counts.values()) == [1] * 24
+
+
+def test_a_bad_input_of_a_list_without_cache_is_named_by_its_index_in_x():
+    trees, y = sign_data(40, seed=15)
+    trees[29] = "not a tree"
+    model = compiled(Model(factories.tree_sign(), cache=False))
+    with pytest.raises(InputError) as err:
+        model.fit(trees, y, batch_size=8, verbose=0)  # shuffled: found in any batch
+    assert err.value.example_index == 29 and "Scalar" in err.value.block_path
+    good = [t for i, t in enumerate(trees) if i != 29]
+    with pytest.raises(InputError, match=r"example 3: .*\(in validation_data\)"):
+        model.fit(good, y[1:], batch_size=8, verbose=0,
+                  validation_data=(trees[26:], y[26:]))
+    with pytest.raises(InputError, match="example 29"):
+        model.fit(trees, y, batch_size=8, verbose=0, validation_split=0.5)
+    with pytest.raises(InputError, match="example 29"):
+        model.predict(trees, batch_size=8, verbose=0)
+    skipping = compiled(Model(factories.tree_sign(), cache=False, on_bad_example="skip"))
+    with pytest.warns(UserWarning, match="skipped 1 of 40"):
+        skipping.fit(trees, y, batch_size=8, verbose=0)
+    assert skipping.skipped_examples == [29]
+
+
+# --- worker processes (Model(workers=n)) ------------------------------------------------
+
+def test_worker_processes_train_a_stream_to_the_weights_of_its_list():
+    trees, y = sign_data(120, seed=11)
+    streamed, history = trained(zip(trees, y), cache=False, workers=2, batch_size=8)
+    assert len(history.history["loss"]) == 1
+    listed, _ = trained(trees, y, cache=False, batch_size=8)
+    assert_same_weights(streamed, listed)
+    endless = Counted(itertools.cycle(list(zip(trees, y))))
+    streamed, _ = trained(iter(endless), workers=2, epochs=3, steps_per_epoch=5,
+                          batch_size=8)
+    listed, _ = trained(trees, y, epochs=3, steps_per_epoch=5, batch_size=8)
+    assert_same_weights(streamed, listed)
+    # 15 batches trained; at most 2 in the workers and AHEAD in the queue beyond
+    assert 8 * 15 <= endless.taken <= 8 * (15 + 2 + streaming.AHEAD + 1)
+
+
+def test_a_validation_stream_read_while_training_batches_are_in_the_workers():
+    trees, y = sign_data(64, seed=16)
+
+    def run(workers: int):
+        return trained(itertools.cycle(list(zip(trees, y))), workers=workers, epochs=2,
+                       steps_per_epoch=4, batch_size=8,
+                       validation_data=Reread(trees[:24], y[:24]))
+    (with_workers, h1), (without, h2) = run(2), run(0)
+    assert_same_weights(with_workers, without)
+    assert h1.history["val_loss"] == pytest.approx(h2.history["val_loss"], abs=1e-6)
+
+
+class Reread:
+    """A stream that can be read again (as `Lines` is): `(tree, label)` pairs."""
+
+    def __init__(self, trees, y):
+        self.items = list(zip(trees, y))
+
+    def __iter__(self):
+        return iter(self.items)
+
+
+def test_worker_processes_name_a_bad_streamed_example_or_skip_it():
+    trees, y = sign_data(40, seed=12)
+    items = list(zip(trees, y))
+    items[27] = ("not a tree", 1)
+    model = compiled(Model(factories.tree_sign(), workers=2))
+    try:
+        with pytest.raises(InputError) as err:
+            model.fit(iter(items), batch_size=8, verbose=0)
+        assert err.value.example_index == 27 and "Scalar" in err.value.block_path
+        # the workers survive a bad batch: the next call runs on them
+        model.fit(iter(items[:24]), batch_size=8, verbose=0)
+    finally:
+        model.compiler.close()
+    items[4] = ("bad", 0)
+    model = compiled(Model(factories.tree_sign(), on_bad_example="skip", workers=2))
+    try:
+        with pytest.warns(UserWarning, match="skipping the inputs of x.*example 4"):
+            model.fit(iter(items), batch_size=8, verbose=0)
+    finally:
+        model.compiler.close()
+    assert model.skipped_examples == [4, 27]
+
+
+def test_an_error_raised_in_a_worker_process_is_raised_by_fit():
+    def refuse(x):
+        if x == [13.0]:
+            raise ZeroDivisionError("thirteen")
+        return x
+    block = td.InputTransform(refuse) >> td.Vector(1) >> td.FC(2)
+    model = Model(block, workers=1)
+    model.compile(optimizer="sgd", loss=keras.losses.MeanSquaredError())
+    try:
+        data = [([float(v)], [0.0, 0.0]) for v in range(20)]
+        with pytest.raises(Exception, match="thirteen"):
+            model.fit(iter(data), batch_size=4, verbose=0)
+        assert model.predict(iter([[1.0], [2.0]]), verbose=0).shape == (2, 2)
+    finally:
+        model.compiler.close()
+
+
+def test_a_killed_worker_is_reported_and_forked_anew_on_the_next_call():
+    import signal
+    trees, y = sign_data(32, seed=13)
+    model = compiled(Model(factories.tree_sign(), workers=2))
+    try:
+        model.fit(zip(trees, y), batch_size=8, verbose=0)
+        workers = model.compiler.stream_workers()
+        os.kill(workers._procs[0].pid, signal.SIGKILL)
+        workers._procs[0].join(10)
+        replies = workers.map(range(4), lambda i: ([trees[i]], False))
+        with pytest.raises(RuntimeError, match="worker process .* is not running"):
+            list(replies)
+        model.fit(zip(trees, y), batch_size=8, verbose=0)  # forked anew
+        assert all(p.is_alive() for p in workers._procs)
+    finally:
+        model.compiler.close()
+    assert not [p for p in multiprocessing.active_children()
+                if p.name.startswith("refold-stream-worker")]
+
+
 # --- clean shutdown --------------------------------------------------------------------
 
 SHUTDOWN_SCRIPT = textwrap.dedent("""
-    import sys, threading
+    import multiprocessing, sys, threading
     import keras
     from compiler import Model
     from tests.compiler import factories
@@ -234,6 +379,11 @@ SHUTDOWN_SCRIPT = textwrap.dedent("""
         def on_train_batch_end(self, batch, logs=None):
             if batch == 2:
                 self.model.stop_training = True
+
+    class CtrlC(keras.callbacks.Callback):  # as Ctrl-C interrupts
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                raise KeyboardInterrupt
 
     trees, y = sign_data(200)
     stop_early = [StopMidEpoch(), keras.callbacks.EarlyStopping(monitor="loss", patience=0,
@@ -253,8 +403,23 @@ SHUTDOWN_SCRIPT = textwrap.dedent("""
         streamed.fit(zip(trees, y), batch_size=8, verbose=0, callbacks=[StopMidEpoch()])
         workers.fit(endless(), batch_size=64, epochs=2, steps_per_epoch=4, verbose=0,
                     callbacks=stop_early)
+        workers.fit(zip(trees, y), batch_size=8, verbose=0, callbacks=[StopMidEpoch()])
+        try:
+            workers.fit(endless(), batch_size=8, steps_per_epoch=20, verbose=0,
+                        callbacks=[CtrlC()])
+            raise AssertionError("not interrupted")
+        except KeyboardInterrupt:
+            pass
+        try:
+            workers.fit(iter([*zip(trees, y)][:30] + [("bad", 0)]), batch_size=8,
+                        verbose=0)
+            raise AssertionError("no error")
+        except ValueError as e:
+            assert "example 30" in str(e), e
         left = [t.name for t in threading.enumerate() if t.name == "refold-stream"]
         assert not left, left
+        procs = [p.name for p in multiprocessing.active_children()]
+        assert sorted(procs) == ["refold-stream-worker-0", "refold-stream-worker-1"], procs
     print("stopped", flush=True)
 """)
 
@@ -262,9 +427,10 @@ SHUTDOWN_SCRIPT = textwrap.dedent("""
 def test_an_early_stop_with_streams_or_without_cache_exits_promptly_10_of_10():
     """Ten tries of each early stop (mid-epoch, as TerminateOnNaN stops, and at an
     epoch's end, EarlyStopping) over a list without cache, a stream, an endless
-    stream, and an endless stream into a model with worker processes (which streams
-    do not use: the pool hung there): no planning thread
-    outlives a fit, and the two processes (five tries each) exit."""
+    stream, and streams into a model with two worker processes (early stops, a
+    KeyboardInterrupt mid-epoch, a bad example): no planning thread outlives a fit,
+    the workers stay two, and the two processes (five tries each) exit with the
+    workers still running (daemons, ended at exit)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "3"}
 

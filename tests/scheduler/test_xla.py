@@ -158,3 +158,16 @@ def test_a_deep_chain_runs_under_xla():
     # 300 steps of float32 sums in a different order: gradients ~30 agree to ~3e-6
     arrays = check(graph, raw, "agenda", np.array([x]), seed=1, which="small", rtol=1e-5)
     assert arrays["loop_op"].shape == (512,)  # 300 launches, bucketed
+
+
+def test_a_launch_wider_than_the_loop_width_runs_as_several_iterations():
+    COMPILED["small"] = Compiled(SMALL)
+    b = Builder(SMALL)
+    reads = [b.node("mix", *b.node("bias") * 2)[0] for _ in range(31)]  # one launch of 31
+    x = reads[0]
+    for _ in range(19):  # then 19 launches of one
+        (x,) = b.node("mix", x, reads[-1])
+    graph, raw = b.graph()
+    arrays = check(graph, raw, "agenda", np.array(reads + [x]), seed=2, which="small")
+    width = arrays["loop_width"].shape[0]
+    assert width == 4 and int(arrays["loop_count"][0]) == 8 + 19  # 31 rows: 8 iterations

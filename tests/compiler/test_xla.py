@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from blocks.errors import InputError
 from blocks.evaluation import reference_eval
-from compiler import Compiler, Model
+from compiler import Compiler, Model, NonFiniteLossError
 from scheduler.xla import XlaExecutor
 from tests.compiler import factories
 from tests.compiler.test_batched_equals_reference import (
@@ -243,3 +243,18 @@ def test_jit_compile_auto_stays_off_and_bad_values_are_refused():
     assert model.jit_compile is True
     with pytest.raises(ValueError, match="jit_compile must be True, False or 'auto'"):
         model.jit_compile = "yes"
+
+
+def test_a_non_finite_step_under_xla_names_its_batch_and_is_not_applied():
+    # tf.debugging assertions are compiled away by XLA; a NaN still stops fit, naming
+    # the examples of its batch, with the weights of the last good step
+    from tests.compiler.test_bad_data import log_loss_model
+    xs = list(np.random.default_rng(0).normal(size=16))
+    xs[11] = -1000.0
+    model = log_loss_model()
+    before = [w.numpy().copy() for w in model.weights]
+    with pytest.raises(NonFiniteLossError) as err:
+        model.fit(xs, batch_size=8, epochs=1, shuffle=False, jit_compile=True, verbose=0)
+    assert err.value.examples == list(range(8, 16)) and err.value.batch == 1
+    assert int(model.optimizer.iterations) == 1
+    assert not np.allclose(before[0], model.weights[0].numpy())  # batch 0 was applied

@@ -1,6 +1,6 @@
 """Ablations: a model-zoo choice against its alternatives, paired in one process.
 
-Run: `python -m benchmarks.ablations [--only rowlists,conds,cells,bidirectional,weightgrads]
+Run: `python -m benchmarks.ablations [--only rowlists,conds,cells,bidirectional,weightgrads,xla]
 [--rounds N] [--batch-sizes 16,64]`.
 Every variant is built on the same weights and batch; the calls of all variants
 are interleaved round after round (each round in another order), and the median
@@ -32,6 +32,12 @@ time per call counts, so the machine's load drifts over all of them alike.
   and of the bilstm tagger (loss at every word), planning not included, each
   variant on several engines (`--instances`), at `--batch-sizes`; the last
   column is the median of per-round ratios.
+- `xla`: `Model.fit` with `jit_compile=True` (`compiler.xla`: batches padded to
+  buckets, one XLA program per bucket) against `jit_compile=False` (the default
+  graph-mode step), whole `fit(epochs=1)` calls on the sst-synth TreeLSTM (loss at the
+  root, random trees, 32 per call at batch 1, 128 at 16, 256 at 64, `shuffle=False`
+  so that every call meets the buckets the warm-up call compiled) at `--batch-sizes`;
+  also the warm-up calls (tracing and XLA compilation) and the buckets compiled.
 - `bidirectional`: the bilstm tagger with `encoders.bidirectional` (both cells as
   one `rnn_cells.CellPair`) against the same encoder written as two RNNs, and the
   padded Keras BiLSTM, train and inference steps (planning included).
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import time
 
 import numpy as np
@@ -311,6 +318,39 @@ def weightgrads(batch_sizes: list, rounds: int, instances: int = 2) -> dict:
     return out
 
 
+def xla(batch_sizes: list, rounds: int) -> dict:
+    import keras
+
+    from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+    from compiler import Model
+    rng = np.random.default_rng(0)
+    workload = TreeLSTMModel(seed=0)
+    out = {}
+    for b in batch_sizes:
+        n = {1: 32, 16: 128}.get(b, 256)
+        trees = [sst_synth_tree(rng) for _ in range(n)]
+        labels = rng.integers(0, CLASSES, n).astype(np.int32)
+        fns, models, warm = {}, {}, {}
+        for jit in (False, True):
+            model = models[jit] = Model(workload.block)
+            model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit,
+                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            fns[jit] = functools.partial(model.fit, trees, labels, batch_size=b, epochs=1,
+                                         verbose=0, shuffle=False)
+            t = time.perf_counter()
+            fns[jit]()
+            warm[jit] = time.perf_counter() - t
+        ms = _interleaved(fns, rounds)
+        step = next(c.cell_contents for c in models[True].train_function.__closure__
+                    if hasattr(c.cell_contents, "xla_traces"))
+        out[b] = {"graph ms/tree": ms[False] / n, "xla ms/tree": ms[True] / n,
+                  "xla / graph": ms[True] / ms[False], "warm-up s (graph)": warm[False],
+                  "warm-up s (xla)": warm[True], "buckets": step.xla_traces}
+        print(f"xla, batch {b}: " + ", ".join(f"{k} {v:.3g}" for k, v in out[b].items()),
+              flush=True)
+    return out
+
+
 def _fetch(outputs):
     return [np.asarray(o) for o in outputs] if isinstance(outputs, (list, tuple)) \
         else np.asarray(outputs)
@@ -318,11 +358,12 @@ def _fetch(outputs):
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", default="rowlists,conds,cells,bidirectional,weightgrads")
+    parser.add_argument("--only", default="rowlists,conds,cells,bidirectional,weightgrads",
+                        help="also: xla (not run by default: it compiles for minutes)")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--batch", type=int, default=64, help="for rowlists, conds and cells")
     parser.add_argument("--batch-sizes", default="16,64",
-                        help="for bidirectional and weightgrads")
+                        help="for bidirectional, weightgrads and xla")
     parser.add_argument("--instances", type=int, default=3,
                         help="engines per variant, conds and weightgrads")
     args = parser.parse_args(argv)
@@ -340,6 +381,8 @@ def main(argv=None) -> dict:
     if "weightgrads" in only:
         out["weightgrads"] = weightgrads(
             [int(b) for b in args.batch_sizes.split(",")], args.rounds, args.instances)
+    if "xla" in only:
+        out["xla"] = xla([int(b) for b in args.batch_sizes.split(",")], args.rounds)
     return out
 
 

@@ -82,6 +82,7 @@ from compiler.steps import (
     apply_if_finite_on_every_replica,
 )
 from compiler.streaming import StreamFeeder, is_stream, reads_once
+from compiler.xla import XlaBatches, metric_weights
 
 
 @keras.saving.register_keras_serializable(package="refold")
@@ -216,6 +217,8 @@ class Model(keras.Model):
 
     def _forward(self, x: dict):
         """`(y_pred or None, {metric id: values})` for one packed batch."""
+        if "metric_counts" in x:  # a batch in its XLA form (compiler.xla)
+            return self._xla_batches().forward(x)
         outs = self.compiler.executor.compute(x)
         n = x["batch_size"][0]
         y_pred = outs[self._out_type][:n] if self._out_type is not None else None
@@ -263,7 +266,8 @@ class Model(keras.Model):
         counts = tf.cast(x["global_metric_counts"], tf.float32) if part else None
         for m in self._loss_ids:
             v = tf.cast(values[m], tf.float32)
-            count = counts[m] if part else tf.cast(tf.size(v), tf.float32)
+            count = counts[m] if part else tf.reduce_sum(metric_weights(x, m, tf.reshape(
+                v, [-1]))) if "metric_counts" in x else tf.cast(tf.size(v), tf.float32)
             terms.append(tf.reduce_sum(v) / tf.maximum(count, 1.0))
         if not terms:
             return tf.constant(0.0)
@@ -322,7 +326,9 @@ class Model(keras.Model):
         if y is not None and self._compile_metrics is not None:
             self._compile_metrics.update_state(y, y_pred, sample_weight)
         for tracker, m in zip(self.block_metric_trackers, self._tracked_ids):
-            tracker.update_state(tf.cast(tf.reshape(values[m], [-1]), tf.float32))
+            v = tf.cast(tf.reshape(values[m], [-1]), tf.float32)
+            tracker.update_state(v, sample_weight=metric_weights(x, m, v)
+                                 if "metric_counts" in x else None)
         return self.get_metrics_result()
 
     def train_step(self, data):
@@ -347,26 +353,55 @@ class Model(keras.Model):
 
     @property
     def jit_compile(self) -> bool:
-        """Always False: the step runs in TensorFlow's graph mode, never under XLA
-        (see `compiler.steps`); Keras' "auto" would turn XLA on with a GPU."""
-        return False
+        """Whether the steps run under XLA (`compile(jit_compile=...)`, or per call
+        `fit(..., jit_compile=True)`): each batch padded to buckets and each bucket
+        compiled once (`compiler.xla`, `scheduler.xla`). False by default."""
+        return getattr(self, "_xla_on", False)
 
     @jit_compile.setter
     def jit_compile(self, value) -> None:
-        if value is True:
-            raise ValueError("jit_compile=True is not supported: the engine updates its "
-                             "value buffers in place with ops XLA has no kernels for "
-                             "(InplaceUpdate, InplaceAdd); leave jit_compile='auto' or False "
-                             "(Model always runs its step in TensorFlow's graph mode)")
+        if value == "auto":
+            value = self._resolve_auto_jit_compile()
+        if value not in (True, False):
+            raise ValueError(f"jit_compile must be True, False or 'auto', got {value!r}")
+        self._xla_on = bool(value)
 
     def _resolve_auto_jit_compile(self) -> bool:
+        """Keras' "auto" (its default) turns XLA on when a GPU is visible; Model keeps
+        it off. On this CPU the XLA step measured slower than the graph-mode step at
+        every batch size (BENCHMARKS.md, "XLA for the loop"): padding and XLA's CPU
+        matmuls cost more than the fused kernels save. On a GPU the XLA path would
+        run as on the CPU, wholly on the device (`scheduler.xla`), but it has not
+        been measured there, so "auto" does not choose it; pass `jit_compile=True`."""
         return False
+
+    @contextlib.contextmanager
+    def _jit_for_call(self, jit_compile):
+        """`jit_compile` for one `fit`/`evaluate`/`predict` call (None: the model's)."""
+        if jit_compile is None:
+            yield
+            return
+        before = self.jit_compile
+        self.jit_compile = jit_compile
+        try:
+            yield
+        finally:
+            self._xla_on = before
+
+    def _xla_batches(self):
+        if getattr(self, "_xla_state", None) is None:
+            self._xla_state = XlaBatches(self)
+        return self._xla_state
 
     def _step_function(self, step, role, kind: str) -> StepFunction | ReplicaSteps:
         if is_distributed(self.distribute_strategy):  # compiler.distributed
+            if self.jit_compile:
+                raise ValueError("jit_compile=True is not supported under a tf.distribute "
+                                 "strategy yet: leave it False or 'auto' there")
             return ReplicaSteps(self, kind, lambda: self._feeders[role()])
         return StepFunction(step, lambda: self._feeders[role()],
-                            lambda: bool(self.run_eagerly), lambda: self._epoch)
+                            lambda: bool(self.run_eagerly), lambda: self._epoch,
+                            xla=lambda: self._xla_batches() if self.jit_compile else None)
 
     def make_train_function(self, force=False):
         if self.train_function is None or force:
@@ -472,7 +507,7 @@ class Model(keras.Model):
             sample_weight=None, initial_epoch: int = 0, validation_freq: int = 1,
             validation_batch_size: int | None = None, validation_split: float = 0.0,
             class_weight: dict | None = None, steps_per_epoch: int | None = None,
-            validation_steps: int | None = None, **kwargs):
+            validation_steps: int | None = None, jit_compile=None, **kwargs):
         """Trains on `x` (a list of inputs, or a stream) and optional labels `y`.
 
         As `keras.Model.fit`; `validation_data` is `(x_val, y_val)` or `x_val` (Fold
@@ -499,6 +534,9 @@ class Model(keras.Model):
         (`ValueError`) are checked before the first step, and a step whose loss or
         gradients are not finite is not applied: it raises `compiler.NonFiniteLossError`
         naming the batch's examples, the weights left those of the last good step.
+
+        `jit_compile` (True, False or "auto"; default: the model's, see the
+        `jit_compile` property) runs this call's steps under XLA or not.
         """
         _refuse(kwargs, "fit")
         batch_size = 32 if batch_size is None else batch_size
@@ -569,9 +607,9 @@ class Model(keras.Model):
             blame = [(given_x, "x", [*self.skipped_examples,
                                      *(split_at + i for i in self.skipped_validation_examples)])]
         try:
-            with blaming(self.block, blame), _end_of_stream_is_end_of_epoch(
-                    (stream and steps_per_epoch is None)
-                    or (val_stream and validation_steps is None)):
+            with blaming(self.block, blame), self._jit_for_call(jit_compile), \
+                    _end_of_stream_is_end_of_epoch((stream and steps_per_epoch is None)
+                                                   or (val_stream and validation_steps is None)):
                 return super().fit(data, epochs=epochs, verbose=verbose, callbacks=callbacks,
                                    shuffle=False, validation_data=val,
                                    initial_epoch=initial_epoch, validation_freq=validation_freq,
@@ -582,9 +620,9 @@ class Model(keras.Model):
 
     def evaluate(self, x=None, y=None, batch_size: int | None = None, verbose="auto",
                  sample_weight=None, callbacks=None, return_dict: bool = False,
-                 steps: int | None = None, **kwargs):
+                 steps: int | None = None, jit_compile=None, **kwargs):
         """As `keras.Model.evaluate`, on a list of inputs (and optional labels) or a
-        stream (see `fit`); `steps` batches of it if given."""
+        stream (see `fit`); `steps` batches of it if given. `jit_compile`: as in `fit`."""
         if kwargs.get("_use_cached_eval_dataset"):  # Keras' fit validating
             role, self._test_role = self._test_role, "validation"
             try:
@@ -605,22 +643,28 @@ class Model(keras.Model):
             blame = [(x, "x", self.skipped_examples)]
         self._check_loss(y, labels_in_x=stream)
         try:
-            with blaming(self.block, blame), _end_of_stream_is_end_of_epoch(stream):
+            with blaming(self.block, blame), self._jit_for_call(jit_compile), \
+                    _end_of_stream_is_end_of_epoch(stream):
                 return super().evaluate(data, verbose=verbose, callbacks=callbacks,
                                         return_dict=return_dict, steps=steps)
         finally:
             self._close_streams()
 
     def predict(self, x, batch_size: int | None = None, verbose="auto", callbacks=None,
-                steps: int | None = None, **kwargs):
+                steps: int | None = None, jit_compile=None, **kwargs):
         """One output per input, in input order.
 
         An array `[N, ...]` when the block's output is one tensor; otherwise a list
         of per-input results in `block.eval`'s form. `x` is a list of inputs or a
         stream of inputs (see `fit`; `steps` batches of it if given, as an endless
-        stream needs).
+        stream needs). `jit_compile`: as in `fit` (for a block whose output is one
+        tensor per input; other outputs come from `Compiler.run`, never under XLA).
         """
         _refuse(kwargs, "predict")
+        with self._jit_for_call(jit_compile):
+            return self._predict(x, batch_size, verbose, callbacks, steps)
+
+    def _predict(self, x, batch_size, verbose, callbacks, steps):
         batch_size = 32 if batch_size is None else batch_size
         if _streamed(x, None, None):
             return self._predict_stream(x, batch_size, verbose, callbacks, steps)

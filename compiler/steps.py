@@ -7,9 +7,9 @@ ask the feeder for those packed batches and run one traced step on each. The
 traced step has a fixed input signature (the packed arrays' and the labels'
 `TensorSpec`s, all of unknown length), so it is traced once per label layout.
 
-It runs in TensorFlow's graph mode, never under XLA: the engine updates its value
-buffers in place with ops that XLA has no kernels for (`InplaceUpdate`,
-`InplaceAdd`), so `Model.jit_compile` is always False.
+It runs in TensorFlow's graph mode by default. With `Model.jit_compile` on, each
+batch is converted to its bucketed XLA form (`compiler.xla`) and the step is traced
+with static shapes under `jit_compile=True`, once per bucket key.
 """
 
 from __future__ import annotations
@@ -102,13 +102,18 @@ class StepFunction:
         step: the model's `train_step`, `test_step` or `predict_step`.
         feeder: returns the `BatchFeeder` of the call under way.
         eager: returns whether to run the step without tracing (`run_eagerly`).
+        xla: returns the model's `compiler.xla.XlaBatches` when its steps run under
+            XLA, None otherwise.
     """
 
     def __init__(self, step: Callable, feeder: Callable[[], BatchFeeder],
-                 eager: Callable[[], bool], epoch: Callable[[], int] | None = None):
+                 eager: Callable[[], bool], epoch: Callable[[], int] | None = None,
+                 xla: Callable[[], object] | None = None):
         self._step, self._feeder, self._eager = step, feeder, eager
         self._epoch = epoch
+        self._xla = xla or (lambda: None)
         self._traced: dict = {}
+        self.xla_traces = 0  # compiled (bucket) programs traced so far
 
     def run(self, i: int):
         """The step's outputs on batch `i` of the current feeder.
@@ -118,8 +123,19 @@ class StepFunction:
         was skipped) raises `NonFiniteLossError` naming the batch's examples."""
         feeder = self._feeder()
         data = feeder.batch(i)
+        xla = None if self._eager() else self._xla()
         if self._eager():
             outputs = self._step(tf.nest.map_structure(tf.convert_to_tensor, data))
+        elif xla is not None:
+            data = xla.convert(data)
+            key = ("xla", xla.key(data))
+            fn = self._traced.get(key)
+            if fn is None:
+                self.xla_traces += 1
+                fn = self._traced[key] = tf.function(
+                    self._step, input_signature=[xla.signature(data)], autograph=False,
+                    jit_compile=True).get_concrete_function()
+            outputs = fn(data)
         else:
             key = tuple(tf.nest.flatten(feeder.signature))
             fn = self._traced.get(key)

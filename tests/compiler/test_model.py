@@ -574,13 +574,6 @@ def _on_batch_model(**compile_kwargs):
     return model
 
 
-def test_jit_compile_true_is_refused_and_auto_never_turns_xla_on():
-    model = _on_batch_model()
-    assert model.jit_compile is False
-    with pytest.raises(ValueError, match="jit_compile=True is not supported.*InplaceUpdate"):
-        _on_batch_model(jit_compile=True)
-
-
 def test_several_steps_per_execution_train_as_one_step_at_a_time():
     trees = [(1.0, 2.0), -1.0, (0.5, (1.0, -3.0)), 2.0, (-1.0, -1.0), 0.25, (3.0, 0.5)]
     labels = np.array([1, 0, 0, 1, 0, 1, 1])

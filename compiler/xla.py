@@ -1,0 +1,89 @@
+"""A `Model`'s steps under XLA (`jit_compile=True`): packed batches padded to buckets.
+
+`XlaBatches(model).convert(batch)` turns a packed batch (`compiler.pipeline`) into
+the arrays of the engine's XLA program (`scheduler.xla`), plus what the step reads
+after it: `result_rows` (the buffer row of each input's output, one per input, so
+`y_pred` has the batch's exact size, as the labels do) and, per `td.Metric` m,
+`metric_rows_m` (its values' rows, padded to a bucket) with `metric_counts[m]`
+(how many are real). `forward(x)` is the step's forward pass: `y_pred` and the
+metric values, the padded ones zero; `metric_weights` masks them in the metrics.
+
+Every shape is then static and bucketed, so `StepFunction` traces one
+`tf.function(jit_compile=True)` per bucket key (`key`) and XLA compiles each once.
+Small batches share the buckets of `MIN_ROWS` rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scheduler.xla import XlaExecutor
+
+# The smallest bucket: batches of a few small inputs share one compiled program.
+MIN_ROWS = 8
+
+
+class XlaBatches:
+    """The XLA form of a `Model`'s packed batches (see the module docstring)."""
+
+    def __init__(self, model, min_rows: int = MIN_ROWS):
+        self.program = model.program
+        self.out_type = model._out_type
+        self.xla = XlaExecutor(model.compiler.executor, min_rows)
+
+    def convert(self, batch: tuple) -> tuple:
+        """`(arrays, *labels)` with the arrays in their XLA form."""
+        arrays, *rest = batch
+        out, rows = self.xla.pack(arrays)
+        n = int(arrays["batch_size"][0])
+        out["batch_size"] = arrays["batch_size"]
+        if self.out_type is not None:
+            out["result_rows"] = rows[self.out_type][:n]
+        bounds = np.asarray(arrays["metric_bounds"]).reshape(-1, 2)
+        counts = []
+        for m, t in enumerate(self.program.metric_types):
+            k = self.program.type_id[t]
+            mine = rows[k][bounds[m, 0]:bounds[m, 1]]
+            padded = np.full(self.xla.bucket(len(mine)), out[f"buffer_{k}"].shape[0] - 1,
+                             np.int32)
+            padded[:len(mine)] = mine
+            out[f"metric_rows_{m}"] = padded
+            counts.append(len(mine))
+        out["metric_counts"] = np.array(counts, np.int32)
+        return (out, *rest)
+
+    @staticmethod
+    def key(batch: tuple) -> tuple:
+        """The shapes a compiled step depends on."""
+        arrays, *rest = batch
+        return XlaExecutor.key(arrays), tuple(np.shape(a) for a in rest)
+
+    def signature(self, batch: tuple) -> tuple:
+        """Static `tf.TensorSpec`s of a converted batch."""
+        import tensorflow as tf
+        return tuple(tf.nest.map_structure(
+            lambda a: tf.TensorSpec(np.shape(a), tf.as_dtype(np.asarray(a).dtype)), batch))
+
+    def forward(self, x: dict):
+        """`(y_pred or None, {metric id: values, padded with zeros})` of a converted
+        batch (inside the compiled step)."""
+        import tensorflow as tf
+        bufs = self.xla.compute(x)
+        y_pred = tf.gather(bufs[self.out_type], x["result_rows"]) \
+            if self.out_type is not None else None
+        values = {}
+        for m, t in enumerate(self.program.metric_types):
+            v = tf.gather(bufs[self.program.type_id[t]], x[f"metric_rows_{m}"])
+            real = tf.range(tf.shape(v)[0]) < x["metric_counts"][m]
+            values[m] = tf.where(tf.reshape(real, [-1] + [1] * (v.shape.rank - 1)), v,
+                                 tf.zeros_like(v))
+        return y_pred, values
+
+
+def metric_weights(x: dict, m: int, v):
+    """Per element of metric m's flattened values `v`: 1 if real, 0 if padding."""
+    import tensorflow as tf
+    rows = tf.shape(v)[0]
+    real = tf.cast(tf.range(rows) < x["metric_counts"][m], tf.float32)
+    per_row = tf.size(v) // tf.maximum(rows, 1)
+    return tf.reshape(tf.repeat(real, per_row), [-1])

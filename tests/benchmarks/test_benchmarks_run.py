@@ -85,7 +85,8 @@ def test_engine_memory_expansion_and_plan_sections(capsys):
 
 def test_fit_against_the_bare_engine():
     out = fit.main(["--trees", "8", "--batch", "4", "--rounds", "1"])
-    assert sorted(out) == ["engine", "fit", "ratio", "stream", "stream_ratio"] \
+    assert sorted(out) == ["engine", "fit", "ratio", "stream", "stream_ratio", "workers",
+                           "workers_ratio"] \
         and all(map(_rate, out.values()))
 
 

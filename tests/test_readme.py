@@ -20,7 +20,7 @@ def test_the_readme_has_exactly_two_setup_commands():
     commands = re.findall(r"```sh\n(.*?)```", setup, re.S)
     assert [c.strip() for c in commands] == [
         'python -m pip install -e ".[examples]" && python -m examples.sentiment',
-        'python -m pip install -e ".[test]" && python -m pytest -q']
+        'python -m pip install -e ".[test]" && python -m pytest -q -n auto --dist loadfile']
 
 
 def test_the_quick_start_runs_and_its_comments_are_true():

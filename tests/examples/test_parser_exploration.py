@@ -39,6 +39,30 @@ def crossing(n_seed: int) -> Sentence:
 SENTENCES = SHORT[:20] + [crossing(k) for k in range(6)]
 
 
+def unambiguous(s: Sentence) -> bool:
+    """The static oracle's transition is the only zero-cost one at every step of its path."""
+    c = Configuration(len(s))
+    for _, t in oracle(s.heads):
+        if [x == 0 for x in costs(c, s.heads)] != [u == t for u in range(3)]:
+            return False
+        c.apply(t)
+    return True
+
+
+def check_batches(name: str, block, inputs, scheduler: str) -> Case:
+    """Random batches of `inputs` through `block` equal the reference (values, metrics
+    and gradients) under `scheduler`; returns the case."""
+    case = Case(name, block, inputs, variables(block))
+    engine = engine_for(case, scheduler)
+
+    @settings(max_examples=2, deadline=None)
+    @given(batch=st.lists(inputs, min_size=1, max_size=5))
+    def check(batch):
+        check_case_batch(case, scheduler, batch, engine)
+    check()
+    return case
+
+
 @pytest.fixture(scope="module")
 def exploring():
     """The walk over tiny random layers, following wrong predictions by a coin flip
@@ -52,15 +76,8 @@ def test_the_walk_batched_equals_the_reference_in_decisions_values_and_gradients
     block = exploring.heads_block  # the heads reached show the decisions taken
     inputs = st.sampled_from([exploration_input(s, exploring.parser.vocab, seed=k)
                               for k, s in enumerate(SENTENCES)])
-    case = Case("exploration", block, inputs, variables(block))
+    case = check_batches("exploration", block, inputs, scheduler)
     assert {id(p.value) for p in exploring.parser.pads} <= {id(v) for v in case.variables}
-    engine = engine_for(case, scheduler)
-
-    @settings(max_examples=2, deadline=None)
-    @given(batch=st.lists(inputs, min_size=1, max_size=5))
-    def check(batch):
-        check_case_batch(case, scheduler, batch, engine)
-    check()
 
 
 def test_the_walk_leaves_the_gold_path_and_the_training_block_is_the_same_walk():
@@ -98,13 +115,6 @@ def test_on_the_gold_path_the_loss_is_the_static_cross_entropy():
     exploring = Exploration(tiny_parser(SHORT), explore=0.0)
     parser = exploring.parser
 
-    def unambiguous(s):
-        c = Configuration(len(s))
-        for _, t in oracle(s.heads):
-            if [x == 0 for x in costs(c, s.heads)] != [u == t for u in range(3)]:
-                return False
-            c.apply(t)
-        return True
     chosen = [s for s in SHORT if unambiguous(s)]
     assert len(chosen) >= 3
     for s in chosen[:3]:
@@ -142,13 +152,6 @@ def test_on_the_gold_path_the_label_loss_is_the_static_label_loss():
     parser = exploring.parser
     assert len(parser.vocab.labels) == 3
 
-    def unambiguous(s):
-        c = Configuration(len(s))
-        for _, t in oracle(s.heads):
-            if [x == 0 for x in costs(c, s.heads)] != [u == t for u in range(3)]:
-                return False
-            c.apply(t)
-        return True
     chosen = [s for s in sentences if unambiguous(s)]
     for s in chosen[:3]:
         _, metrics = exploring.block.eval(exploration_input(s, parser.vocab))
@@ -165,14 +168,7 @@ def test_the_labelled_walk_batched_equals_the_reference(scheduler):
     block = exploring.block
     inputs = st.sampled_from([exploration_input(s, exploring.parser.vocab, seed=k)
                               for k, s in enumerate(sentences[:12])])
-    case = Case("labelled_exploration", block, inputs, variables(block))
-    engine = engine_for(case, scheduler)
-
-    @settings(max_examples=2, deadline=None)
-    @given(batch=st.lists(inputs, min_size=1, max_size=5))
-    def check(batch):
-        check_case_batch(case, scheduler, batch, engine)
-    check()
+    check_batches("labelled_exploration", block, inputs, scheduler)
 
 def test_the_loss_is_the_cross_entropy_of_the_best_scoring_correct_transition():
     from examples.parser.exploration import _hit, _loss

@@ -18,14 +18,14 @@ step guard stay on in both (the guard's cost is in BENCHMARKS.md: 0.2% of a step
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import time
 
 import numpy as np
 
-from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+from benchmarks.common import compiled_model, fit_arguments, sst_synth_data
+from benchmarks.workloads import TreeLSTMModel
 
 
 @contextlib.contextmanager
@@ -53,27 +53,14 @@ def unchecked():
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trees", type=int, default=640)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--json", help="also write the results to this file")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.trees, args.rounds = 128, 2
+    args = fit_arguments(
+        argv, __doc__.splitlines()[0], trees=640, rounds=5, quick=(128, 2),
+        extra=lambda p: p.add_argument("--json", help="also write the results to this file"))
 
-    import keras
-
-    from compiler import Model
     from compiler.expansion import expand_all
 
-    rng = np.random.default_rng(0)
-    trees = [sst_synth_tree(rng) for _ in range(args.trees)]
-    labels = rng.integers(0, CLASSES, args.trees).astype(np.int32)
-    model = Model(TreeLSTMModel(seed=0).block, cache=False)
-    model.compile(optimizer=keras.optimizers.SGD(0.01),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    trees, labels = sst_synth_data(args.trees)
+    model = compiled_model(TreeLSTMModel(seed=0).block, cache=False)
 
     def fit_rate() -> float:
         start = time.perf_counter()

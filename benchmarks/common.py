@@ -1,11 +1,16 @@
-"""What every throughput benchmark shares: a plain SGD step, the throughput loop and the
-results table (`benchmarks.treelstm`, `benchmarks.bilstm`)."""
+"""What the benchmarks share: a plain SGD step, the throughput loop and the results
+table (`benchmarks.treelstm`, `benchmarks.bilstm`); the arguments, data, model and
+epoch timer of the `Model.fit` benchmarks (`benchmarks.fit`, `mixed_precision`,
+`distributed`, `checks`)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections.abc import Callable, Sequence
+
+import numpy as np
 
 
 def sgd_apply(variables, grads, lr) -> None:
@@ -71,3 +76,61 @@ def report(results: dict, sizes: list, ratios: Sequence[tuple], json_path: str |
         with open(json_path, "w") as f:
             json.dump(results, f, indent=1)
     return results
+
+
+# --- what the `Model.fit` benchmarks share (fit, mixed_precision, distributed, checks) ---
+
+def fit_arguments(argv, description: str, trees: int, rounds: int,
+                  quick: tuple[int, int], extra: Callable | None = None) -> argparse.Namespace:
+    """`--trees`, `--batch` (64), `--rounds` and `--quick` (`quick`: its `(trees, rounds)`),
+    plus what `extra(parser)` adds, parsed from `argv`."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--trees", type=int, default=trees)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--quick", action="store_true")
+    if extra is not None:
+        extra(parser)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.trees, args.rounds = quick
+    return args
+
+
+def sst_synth_data(n: int) -> tuple[list, np.ndarray]:
+    """`n` sst-synth trees and a random class for each (seed 0)."""
+    from benchmarks.workloads import CLASSES, sst_synth_tree
+    rng = np.random.default_rng(0)
+    trees = [sst_synth_tree(rng) for _ in range(n)]
+    return trees, rng.integers(0, CLASSES, n).astype(np.int32)
+
+
+def compiled_model(block, **options):
+    """A `compiler.Model(block, **options)` compiled for the benchmarks' training: SGD
+    at 0.01 on softmax cross-entropy from logits."""
+    import keras
+
+    from compiler import Model
+    model = Model(block, **options)
+    model.compile(optimizer=keras.optimizers.SGD(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def epoch_timer():
+    """A Keras callback that appends each epoch's wall-clock seconds to its `seconds`
+    (made on call, so that importing this module does not start TensorFlow)."""
+    import keras
+
+    class EpochTimer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seconds: list[float] = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.seconds.append(time.perf_counter() - self.start)
+
+    return EpochTimer()

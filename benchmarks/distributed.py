@@ -19,61 +19,42 @@ sharding did, against one worker's shard when 2 and 4 workers share the batches
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 
+from benchmarks.common import compiled_model, epoch_timer, fit_arguments, sst_synth_data
+
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trees", type=int, default=512)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.trees, args.rounds = 128, 2
+    args = fit_arguments(argv, __doc__.splitlines()[0], trees=512, rounds=3, quick=(128, 2))
 
     import tensorflow as tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    import keras
-
-    from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+    from benchmarks.workloads import TreeLSTMModel
     from compiler import Model
     from compiler.distributed import replica_parts
 
-    rng = np.random.default_rng(0)
-    trees = [sst_synth_tree(rng) for _ in range(args.trees)]
-    labels = rng.integers(0, CLASSES, args.trees).astype(np.int32)
+    trees, labels = sst_synth_data(args.trees)
 
     def build(devices) -> Model:
         scope = tf.distribute.MirroredStrategy(devices).scope() if devices else \
             tf.init_scope()
         with scope:
-            model = Model(TreeLSTMModel(seed=0).block)
-            model.compile(optimizer=keras.optimizers.SGD(0.01),
-                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        return model
+            return compiled_model(TreeLSTMModel(seed=0).block)
 
     models = {"one device": build(None), "1 replica": build(["CPU:0"]),
               "2 replicas": build(["CPU:0", "CPU:1"])}
 
-    class Timer(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.start = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.seconds = time.perf_counter() - self.start
+    timer = epoch_timer()
 
     def epoch(model: Model) -> float:
         """Trees/s of the second epoch of a `fit` (the call's setup left out)."""
-        timer = Timer()
         model.fit(trees, labels, batch_size=args.batch, epochs=2, verbose=0, shuffle=False,
                   callbacks=[timer])
-        return len(trees) / timer.seconds
+        return len(trees) / timer.seconds[-1]
 
     for m in models.values():
         epoch(m)  # warm-up: tracing, expansion

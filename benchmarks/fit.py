@@ -21,44 +21,29 @@ leave that variant out).
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 
-from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+from benchmarks.common import compiled_model, fit_arguments, sst_synth_data
+from benchmarks.workloads import TreeLSTMModel
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trees", type=int, default=1280)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.trees, args.rounds = 320, 2
+    args = fit_arguments(argv, __doc__.splitlines()[0], trees=1280, rounds=3, quick=(320, 2),
+                         extra=lambda p: p.add_argument("--workers", type=int, default=2))
 
     import keras
 
     from benchmarks.treelstm import EngineVariant
-    from compiler import Model
 
-    rng = np.random.default_rng(0)
-    trees = [sst_synth_tree(rng) for _ in range(args.trees)]
-    labels = rng.integers(0, CLASSES, args.trees).astype(np.int32)
+    trees, labels = sst_synth_data(args.trees)
     workload = TreeLSTMModel(seed=0)
     engine = EngineVariant(workload, "agenda", lr=0.01)
-    model = Model(workload.block)
-    streamed = Model(workload.block, cache=False)
-    parallel = Model(workload.block, cache=False, workers=args.workers) \
+    model = compiled_model(workload.block)
+    streamed = compiled_model(workload.block, cache=False)
+    parallel = compiled_model(workload.block, cache=False, workers=args.workers) \
         if args.workers else None
-    for m in (model, streamed, parallel):
-        if m is None:
-            continue
-        m.compile(optimizer=keras.optimizers.SGD(0.01),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     b = args.batch
     batches = [(trees[i:i + b], labels[i:i + b]) for i in range(0, len(trees), b)]
 

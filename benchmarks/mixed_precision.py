@@ -14,26 +14,18 @@ buffers per batch (what the low dtype halves).
 
 from __future__ import annotations
 
-import argparse
-import time
-
 import numpy as np
 
-from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+from benchmarks.common import compiled_model, epoch_timer, fit_arguments, sst_synth_data
+from benchmarks.workloads import TreeLSTMModel
 
 POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
 def _model(policy: str):
-    import keras
-
     from blocks.precision import global_policy
-    from compiler import Model
     with global_policy(policy):
-        model = Model(TreeLSTMModel(seed=0).block)
-        model.compile(optimizer=keras.optimizers.SGD(0.01),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
+        return compiled_model(TreeLSTMModel(seed=0).block)
 
 
 def loop_buffer_bytes(model, trees: list) -> int:
@@ -60,34 +52,15 @@ def _numpy_dtype(name: str):
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trees", type=int, default=1280)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.trees, args.rounds = 256, 1
-
-    import keras
-
-    rng = np.random.default_rng(0)
-    trees = [sst_synth_tree(rng) for _ in range(args.trees)]
-    labels = rng.integers(0, CLASSES, args.trees).astype(np.int32)
+    args = fit_arguments(argv, __doc__.splitlines()[0], trees=1280, rounds=3, quick=(256, 1))
+    trees, labels = sst_synth_data(args.trees)
     models = {p: _model(p) for p in POLICIES}
-    epoch_times: list[float] = []
-
-    class Timer(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.start = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            epoch_times.append(time.perf_counter() - self.start)
+    timer = epoch_timer()
 
     def epoch(policy: str) -> tuple[float, float]:
         history = models[policy].fit(trees, labels, batch_size=args.batch, epochs=1,
-                                     verbose=0, shuffle=False, callbacks=[Timer()])
-        return len(trees) / epoch_times[-1], history.history["loss"][-1]
+                                     verbose=0, shuffle=False, callbacks=[timer])
+        return len(trees) / timer.seconds[-1], history.history["loss"][-1]
 
     for p in POLICIES:  # warm-up: tracing, expansion
         epoch(p)

@@ -20,21 +20,22 @@ Sentences come as the parser's `Sentence` (words, tags, heads, relations).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from examples.parser.treebank import Sentence
+from examples.read_report import ReadReport
 
 __all__ = ["Reading", "parse", "read"]
 
 
 @dataclass
-class Reading:
-    """The well-formed sentences of a file, how many were left out, and why the first
-    one was (`"file:line: message"`, None if none was)."""
+class Reading(ReadReport):
+    """The well-formed sentences of a file, and what was left out (a `ReadReport`
+    whose records are sentences, numbered by the line of the first malformed one:
+    `first_error` is `"file:line: message"`, None if none was left out)."""
 
-    sentences: list[Sentence]
-    skipped: int = 0
-    first_error: str | None = None
+    sentences: list[Sentence] = field(default_factory=list)
+    place: str = "line"
 
     def summary(self) -> str:
         """One line for a user: the sentences read and those left out."""
@@ -106,14 +107,13 @@ def parse(text: str, source: str = "<text>") -> Reading:
     except ModuleNotFoundError:
         raise ModuleNotFoundError("reading CoNLL-U needs the 'conllu' package: "
                                   "pip install -e \".[treebanks]\"") from None
-    reading = Reading([])
+    reading = Reading(source)
     for lines in _blocks(text):
+        reading.records += 1
         try:
             sentence = _sentence(lines)
         except _MalformedLineError as e:
-            reading.skipped += 1
-            if reading.first_error is None:
-                reading.first_error = f"{source}:{e.line}: {e}"
+            reading.skip(e.line, str(e))
             continue
         if len(sentence):
             reading.sentences.append(sentence)

@@ -30,31 +30,14 @@ from __future__ import annotations
 import gzip
 import json
 from collections import Counter
-from dataclasses import dataclass
+
+from examples.read_report import ReadReport
 
 __all__ = ["ReadReport", "read_records", "check_tree", "Task", "SPLITS", "MAX_POSITION"]
 
 SPLITS = ("train", "dev", "test")
 MAX_POSITION = 7
 """Children after the eighth share the last position id."""
-
-
-@dataclass
-class ReadReport:
-    """Lines read from a file, how many were skipped, and the first skipped line
-    (1-based) with the reason."""
-    path: str
-    lines: int = 0
-    skipped: int = 0
-    first_skipped: int | None = None
-    first_reason: str | None = None
-
-    def __str__(self) -> str:
-        text = f"{self.path}: {self.lines - self.skipped} of {self.lines} records read"
-        if self.skipped:
-            text += (f", {self.skipped} skipped (the first: line {self.first_skipped}, "
-                     f"{self.first_reason})")
-        return text
 
 
 def check_tree(tree, depth: int = 0) -> None:
@@ -85,20 +68,18 @@ def _check(record) -> None:
 
 def read_records(path: str) -> tuple[list[dict], ReadReport]:
     """The records of a (gzipped) JSON-lines file, and what was skipped."""
-    report = ReadReport(path)
+    report = ReadReport(path, place="line")
     records = []
     with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
-            report.lines += 1
+            report.records += 1
             try:
                 record = json.loads(line)
                 _check(record)
             except ValueError as e:  # json.JSONDecodeError is a ValueError
-                report.skipped += 1
-                if report.first_skipped is None:
-                    report.first_skipped, report.first_reason = number, str(e)
+                report.skip(number, str(e))
                 continue
             records.append(record)
     return records, report

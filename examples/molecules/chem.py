@@ -27,7 +27,8 @@ from __future__ import annotations
 import csv
 import gzip
 import math
-from dataclasses import dataclass
+
+from examples.read_report import ReadReport
 
 __all__ = ["ELEMENTS", "ATOM_FEATURES", "PAIR_FEATURES", "PAIR_NAMES", "ReadReport",
            "read_molecules", "parse_smiles", "featurize"]
@@ -48,29 +49,6 @@ PAIR_NAMES = ("single", "double", "triple", "aromatic", "distance 1", "distance 
 PAIR_FEATURES = len(PAIR_NAMES)
 """Bond type (none for atoms two bonds apart), graph distance, both atoms in one ring,
 conjugated bond."""
-
-
-@dataclass
-class ReadReport:
-    """What reading a file found: `records` in it, `skipped` of them, and the
-    1-based number of the first skipped record and why (None if none was)."""
-    path: str
-    records: int = 0
-    skipped: int = 0
-    first_skipped: int | None = None
-    first_reason: str | None = None
-
-    def skip(self, record: int, reason: str) -> None:
-        self.skipped += 1
-        if self.first_skipped is None:
-            self.first_skipped, self.first_reason = record, reason
-
-    def __str__(self) -> str:
-        text = f"{self.path}: {self.records - self.skipped} of {self.records} records read"
-        if self.skipped:
-            text += (f", {self.skipped} skipped (the first: record {self.first_skipped}, "
-                     f"{self.first_reason})")
-        return text
 
 
 def _open_text(path: str):

@@ -140,7 +140,7 @@ def test_reader_skips_and_counts_bad_lines(tmp_path):
         f.write("\n".join(lines) + "\n")
     records, report = read_records(str(path))
     assert len(records) == 2
-    assert (report.lines, report.skipped, report.first_skipped) == (6, 4, 2)
+    assert (report.records, report.skipped, report.first_skipped) == (6, 4, 2)
     assert "4 skipped (the first: line 2" in str(report)
     with pytest.raises(ValueError, match="string or"):
         check_tree(["a", {"b": 1}])

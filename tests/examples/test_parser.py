@@ -378,8 +378,8 @@ def test_the_label_loss_is_at_every_arc_from_its_directions_classifier():
 
 def test_a_label_outside_the_vocabulary_is_refused_in_training_input():
     vocab = Vocabulary.from_sentences([Sentence(["a"], ["X"], [0], ["root"])])
-    with pytest.raises(ValueError, match=r"relation labels \['det'\] are not in the "
-                                         r"vocabulary's 1 labels \(sentence 'a b'\)"):
+    with pytest.raises(ValueError, match=r"sentence 'a b': relation labels \['det'\] are "
+                                         r"not among the vocabulary's 1 labels \(root\)"):
         labelled_input(Sentence(["a", "b"], ["X", "X"], [0, 1], ["root", "det"]), vocab)
 
 

@@ -60,14 +60,11 @@ __all__ = ["Walk", "Exploration", "exploration_input"]
 def exploration_input(sentence: Sentence, vocab: Vocabulary, seed: int = 0) -> dict:
     """The exploration block's input for a sentence (any tree, projective or not);
     `seed` tells its coin flips apart from other sentences'. With a labelled
-    vocabulary it also carries each word's gold relation label id (`"labels"`)."""
+    vocabulary it also carries each word's gold relation label id (`"labels"`); a
+    label the vocabulary does not have is a `ValueError` (`Vocabulary.label_ids`)."""
     x = {"tokens": vocab.tokens(sentence), "heads": list(sentence.heads), "seed": seed}
     if vocab.labels:
-        unknown = sorted(set(sentence.relations) - set(vocab.labels))
-        if unknown:
-            raise ValueError(f"relation labels {unknown} are not in the vocabulary's "
-                             f"{len(vocab.labels)} labels")
-        x["labels"] = [vocab.labels[r] for r in sentence.relations]
+        x["labels"] = vocab.label_ids(sentence)
     return x
 
 
@@ -130,13 +127,6 @@ class Walk:
         if best[LEFT] and head == c.buffer[0]:
             return LEFT, self.labels[s0 - 1]
         if best[RIGHT] and len(c.stack) >= 2 and head == c.stack[-2]:
-            return RIGHT, self.labels[s0 - 1]
-        return SHIFT, -1
-        s0 = c.stack[-1]
-        head, legal = self.gold[s0 - 1], c.legal()
-        if legal[LEFT] and head == c.buffer[0]:
-            return LEFT, self.labels[s0 - 1]
-        if legal[RIGHT] and head == c.stack[-2]:
             return RIGHT, self.labels[s0 - 1]
         return SHIFT, -1
 
@@ -222,7 +212,8 @@ class Exploration:
             raise bad_input(self.block, f"the gold heads are not a tree: {e}") from None
         labels = x.get("labels") if self.parser.label_layers else None
         if labels is not None and len(labels) != len(heads):
-            raise bad_input(self.block, f"{len(labels)} labels for {len(heads)} words")
+            raise bad_input(self.block, f"{len(labels)} labels for {len(heads)} words "
+                                        "(one relation label per word)")
         return Walk.start(heads, int(x.get("seed", 0)), labels)
 
     def _step(self) -> td.Block:

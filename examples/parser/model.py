@@ -118,6 +118,19 @@ class Vocabulary:
         return [(0, 0)] + [(self.words.get(w, 1), self.tags.get(t, 1))
                            for w, t in zip(sentence.words, sentence.tags)]
 
+    def label_ids(self, sentence: Sentence) -> list[int]:
+        """The relation label id of each word; a label the vocabulary does not have is
+        a `ValueError` naming the sentence (a label has no unknown id to fall back on:
+        training on it would teach a wrong one)."""
+        unknown = sorted(set(sentence.relations) - set(self.labels))
+        if unknown:
+            known = ", ".join(list(self.labels)[:12]) + (", ..." if len(self.labels) > 12
+                                                         else "")
+            raise ValueError(f"sentence {' '.join(sentence.words)!r:.80}: relation labels "
+                             f"{unknown} are not among the vocabulary's {len(self.labels)} "
+                             f"labels ({known})")
+        return [self.labels[r] for r in sentence.relations]
+
 
 def training_input(sentence: Sentence, vocab: Vocabulary) -> dict:
     """The model's input for a sentence: its tokens and its oracle's configurations.
@@ -129,11 +142,8 @@ def training_input(sentence: Sentence, vocab: Vocabulary) -> dict:
 def labelled_input(sentence: Sentence, vocab: Vocabulary) -> dict:
     """`training_input` whose configurations also carry the gold arc's label id
     (None for a shift): `(s2, s1, s0, b0, transition, label)`. A label the vocabulary
-    does not have is a `ValueError`."""
-    unknown = sorted(set(sentence.relations) - set(vocab.labels))
-    if unknown:
-        raise ValueError(f"relation labels {unknown} are not in the vocabulary's "
-                         f"{len(vocab.labels)} labels (sentence {' '.join(sentence.words)!r:.80})")
+    does not have is a `ValueError` (`Vocabulary.label_ids`)."""
+    vocab.label_ids(sentence)
     steps = labelled_oracle(sentence.heads, sentence.relations)
     return {"tokens": vocab.tokens(sentence),
             "configs": [(*features, t, None if label is None else vocab.labels[label])
@@ -150,8 +160,8 @@ class ParserModel:
             and `"label_loss"` and `"label_accuracy"` at every arc whose
             configuration carries a label (`labelled_input`; if the vocabulary has
             labels).
-        scoring_block: the same without the metrics (the gold transitions are read
-            but not used), e.g. for `Model.predict`.
+        scoring_block: the same without the metrics (the gold transitions are not
+            read), e.g. for `Model.predict`.
 
     Args:
         vocab: the word and tag ids.
@@ -200,11 +210,8 @@ class ParserModel:
         return td.GetItem("tokens") >> td.Map(token) >> encoders.bidirectional(*self.cells)
 
     def _configurations_block(self, loss: bool) -> td.Block:
-        # Each configuration becomes (gold transition as a tensor, the configuration):
-        # a sequence of plain Python objects is a PyObjectType, which Zip cannot pair
-        # with the encodings, while a sequence of (tensor, object) pairs can be.
-        gold = td.GetItem(STACK_FEATURES + 1) >> td.Scalar("int32")
-        configs = td.GetItem("configs") >> td.Map(td.AllOf(gold, td.Identity()))
+        # the configurations stay Python objects: Zip pairs each with the encodings
+        configs = td.GetItem("configs")
         if loss and self.label_layers:
             # an arc with a label also trains its direction's label classifier
             score = td.OneOf(_labelled_direction,
@@ -221,16 +228,16 @@ class ParserModel:
         return comp
 
     def _score(self, loss: bool, direction: int | None = None) -> td.Block:
-        """`(encodings, (gold, configuration)) -> transition logits`, with the metrics
-        if `loss`, and the label metrics of an arc in `direction` if one is given."""
-        # On (encodings, (gold, configuration)): the encoding at each of its positions.
+        """`(encodings, configuration) -> transition logits`, with the metrics if
+        `loss`, and the label metrics of an arc in `direction` if one is given."""
+        # On (encodings, configuration): the encoding at each of its positions.
         def at(slot: int) -> td.Block:
-            position = td.GetItem(1) >> td.GetItem(1) >> td.GetItem(slot)
+            position = td.GetItem(1) >> td.GetItem(slot)
             pick = td.AllOf(td.GetItem(0), position) >> td.Nth()
             if slot == STACK_FEATURES:  # b0: the buffer always holds at least the root
                 return pick
             pad = td.Void() >> td.FromTensor(self.pads[slot])
-            return td.OneOf(lambda x, slot=slot: x[1][1][slot] is None,
+            return td.OneOf(lambda x, slot=slot: x[1][slot] is None,
                             {False: pick, True: pad})
 
         features = td.AllOf(*(at(k) for k in range(STACK_FEATURES + 1)))
@@ -240,10 +247,11 @@ class ParserModel:
             hidden = self._mlp(features).reads(score.input)
             logits = td.convert_to_block(self.logits_layer).reads(hidden)
             if loss:
-                target = (td.GetItem(1) >> td.GetItem(0)).reads(score.input)
+                gold = td.GetItem(1) >> td.GetItem(STACK_FEATURES + 1) >> td.Scalar("int32")
+                target = gold.reads(score.input)
                 heads.classification_metrics().reads(logits, target)
             if direction is not None:
-                label = td.GetItem(1) >> td.GetItem(1) >> td.GetItem(STACK_FEATURES + 2)
+                label = td.GetItem(1) >> td.GetItem(STACK_FEATURES + 2)
                 label_logits = td.convert_to_block(self.label_layers[direction]).reads(hidden)
                 heads.classification_metrics("label_loss", "label_accuracy").reads(
                     label_logits, (label >> td.Scalar("int32")).reads(score.input))
@@ -343,9 +351,9 @@ class ParserModel:
 
 
 def _labelled_direction(x) -> int:
-    """On `(encodings, (gold, configuration))`: the arc's direction if the
-    configuration carries a label, else `SHIFT` (no label to learn)."""
-    config = x[1][1]
+    """On `(encodings, configuration)`: the arc's direction if the configuration
+    carries a label, else `SHIFT` (no label to learn)."""
+    config = x[1]
     if len(config) > STACK_FEATURES + 2 and config[STACK_FEATURES + 2] is not None:
         return config[STACK_FEATURES + 1]
     return SHIFT

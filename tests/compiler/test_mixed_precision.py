@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import blocks as td
-from blocks.precision import compute_dtype
+from blocks.precision import compute_dtype, global_policy
 from compiler import Compiler, Model
 from scheduler.executor import Executor
 from tests.compiler import factories, models
@@ -75,12 +75,20 @@ def test_batched_equals_the_reference_under_the_same_policy(name, scheduler, pol
     check_case_batch(c, scheduler, inputs, built, atol=tol, rtol=tol)
 
 
-def _values_and_grads(name: str, inputs: list):
-    c = make(name)
-    comp, run, weights = engine_for(c, "agenda")
+def _values_and_grads(built, inputs: list):
+    comp, run, weights = built
     plan = comp.plan(inputs)
     outs, _, grads = run(plan.feed.arrays)
     return comp, comp.results(plan, [o.numpy() for o in outs]), [g.numpy() for g in grads]
+
+
+@functools.cache
+def _float32_run(name: str):
+    """The float32 values and gradients of `name` on its fixed inputs, computed once
+    for both low dtypes (built and run under the float32 policy)."""
+    with global_policy("float32"):
+        c = make(name)
+        return _values_and_grads(engine_for(c, "agenda"), _inputs(name, np.random.default_rng(0)))
 
 
 def _flat(result) -> list:
@@ -95,10 +103,10 @@ def _flat(result) -> list:
 @pytest.mark.parametrize("name", CASES)
 def test_values_and_gradients_match_the_float32_run_within_the_dtype(name, policy):
     inputs = _inputs(name, np.random.default_rng(0))
-    comp, low, low_grads = _values_and_grads(name, inputs)
+    # the low run on the batched test's engine of this case (the same seeded weights)
+    comp, low, low_grads = _values_and_grads(_engine(name, "agenda", policy)[1], inputs)
     assert comp.compute_dtype == policy[len("mixed_"):]
-    keras.mixed_precision.set_global_policy("float32")
-    comp32, full, full_grads = _values_and_grads(name, inputs)
+    comp32, full, full_grads = _float32_run(name)
     assert comp32.compute_dtype is None
     tol = FLOAT32_TOL[policy]
     for a, b in zip(_flat(low), _flat(full)):
@@ -142,13 +150,23 @@ def _inputs(name: str, rng) -> list:
 
 # --- training with Model ------------------------------------------------------------
 
+@functools.cache
+def _trained(policy: str):
+    """`(model, trees, labels, loss before, history)`: a factory-made sign model
+    trained under `policy`, once for the fit test and the saving test."""
+    with global_policy(policy):
+        model = compiled(Model.from_factory("tests.compiler.factories:tree_sign"))
+        trees, y = sign_data(48)
+        before = model.evaluate(trees, y, verbose=0)[0]
+        history = model.fit(trees, y, batch_size=16, epochs=8, verbose=0)
+    return model, trees, y, before, history.history
+
+
 @pytest.mark.parametrize("policy", POLICIES, indirect=True)
 def test_fit_trains_under_the_policy_with_float32_variables(policy):
-    model = compiled(Model(factories.tree_sign()))
-    trees, y = sign_data(48)
-    before = model.evaluate(trees, y, verbose=0)[0]
-    history = model.fit(trees, y, batch_size=16, epochs=8, verbose=0)
-    assert all(np.isfinite(history.history["loss"]))
+    model, trees, y, before, history = _trained(policy)
+    assert model.compiler.compute_dtype == policy[len("mixed_"):]
+    assert all(np.isfinite(history["loss"]))
     assert model.evaluate(trees, y, verbose=0)[0] < before
     assert model.weights and all(w.dtype == "float32" for w in model.weights)
     assert model.predict(trees[:3], verbose=0).dtype == np.float32
@@ -221,10 +239,7 @@ def test_loss_scaling_keeps_a_gradient_that_float16_would_flush_to_zero(policy):
 
 @pytest.mark.parametrize("policy", POLICIES, indirect=True)
 def test_a_mixed_model_saves_and_loads(policy, tmp_path):
-    model = Model.from_factory("tests.compiler.factories:tree_sign")
-    model = compiled(model)
-    trees, y = sign_data(24)
-    model.fit(trees, y, batch_size=8, epochs=2, verbose=0)
+    model, trees, y, _, _ = _trained(policy)  # trained: the optimizer has its state
     path = str(tmp_path / "mixed.keras")
     model.save(path)
     loaded = keras.models.load_model(path)

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from examples.parser import __main__ as parser_main
@@ -312,37 +312,33 @@ SHORT = [s for s in generate(200, np.random.default_rng(21)) if len(s) <= 7]
 
 @pytest.fixture(scope="module")
 def parser_case():
-    parser = tiny_parser(SHORT)
-    inputs = st.sampled_from([training_input(s, parser.vocab) for s in SHORT])
-    case = Case("parser", parser.training_block, inputs, variables(parser.training_block))
-    # the pad vectors are trained weights too, and their gradients checked
-    assert {id(p.value) for p in parser.pads} <= {id(v) for v in case.variables}
-    return case
-
-
-@pytest.fixture(scope="module")
-def labelled_case():
+    """The training block on labelled inputs and on inputs without labels (the
+    transitions alone), drawn into the same batches; and one batch of both kinds."""
     parser = tiny_parser(SHORT)
     assert len(parser.vocab.labels) > 5
-    # labelled inputs, and some without labels (the transitions alone) in the same batch
-    items = [labelled_input(s, parser.vocab) for s in SHORT[:20]]
-    items += [training_input(s, parser.vocab) for s in SHORT[20:24]]
-    case = Case("labelled parser", parser.training_block, st.sampled_from(items),
+    labelled = [labelled_input(s, parser.vocab) for s in SHORT[:20]]
+    plain = [training_input(s, parser.vocab) for s in SHORT[20:]]
+    case = Case("parser", parser.training_block, st.sampled_from(labelled + plain),
                 variables(parser.training_block))
+    # the pad vectors and the label classifiers are trained weights too, their
+    # gradients checked
     label_kernels = [layer.weights[0] for layer in parser.label_layers.values()]
+    assert {id(p.value) for p in parser.pads} <= {id(v) for v in case.variables}
     assert {id(k.value) for k in label_kernels} <= {id(v) for v in case.variables}
-    return case
+    return case, [plain[0], labelled[0], plain[1], labelled[1]]
 
 
-@pytest.mark.parametrize("labelled", [False, True])
 @pytest.mark.parametrize("scheduler", ["agenda", "depth"])
 def test_the_parser_batched_equals_the_reference_in_values_and_gradients(
-        parser_case, labelled_case, scheduler, labelled):
-    case = labelled_case if labelled else parser_case
+        parser_case, scheduler):
+    # one engine per scheduler for labelled and unlabelled inputs (one block): they
+    # were two cases, each paying for its own engine
+    case, mixed = parser_case
     engine = engine_for(case, scheduler)
 
     @settings(max_examples=3, deadline=None)
     @given(inputs=st.lists(case.inputs, min_size=1, max_size=5))
+    @example(inputs=mixed)
     def check(inputs):
         check_case_batch(case, scheduler, inputs, engine)
     check()
@@ -378,8 +374,8 @@ def test_the_label_loss_is_at_every_arc_from_its_directions_classifier():
 
 def test_a_label_outside_the_vocabulary_is_refused_in_training_input():
     vocab = Vocabulary.from_sentences([Sentence(["a"], ["X"], [0], ["root"])])
-    with pytest.raises(ValueError, match=r"relation labels \['det'\] are not in the "
-                                         r"vocabulary's 1 labels \(sentence 'a b'\)"):
+    with pytest.raises(ValueError, match=r"sentence 'a b': relation labels \['det'\] are "
+                                         r"not among the vocabulary's 1 labels \(root\)"):
         labelled_input(Sentence(["a", "b"], ["X", "X"], [0, 1], ["root", "det"]), vocab)
 
 

@@ -17,7 +17,7 @@ from compiler import Compiler
 from examples.parser import __main__ as parser_main
 from examples.parser.dynamic_oracle import costs
 from examples.parser.exploration import Exploration, Walk, exploration_input
-from examples.parser.model import labelled_input, training_input
+from examples.parser.model import Vocabulary, labelled_input, training_input
 from examples.parser.synthetic import generate
 from examples.parser.transitions import LEFT, RIGHT, SHIFT, Configuration, oracle
 from examples.parser.treebank import Sentence, read_conllu
@@ -227,13 +227,23 @@ def test_the_schedule_keeps_to_the_gold_path_for_the_first_epochs():
 @pytest.mark.parametrize("item, message", [
     ({"tokens": [(0, 0), (2, 2)], "heads": [0, 1]}, "2 heads for 1 words"),
     ({"tokens": [(0, 0), (2, 2), (2, 2)], "heads": [2, 1]}, "not a tree"),
+    ({"tokens": [(0, 0), (2, 2), (2, 2)], "heads": [2, 0], "labels": [0, 0, 0]},
+     r"3 labels for 2 words \(one relation label per word\)"),
 ])
 def test_a_bad_sentence_names_its_example_and_the_block(item, message):
     exploring = Exploration(tiny_parser(SHORT))
+    assert exploring.parser.label_layers  # the labels are read
     good = exploration_input(SHORT[0], exploring.parser.vocab)
     with pytest.raises(InputError, match=rf"exploring_parser.*{message}") as e:
         Compiler.create(exploring.block).run([good, item])
     assert "example 1" in str(e.value) or "input 1" in str(e.value)
+
+
+def test_a_label_outside_the_vocabulary_is_refused_in_exploration_input():
+    vocab = Vocabulary.from_sentences([Sentence(["a"], ["X"], [0], ["root"])])
+    with pytest.raises(ValueError, match=r"sentence 'a b': relation labels \['det'\] are "
+                                         r"not among the vocabulary's 1 labels \(root\)"):
+        exploration_input(Sentence(["a", "b"], ["X", "X"], [0, 1], ["root", "det"]), vocab)
 
 
 def test_main_trains_with_exploration_and_parses(capsys):

@@ -15,6 +15,11 @@ processes expand and plan the stream's batches (`compiler.parallel.StreamWorkers
 so expansion runs beside the step instead of in turn with it (`--workers N`, 0 to
 leave that variant out).
 
+Each epoch's CPU time is accounted per process (`os.times` for this one, all its
+threads; `/proc/<pid>/stat` for the workers): CPU is less disturbed than wall time by
+other jobs on the machine, so it says what a stream costs where wall ratios are noise.
+From it, `cpu_model` bounds the ratio a stream can reach (see its docstring).
+
     python -m benchmarks.fit            # 1,280 trees, 3 rounds
     python -m benchmarks.fit --quick    # 320 trees, 2 rounds
 """
@@ -22,6 +27,7 @@ leave that variant out).
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -35,6 +41,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--nice-ab", action="store_true",
+                        help="add a variant whose workers run at the parent's priority")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     if args.quick:
@@ -44,6 +52,7 @@ def main(argv=None) -> dict:
 
     from benchmarks.treelstm import EngineVariant
     from compiler import Model
+    from compiler.parallel import StreamWorkers
 
     rng = np.random.default_rng(0)
     trees = [sst_synth_tree(rng) for _ in range(args.trees)]
@@ -54,7 +63,15 @@ def main(argv=None) -> dict:
     streamed = Model(workload.block, cache=False)
     parallel = Model(workload.block, cache=False, workers=args.workers) \
         if args.workers else None
-    for m in (model, streamed, parallel):
+    same_priority = Model(workload.block, cache=False, workers=args.workers) \
+        if args.workers and args.nice_ab else None
+    for m in (parallel, same_priority):  # fork the workers now, each at its priority
+        if m is not None:
+            StreamWorkers.nice, default = (0 if m is same_priority else StreamWorkers.nice,
+                                           StreamWorkers.nice)
+            m.compiler.stream_workers()
+            StreamWorkers.nice = default
+    for m in (model, streamed, parallel, same_priority):
         if m is None:
             continue
         m.compile(optimizer=keras.optimizers.SGD(0.01),
@@ -69,13 +86,19 @@ def main(argv=None) -> dict:
         return len(trees) / (time.perf_counter() - start)
 
     epoch_times: list[float] = []
+    epoch_cpu: list[tuple[float, float]] = []  # (this process, the workers), seconds
 
     class Timer(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
+            workers = self.model.compiler.stream_workers()
+            self.pids = workers.pids() if workers is not None else []
+            self.cpu = (process_cpu(), workers_cpu(self.pids))
             self.start = time.perf_counter()
 
         def on_epoch_end(self, epoch, logs=None):
             epoch_times.append(time.perf_counter() - self.start)
+            epoch_cpu.append((process_cpu() - self.cpu[0],
+                              workers_cpu(self.pids) - self.cpu[1]))
 
     def fit_epoch() -> float:
         model.fit(trees, labels, batch_size=b, epochs=1, verbose=0, shuffle=False,
@@ -92,17 +115,29 @@ def main(argv=None) -> dict:
                      callbacks=[Timer()])
         return len(trees) / epoch_times[-1]
 
+    def same_priority_epoch() -> float:
+        same_priority.fit(zip(trees, labels), batch_size=b, epochs=1, verbose=0,
+                          callbacks=[Timer()])
+        return len(trees) / epoch_times[-1]
+
     variants = {"engine": engine_epoch, "fit": fit_epoch, "stream": stream_epoch}
     if parallel is not None:
         variants["workers"] = workers_epoch
+    if same_priority is not None:
+        variants["workers_nice0"] = same_priority_epoch
     for run in variants.values():
         run()  # warm-up: tracing, expansion, caches, forking the workers
     rates: dict = {k: [] for k in variants}
+    cpu: dict = {k: [] for k in variants if k != "engine"}  # (wall, main, workers) a batch
     for _ in range(args.rounds):
         for name, run in variants.items():
             rates[name].append(run())
-    if parallel is not None:
-        parallel.compiler.close()
+            if name != "engine":
+                cpu[name].append((epoch_times[-1] / len(batches),
+                                  *(c / len(batches) for c in epoch_cpu[-1])))
+    for m in (parallel, same_priority):
+        if m is not None:
+            m.compiler.close()
     result = {k: float(np.median(v)) for k, v in rates.items()}
     result["ratio"] = result["fit"] / result["engine"]
     result["stream_ratio"] = result["stream"] / result["fit"]
@@ -120,7 +155,62 @@ def main(argv=None) -> dict:
         # per round, interleaved: the ratio least disturbed by the machine's load
         per_round = [w / f for w, f in zip(rates["workers"], rates["fit"])]
         print("  per round (workers / list): " + " ".join(f"{r:.2f}" for r in per_round))
+    if same_priority is not None:
+        result["workers_nice0_ratio"] = result["workers_nice0"] / result["fit"]
+        per_round = [w / f for w, f in zip(rates["workers_nice0"], rates["fit"])]
+        print(f"  ... workers at the parent's priority / list: "
+              f"{result['workers_nice0_ratio']:.2f} (per round "
+              + " ".join(f"{r:.2f}" for r in per_round) + ")")
+    print("per batch, medians (ms): wall, CPU of this process, CPU of the workers")
+    for name in cpu:
+        wall, main_cpu, worker_cpu = (1e3 * float(np.median(c)) for c in zip(*cpu[name]))
+        result[f"{name}_cpu"] = (wall, main_cpu, worker_cpu)
+        print(f"  {name:8s}: wall {wall:6.1f}  CPU {main_cpu:6.1f} + workers "
+              f"{worker_cpu:6.1f}  ({(main_cpu + worker_cpu) / wall:.2f} cores)")
+    for name in ("stream", "workers", "workers_nice0"):
+        if name in cpu:
+            idle, busy = cpu_model(result["fit_cpu"], result[f"{name}_cpu"])
+            result[f"{name}_bound"] = (idle, busy)
+            print(f"  {name} / list bound from CPU: {idle:.2f} with idle cores, "
+                  f"{busy:.2f} on a saturated machine")
     return result
+
+
+def cpu_model(cached: tuple, streamed: tuple, cores: int | None = None) -> tuple:
+    """`(idle, saturated)`: the stream ÷ list ratios its CPU times allow.
+
+    `cached` and `streamed` are `(wall, CPU here, CPU in workers)` per batch. The stream
+    does the list's work plus expansion and planning, `S = CPU here + workers` against
+    the list's `C`. On `cores` otherwise idle cores, a batch needs at least `S / cores`
+    of wall time, and at least the list's own wall time `W` (its step does not go faster):
+    the ratio is at most `W / max(W, S / cores)`. On a machine saturated by other jobs,
+    each process gets CPU in proportion to its demand at best, so about `C / S`.
+    """
+    cores = cores or os.cpu_count() or 1
+    wall, c_main, c_workers = cached
+    s = streamed[1] + streamed[2]
+    c = c_main + c_workers
+    return wall / max(wall, s / cores), min(1.0, c / s)
+
+
+def process_cpu() -> float:
+    """User + system CPU seconds of this process, all its threads."""
+    t = os.times()
+    return t.user + t.system
+
+
+def workers_cpu(pids: list[int]) -> float:
+    """User + system CPU seconds of the given (live) processes, from /proc."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
 
 
 if __name__ == "__main__":

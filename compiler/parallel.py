@@ -215,6 +215,9 @@ class StreamWorkers:
       workers), runs its loop on a deep-stack thread (expansion needs no thread per
       call), and sends back any exception `task` raises (it must pickle; one that
       does not comes back as a `RuntimeError` with its text).
+    - A child lowers its priority (`nice`, 10 by default): the step's threads in the
+      parent come first and the workers take the CPU they leave idle, instead of
+      slowing the step they are meant to run beside.
     - `stop()` (a callable) is polled while waiting, so a caller that is shutting down
       is never stuck behind a busy worker. Replies left unread when `map` ends early
       are drained (a batch's worth of work), or the worker is killed (`revive()`
@@ -230,6 +233,9 @@ class StreamWorkers:
 
     poll_seconds = 0.05
     drain_seconds = 10.0
+    # How much lower the workers run than the parent (`os.nice` in the child): they
+    # take idle CPU, the step's threads keep theirs (see BENCHMARKS.md for figures).
+    nice = 10
 
     def __init__(self, task, workers: int, name: str = "refold-worker"):
         if not isinstance(workers, int) or workers < 1:
@@ -250,10 +256,15 @@ class StreamWorkers:
     def workers(self) -> int:
         return len(self._procs)
 
+    def pids(self) -> list[int]:
+        """The process ids of the running workers (to account for their CPU time)."""
+        return [p.pid for p in self._procs if p is not None and p.is_alive()]
+
     def _start(self, k: int) -> None:
         parent_end, child_end = self._context.Pipe()
         others = [c for c in self._conns if c is not None] + [parent_end]
-        proc = self._context.Process(target=_serve, args=(self._task, child_end, others),
+        proc = self._context.Process(target=_serve,
+                                     args=(self._task, child_end, others, self.nice),
                                      name=f"{self._name}-{k}", daemon=True)
         with frozen_garbage():
             proc.start()
@@ -395,10 +406,16 @@ class _StoppedError(Exception):
     """`StreamWorkers.map`'s `stop()` turned true while it waited."""
 
 
-def _serve(task, conn, others) -> None:
+def _serve(task, conn, others, nice: int = 0) -> None:
     """A worker's life: payloads in, `("ok", reply)` or `("error", exception)` out,
-    until the end message (None) or the parent's end closes."""
+    until the end message (None) or the parent's end closes. It first lowers its
+    priority by `nice` (its loop's thread inherits it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError:  # not permitted here: run at the parent's priority
+            pass
     for c in others:
         c.close()
     from blocks.evaluation import start_deep_thread

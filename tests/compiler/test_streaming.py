@@ -366,6 +366,18 @@ def test_a_killed_worker_is_reported_and_forked_anew_on_the_next_call():
                 if p.name.startswith("refold-stream-worker")]
 
 
+def test_worker_processes_run_at_a_lower_priority_than_the_step():
+    from compiler.parallel import StreamWorkers
+    parent = os.getpriority(os.PRIO_PROCESS, 0)
+    workers = StreamWorkers(lambda payload: os.getpriority(os.PRIO_PROCESS, 0), 2)
+    try:
+        replies = [reply for _, reply in workers.map(range(4), lambda i: i)]
+    finally:
+        workers.close()
+    assert replies == [min(19, parent + StreamWorkers.nice)] * 4
+    assert StreamWorkers.nice > 0 and os.getpriority(os.PRIO_PROCESS, 0) == parent
+
+
 # --- clean shutdown --------------------------------------------------------------------
 
 SHUTDOWN_SCRIPT = textwrap.dedent("""

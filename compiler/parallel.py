@@ -215,9 +215,8 @@ class StreamWorkers:
       workers), runs its loop on a deep-stack thread (expansion needs no thread per
       call), and sends back any exception `task` raises (it must pickle; one that
       does not comes back as a `RuntimeError` with its text).
-    - A child lowers its priority (`nice`, 10 by default): the step's threads in the
-      parent come first and the workers take the CPU they leave idle, instead of
-      slowing the step they are meant to run beside.
+    - A child can lower its priority (`nice`) so that the step's threads in the
+      parent come first; by default it does not (see `nice` below).
     - `stop()` (a callable) is polled while waiting, so a caller that is shutting down
       is never stuck behind a busy worker. Replies left unread when `map` ends early
       are drained (a batch's worth of work), or the worker is killed (`revive()`
@@ -229,20 +228,26 @@ class StreamWorkers:
         task: what a worker runs on each payload (called in the child).
         workers: the number of processes (>= 1).
         name: the processes' name prefix.
+        nice: how much lower than this process the workers run (default `nice`).
     """
 
     poll_seconds = 0.05
     drain_seconds = 10.0
-    # How much lower the workers run than the parent (`os.nice` in the child): they
-    # take idle CPU, the step's threads keep theirs (see BENCHMARKS.md for figures).
-    nice = 10
+    # How much lower the workers run than the parent (`os.nice` in the child). 0:
+    # with the kernel's per-session groups (autogroup) a lower priority also lowers
+    # the session's share against other jobs, which cost more than it saved the step
+    # (BENCHMARKS.md, "Streams and the first fit").
+    nice = 0
 
-    def __init__(self, task, workers: int, name: str = "refold-worker"):
+    def __init__(self, task, workers: int, name: str = "refold-worker",
+                 nice: int | None = None):
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be a positive int, got {workers!r}")
         if "fork" not in multiprocessing.get_all_start_methods():
             raise ValueError("worker processes need the 'fork' start method (POSIX)")
         self._task, self._name = task, name
+        if nice is not None:
+            self.nice = nice
         self._context = multiprocessing.get_context("fork")
         self._owner = os.getpid()
         self._procs: list = [None] * workers

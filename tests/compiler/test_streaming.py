@@ -366,16 +366,19 @@ def test_a_killed_worker_is_reported_and_forked_anew_on_the_next_call():
                 if p.name.startswith("refold-stream-worker")]
 
 
-def test_worker_processes_run_at_a_lower_priority_than_the_step():
+@pytest.mark.parametrize("nice", [None, 5])
+def test_worker_processes_run_at_the_priority_asked_for(nice):
     from compiler.parallel import StreamWorkers
     parent = os.getpriority(os.PRIO_PROCESS, 0)
-    workers = StreamWorkers(lambda payload: os.getpriority(os.PRIO_PROCESS, 0), 2)
+    workers = StreamWorkers(lambda payload: os.getpriority(os.PRIO_PROCESS, 0), 2,
+                            nice=nice)
     try:
         replies = [reply for _, reply in workers.map(range(4), lambda i: i)]
     finally:
         workers.close()
-    assert replies == [min(19, parent + StreamWorkers.nice)] * 4
-    assert StreamWorkers.nice > 0 and os.getpriority(os.PRIO_PROCESS, 0) == parent
+    lower = StreamWorkers.nice if nice is None else nice
+    assert replies == [min(19, parent + lower)] * 4
+    assert os.getpriority(os.PRIO_PROCESS, 0) == parent
 
 
 # --- clean shutdown --------------------------------------------------------------------

@@ -20,8 +20,13 @@ threads; `/proc/<pid>/stat` for the workers): CPU is less disturbed than wall ti
 other jobs on the machine, so it says what a stream costs where wall ratios are noise.
 From it, `cpu_model` bounds the ratio a stream can reach (see its docstring).
 
+`--expansion` measures instead what a worker does with each batch, alone in this
+process: the CPU time of expanding the batch's trees and of planning and packing them
+(`expansion_cpu`), and the tree nodes expanded per CPU second.
+
     python -m benchmarks.fit            # 1,280 trees, 3 rounds
     python -m benchmarks.fit --quick    # 320 trees, 2 rounds
+    python -m benchmarks.fit --expansion --trees 640 --rounds 5
 """
 
 from __future__ import annotations
@@ -43,10 +48,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--nice-ab", type=int, default=0, metavar="N",
                         help="add a variant whose workers run N nice levels lower")
+    parser.add_argument("--expansion", action="store_true",
+                        help="only time expanding and planning the batches (CPU)")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     if args.quick:
         args.trees, args.rounds = 320, 2
+    if args.expansion:
+        return expansion_cpu(args.trees, args.batch, args.rounds)
 
     import keras
 
@@ -173,6 +182,44 @@ def main(argv=None) -> dict:
             result[f"{name}_bound"] = (idle, busy)
             print(f"  {name} / list bound from CPU: {idle:.2f} with idle cores, "
                   f"{busy:.2f} with a fixed CPU share")
+    return result
+
+
+def expansion_cpu(n_trees: int, batch: int, rounds: int) -> dict:
+    """Median CPU ms per batch of expanding (`expand_all`) and of planning and packing
+    (`plan_expanded`, `InputPipeline.arrays`) sst-synth trees, as a stream's worker
+    does, after one warm-up pass; and tree nodes expanded per CPU second."""
+    from benchmarks.workloads import count_nodes
+    from compiler import Model
+    from compiler.expansion import expand_all
+    from compiler.pipeline import InputPipeline
+
+    rng = np.random.default_rng(0)
+    trees = [sst_synth_tree(rng) for _ in range(n_trees)]
+    compiler = Model(TreeLSTMModel(seed=0).block, cache=False).compiler
+    batches = [trees[i:i + batch] for i in range(0, len(trees), batch)]
+    nodes = sum(map(count_nodes, trees))
+
+    def one_pass() -> tuple[float, float]:
+        expanding = planning = 0.0
+        for b in batches:
+            start = time.process_time()
+            examples = expand_all(compiler.program, b, 0)
+            middle = time.process_time()
+            InputPipeline(compiler).arrays(compiler.plan_expanded(examples, grouped=True))
+            expanding += middle - start
+            planning += time.process_time() - middle
+        return expanding, planning
+
+    one_pass()
+    passes = [one_pass() for _ in range(rounds)]
+    expanding = float(np.median([p[0] for p in passes]))
+    planning = float(np.median([p[1] for p in passes]))
+    result = {"expand_ms": 1e3 * expanding / len(batches),
+              "plan_ms": 1e3 * planning / len(batches), "nodes_per_s": nodes / expanding}
+    print(f"batch {batch}, {len(trees)} trees, {rounds} passes (median CPU a batch): "
+          f"expand {result['expand_ms']:.2f} ms, plan and pack {result['plan_ms']:.2f} ms, "
+          f"{result['nodes_per_s']:,.0f} tree nodes/s expanded")
     return result
 
 

@@ -370,14 +370,6 @@ class Pipe(Composition):
             x = child._eval(ctx, x)
         return x
 
-    def _eval(self, ctx, x):
-        # `_evaluate` without the frame that names errors: a pipe's own code cannot
-        # fail on an input, and each child names its own (one frame less per pipe
-        # per node, in every input's expansion).
-        for child in self._chain:
-            x = child._eval(ctx, x)
-        return x
-
     @property
     def path(self) -> str:
         # A pipe merged into its parent (see `_locate_child`) shows as that parent.

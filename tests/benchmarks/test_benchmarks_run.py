@@ -97,6 +97,12 @@ def test_fit_against_the_bare_engine():
     assert all(0 < r <= 1 for k in bounds for r in out[k])
 
 
+def test_fit_times_expansion_alone():
+    out = fit.main(["--expansion", "--trees", "6", "--batch", "3", "--rounds", "1"])
+    assert sorted(out) == ["expand_ms", "nodes_per_s", "plan_ms"]
+    assert all(map(_rate, out.values()))
+
+
 def test_the_cpu_model_of_a_stream_against_the_cached_list():
     # list: 40 ms wall, 50 ms CPU a batch; the stream adds 25 ms of expansion
     idle, saturated = fit.cpu_model((0.040, 0.050, 0.0), (0.045, 0.052, 0.023), cores=2)

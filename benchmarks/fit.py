@@ -15,12 +15,23 @@ processes expand and plan the stream's batches (`compiler.parallel.StreamWorkers
 so expansion runs beside the step instead of in turn with it (`--workers N`, 0 to
 leave that variant out).
 
+Each epoch's CPU time is accounted per process (`os.times` for this one, all its
+threads; `/proc/<pid>/stat` for the workers): CPU is less disturbed than wall time by
+other jobs on the machine, so it says what a stream costs where wall ratios are noise.
+From it, `cpu_model` bounds the ratio a stream can reach (see its docstring).
+
+`--expansion` measures instead what a worker does with each batch, alone in this
+process: the CPU time of expanding the batch's trees and of planning and packing them
+(`expansion_cpu`), and the tree nodes expanded per CPU second.
+
     python -m benchmarks.fit            # 1,280 trees, 3 rounds
     python -m benchmarks.fit --quick    # 320 trees, 2 rounds
+    python -m benchmarks.fit --expansion --trees 640 --rounds 5
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -30,12 +41,22 @@ from benchmarks.workloads import TreeLSTMModel
 
 
 def main(argv=None) -> dict:
+    def options(parser):
+        parser.add_argument("--workers", type=int, default=2)
+        parser.add_argument("--nice-ab", type=int, default=0, metavar="N",
+                            help="add a variant whose workers run N nice levels lower")
+        parser.add_argument("--expansion", action="store_true",
+                            help="only time expanding and planning the batches (CPU)")
     args = fit_arguments(argv, __doc__.splitlines()[0], trees=1280, rounds=3, quick=(320, 2),
-                         extra=lambda p: p.add_argument("--workers", type=int, default=2))
+                         extra=options)
+    if args.expansion:
+        return expansion_cpu(args.trees, args.batch, args.rounds)
 
     import keras
 
     from benchmarks.treelstm import EngineVariant
+    from compiler import Model
+    from compiler.parallel import StreamWorkers
 
     trees, labels = sst_synth_data(args.trees)
     workload = TreeLSTMModel(seed=0)
@@ -44,6 +65,17 @@ def main(argv=None) -> dict:
     streamed = compiled_model(workload.block, cache=False)
     parallel = compiled_model(workload.block, cache=False, workers=args.workers) \
         if args.workers else None
+    niced = Model(workload.block, cache=False, workers=args.workers) \
+        if args.workers and args.nice_ab else None
+    for m in (parallel, niced):  # fork the workers now, each at its priority
+        if m is not None:
+            StreamWorkers.nice, default = (args.nice_ab if m is niced else StreamWorkers.nice,
+                                           StreamWorkers.nice)
+            m.compiler.stream_workers()
+            StreamWorkers.nice = default
+    if niced is not None:
+        niced.compile(optimizer=keras.optimizers.SGD(0.01),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     b = args.batch
     batches = [(trees[i:i + b], labels[i:i + b]) for i in range(0, len(trees), b)]
 
@@ -54,13 +86,19 @@ def main(argv=None) -> dict:
         return len(trees) / (time.perf_counter() - start)
 
     epoch_times: list[float] = []
+    epoch_cpu: list[tuple[float, float]] = []  # (this process, the workers), seconds
 
     class Timer(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
+            workers = self.model.compiler.stream_workers()
+            self.pids = workers.pids() if workers is not None else []
+            self.cpu = (process_cpu(), workers_cpu(self.pids))
             self.start = time.perf_counter()
 
         def on_epoch_end(self, epoch, logs=None):
             epoch_times.append(time.perf_counter() - self.start)
+            epoch_cpu.append((process_cpu() - self.cpu[0],
+                              workers_cpu(self.pids) - self.cpu[1]))
 
     def fit_epoch() -> float:
         model.fit(trees, labels, batch_size=b, epochs=1, verbose=0, shuffle=False,
@@ -77,17 +115,29 @@ def main(argv=None) -> dict:
                      callbacks=[Timer()])
         return len(trees) / epoch_times[-1]
 
+    def niced_epoch() -> float:
+        niced.fit(zip(trees, labels), batch_size=b, epochs=1, verbose=0,
+                          callbacks=[Timer()])
+        return len(trees) / epoch_times[-1]
+
     variants = {"engine": engine_epoch, "fit": fit_epoch, "stream": stream_epoch}
     if parallel is not None:
         variants["workers"] = workers_epoch
+    if niced is not None:
+        variants["workers_niced"] = niced_epoch
     for run in variants.values():
         run()  # warm-up: tracing, expansion, caches, forking the workers
     rates: dict = {k: [] for k in variants}
+    cpu: dict = {k: [] for k in variants if k != "engine"}  # (wall, main, workers) a batch
     for _ in range(args.rounds):
         for name, run in variants.items():
             rates[name].append(run())
-    if parallel is not None:
-        parallel.compiler.close()
+            if name != "engine":
+                cpu[name].append((epoch_times[-1] / len(batches),
+                                  *(c / len(batches) for c in epoch_cpu[-1])))
+    for m in (parallel, niced):
+        if m is not None:
+            m.compiler.close()
     result = {k: float(np.median(v)) for k, v in rates.items()}
     result["ratio"] = result["fit"] / result["engine"]
     result["stream_ratio"] = result["stream"] / result["fit"]
@@ -105,7 +155,101 @@ def main(argv=None) -> dict:
         # per round, interleaved: the ratio least disturbed by the machine's load
         per_round = [w / f for w, f in zip(rates["workers"], rates["fit"])]
         print("  per round (workers / list): " + " ".join(f"{r:.2f}" for r in per_round))
+    if niced is not None:
+        result["workers_niced_ratio"] = result["workers_niced"] / result["fit"]
+        per_round = [w / f for w, f in zip(rates["workers_niced"], rates["fit"])]
+        print(f"  ... workers at nice +{args.nice_ab} / list: "
+              f"{result['workers_niced_ratio']:.2f} (per round "
+              + " ".join(f"{r:.2f}" for r in per_round) + ")")
+    print("per batch, medians (ms): wall, CPU of this process, CPU of the workers")
+    for name in cpu:
+        wall, main_cpu, worker_cpu = (1e3 * float(np.median(c)) for c in zip(*cpu[name]))
+        result[f"{name}_cpu"] = (wall, main_cpu, worker_cpu)
+        print(f"  {name:8s}: wall {wall:6.1f}  CPU {main_cpu:6.1f} + workers "
+              f"{worker_cpu:6.1f}  ({(main_cpu + worker_cpu) / wall:.2f} cores)")
+    for name in ("stream", "workers", "workers_niced"):
+        if name in cpu:
+            idle, busy = cpu_model(result["fit_cpu"], result[f"{name}_cpu"])
+            result[f"{name}_bound"] = (idle, busy)
+            print(f"  {name} / list bound from CPU: {idle:.2f} with idle cores, "
+                  f"{busy:.2f} with a fixed CPU share")
     return result
+
+
+def expansion_cpu(n_trees: int, batch: int, rounds: int) -> dict:
+    """Median CPU ms per batch of expanding (`expand_all`) and of planning and packing
+    (`plan_expanded`, `InputPipeline.arrays`) sst-synth trees, as a stream's worker
+    does, after one warm-up pass; and tree nodes expanded per CPU second."""
+    from benchmarks.workloads import count_nodes
+    from compiler import Model
+    from compiler.expansion import expand_all
+    from compiler.pipeline import InputPipeline
+
+    trees, _ = sst_synth_data(n_trees)
+    compiler = Model(TreeLSTMModel(seed=0).block, cache=False).compiler
+    batches = [trees[i:i + batch] for i in range(0, len(trees), batch)]
+    nodes = sum(map(count_nodes, trees))
+
+    def one_pass() -> tuple[float, float]:
+        expanding = planning = 0.0
+        for b in batches:
+            start = time.process_time()
+            examples = expand_all(compiler.program, b, 0)
+            middle = time.process_time()
+            InputPipeline(compiler).arrays(compiler.plan_expanded(examples, grouped=True))
+            expanding += middle - start
+            planning += time.process_time() - middle
+        return expanding, planning
+
+    one_pass()
+    passes = [one_pass() for _ in range(rounds)]
+    expanding = float(np.median([p[0] for p in passes]))
+    planning = float(np.median([p[1] for p in passes]))
+    result = {"expand_ms": 1e3 * expanding / len(batches),
+              "plan_ms": 1e3 * planning / len(batches), "nodes_per_s": nodes / expanding}
+    print(f"batch {batch}, {len(trees)} trees, {rounds} passes (median CPU a batch): "
+          f"expand {result['expand_ms']:.2f} ms, plan and pack {result['plan_ms']:.2f} ms, "
+          f"{result['nodes_per_s']:,.0f} tree nodes/s expanded")
+    return result
+
+
+def cpu_model(cached: tuple, streamed: tuple, cores: int | None = None) -> tuple:
+    """`(idle, saturated)`: the stream ÷ list ratios its CPU times allow.
+
+    `cached` and `streamed` are `(wall, CPU here, CPU in workers)` per batch. The stream
+    does the list's work plus expansion and planning, `S = CPU here + workers` against
+    the list's `C`. On `cores` otherwise idle cores, a batch needs at least `S / cores`
+    of wall time, and at least the list's own wall time `W` (its step does not go faster):
+    the ratio is at most `W / max(W, S / cores)`. With a fixed share of a machine
+    saturated by other jobs, it is `C / S`; with the kernel's per-session groups
+    (autogroup), worker processes that are runnable on the other core raise the
+    session's share, so a stream with workers measured above that bound.
+    """
+    cores = cores or os.cpu_count() or 1
+    wall, c_main, c_workers = cached
+    s = streamed[1] + streamed[2]
+    c = c_main + c_workers
+    return wall / max(wall, s / cores), min(1.0, c / s)
+
+
+def process_cpu() -> float:
+    """User + system CPU seconds of this process, all its threads."""
+    t = os.times()
+    return t.user + t.system
+
+
+def workers_cpu(pids: list[int]) -> float:
+    """User + system CPU seconds of the given (live) processes, from /proc."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return total
 
 
 if __name__ == "__main__":

@@ -60,6 +60,57 @@ def batch_call_structure(t: ResultType, flat: list) -> list:
     return list(value) if isinstance(t, TupleType) else [value]
 
 
+def nest_flattener(t: ResultType) -> Callable[[Any], list]:
+    """`t.flatten` for a tensor or nested tuple of tensors, made once per type: a
+    function evaluates its block's input on every node, and the generic `flatten`
+    walks the type each time. Same result: a tuple's items are read in order, as many
+    as the type has (as `zip` reads them)."""
+    if not isinstance(t, TupleType):
+        return _one
+    subs = [nest_flattener(item) for item in t]
+    if all(f is _one for f in subs):
+        return lambda x: [v for _, v in zip(subs, x)]
+
+    def flatten(x):
+        out: list = []
+        for f, item in zip(subs, x):
+            out.extend(f(item))
+        return out
+    return flatten
+
+
+def nest_unflattener(t: ResultType) -> Callable[[list], Any]:
+    """`t.unflatten(iter(flat), ...)` for a tensor or nested tuple of tensors, made
+    once per type: the structure of `t` with the items of `flat` in order. A list of
+    another length than `t`'s tensors goes through the generic `unflatten`."""
+    n = len(flat_tensor_types(t))
+    build = _builder(t, 0)
+
+    def unflatten(flat: list):
+        if len(flat) != n:
+            return t.unflatten(iter(flat), _shape_of(t))
+        return build(flat)
+    return unflatten
+
+
+def _builder(t: ResultType, at: int) -> Callable[[list], Any]:
+    if not isinstance(t, TupleType):
+        return lambda flat: flat[at]
+    items = list(t)
+    if all(not isinstance(item, TupleType) for item in items):
+        end = at + len(items)
+        return lambda flat: tuple(flat[at:end])
+    subs = []
+    for item in items:
+        subs.append(_builder(item, at))
+        at += len(flat_tensor_types(item))
+    return lambda flat: tuple([f(flat) for f in subs])
+
+
+def _one(x) -> list:
+    return [x]
+
+
 @functools.lru_cache(maxsize=1024)
 def _shape_of(t: ResultType):
     """A `shaped_like` value for `unflatten` of a tuple-of-tensors type (types are
@@ -175,6 +226,7 @@ class Function(Block):
         self._infer_output = infer_output_type
         self._output_checked = False
         self._op: Op | None = None
+        self._io: tuple | None = None  # (flatten, op, unflatten), made at the first call
         from blocks.layers import Layer
         self._layer = tf_fn if isinstance(tf_fn, Layer) else None
         super().__init__(name=name)
@@ -260,9 +312,14 @@ class Function(Block):
         return [fn] if is_keras_layer(fn) else []
 
     def _evaluate(self, ctx, x):
-        flat_in = self.input_type.flatten(x)
+        io = self._io
+        if io is None:  # the types are final once the block is evaluated
+            io = self._io = (nest_flattener(self.input_type), self.op(),
+                             nest_unflattener(self.output_type))
+        flatten, op, unflatten = io
+        flat_in = flatten(x)
         try:
-            flat_out = ctx.op(self.op(), flat_in)
+            flat_out = ctx.op(op, flat_in)
         except BadValueError as e:
             from blocks.errors import InputError
             raise InputError(self.path, f"{self._fn_name()}: {e}") from None
@@ -273,7 +330,7 @@ class Function(Block):
             reason = re.sub(r"\{\{.*?\}\}\s*", "", str(e.message)).strip().splitlines()[0]
             raise InputError(self.path, f"{self._fn_name()} failed on this input: "
                              f"{type(e).__name__}: {reason}") from e
-        return self.output_type.unflatten(iter(flat_out), _shape_of(self.output_type))
+        return unflatten(flat_out)
 
 
 class Identity(Block):

@@ -97,9 +97,14 @@ class ExpansionContext:
         self.metrics: list[tuple] = []
         self._sources: dict[int, list[int]] = {}  # zero-argument ops, called once
         self.recursion_path: set = set()  # cycle detection (see blocks.evaluation)
+        self._last_type, self._last_type_id = None, -1
 
     def constant(self, value: np.ndarray, ttype) -> int:
-        k = self._type_id[ttype]
+        if ttype is self._last_type:  # a block's constants share its type object
+            k = self._last_type_id
+        else:
+            k = self._last_type_id = self._type_id[ttype]
+            self._last_type = ttype
         v = len(self.value_type)
         self.value_type.append(k)
         self.value_node.append(-1)
@@ -115,15 +120,18 @@ class ExpansionContext:
             from compiler.lowering import UnloweredOpError
             raise UnloweredOpError.of(op)
         o, out_types = signature
-        if not args:
+        vd = self.value_depth
+        if args:  # one more than the deepest argument (constants are at -1)
+            d = (vd[args[0]] if len(args) == 1 else max(map(vd.__getitem__, args))) + 1
+        else:
             cached = self._sources.get(o)
             if cached is not None:
                 return cached
-        vd = self.value_depth
-        d = max(map(vd.__getitem__, args)) + 1 if args else 0
-        if d and op.prelude_only:
-            raise op.prelude_error()
-        if op.check is not None and d == 0:
+            d = 0
+        if d:
+            if op.prelude_only:
+                raise op.prelude_error()
+        elif op.check is not None:
             op.check(*[self._constant_row(a) for a in args])
         j = len(self.node_op)
         self.node_op.append(o)
@@ -131,12 +139,18 @@ class ExpansionContext:
         self.node_args.extend(args)
         self.sdepth.append(d)
         v = len(self.value_type)
-        n = len(out_types)
-        outs = list(range(v, v + n))
         self.value_type.extend(out_types)
-        self.value_node.extend([j] * n)
-        self.value_index.extend(range(n))
-        vd.extend([d] * n)
+        if len(out_types) == 1:
+            outs = [v]
+            self.value_node.append(j)
+            self.value_index.append(0)
+            vd.append(d)
+        else:
+            n = len(out_types)
+            outs = list(range(v, v + n))
+            self.value_node.extend([j] * n)
+            self.value_index.extend(range(n))
+            vd.extend([d] * n)
         if not args:
             self._sources[o] = outs
         return outs

@@ -215,6 +215,8 @@ class StreamWorkers:
       workers), runs its loop on a deep-stack thread (expansion needs no thread per
       call), and sends back any exception `task` raises (it must pickle; one that
       does not comes back as a `RuntimeError` with its text).
+    - A child can lower its priority (`nice`) so that the step's threads in the
+      parent come first; by default it does not (see `nice` below).
     - `stop()` (a callable) is polled while waiting, so a caller that is shutting down
       is never stuck behind a busy worker. Replies left unread when `map` ends early
       are drained (a batch's worth of work), or the worker is killed (`revive()`
@@ -226,17 +228,26 @@ class StreamWorkers:
         task: what a worker runs on each payload (called in the child).
         workers: the number of processes (>= 1).
         name: the processes' name prefix.
+        nice: how much lower than this process the workers run (default `nice`).
     """
 
     poll_seconds = 0.05
     drain_seconds = 10.0
+    # How much lower the workers run than the parent (`os.nice` in the child). 0:
+    # with the kernel's per-session groups (autogroup) a lower priority also lowers
+    # the session's share against other jobs, which cost more than it saved the step
+    # (BENCHMARKS.md, "Streams and the first fit").
+    nice = 0
 
-    def __init__(self, task, workers: int, name: str = "refold-worker"):
+    def __init__(self, task, workers: int, name: str = "refold-worker",
+                 nice: int | None = None):
         if not isinstance(workers, int) or workers < 1:
             raise ValueError(f"workers must be a positive int, got {workers!r}")
         if "fork" not in multiprocessing.get_all_start_methods():
             raise ValueError("worker processes need the 'fork' start method (POSIX)")
         self._task, self._name = task, name
+        if nice is not None:
+            self.nice = nice
         self._context = multiprocessing.get_context("fork")
         self._owner = os.getpid()
         self._procs: list = [None] * workers
@@ -250,10 +261,15 @@ class StreamWorkers:
     def workers(self) -> int:
         return len(self._procs)
 
+    def pids(self) -> list[int]:
+        """The process ids of the running workers (to account for their CPU time)."""
+        return [p.pid for p in self._procs if p is not None and p.is_alive()]
+
     def _start(self, k: int) -> None:
         parent_end, child_end = self._context.Pipe()
         others = [c for c in self._conns if c is not None] + [parent_end]
-        proc = self._context.Process(target=_serve, args=(self._task, child_end, others),
+        proc = self._context.Process(target=_serve,
+                                     args=(self._task, child_end, others, self.nice),
                                      name=f"{self._name}-{k}", daemon=True)
         with frozen_garbage():
             proc.start()
@@ -395,10 +411,16 @@ class _StoppedError(Exception):
     """`StreamWorkers.map`'s `stop()` turned true while it waited."""
 
 
-def _serve(task, conn, others) -> None:
+def _serve(task, conn, others, nice: int = 0) -> None:
     """A worker's life: payloads in, `("ok", reply)` or `("error", exception)` out,
-    until the end message (None) or the parent's end closes."""
+    until the end message (None) or the parent's end closes. It first lowers its
+    priority by `nice` (its loop's thread inherits it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if nice:
+        try:
+            os.nice(nice)
+        except OSError:  # not permitted here: run at the parent's priority
+            pass
     for c in others:
         c.close()
     from blocks.evaluation import start_deep_thread

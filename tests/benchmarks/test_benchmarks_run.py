@@ -85,9 +85,31 @@ def test_engine_memory_expansion_and_plan_sections(capsys):
 
 def test_fit_against_the_bare_engine():
     out = fit.main(["--trees", "8", "--batch", "4", "--rounds", "1"])
-    assert sorted(out) == ["engine", "fit", "ratio", "stream", "stream_ratio", "workers",
-                           "workers_ratio"] \
-        and all(map(_rate, out.values()))
+    rates = ["engine", "fit", "ratio", "stream", "stream_ratio", "workers", "workers_ratio"]
+    cpu = ["fit_cpu", "stream_cpu", "workers_cpu"]
+    bounds = ["stream_bound", "workers_bound"]
+    assert sorted(out) == sorted(rates + cpu + bounds)
+    assert all(_rate(out[k]) for k in rates)
+    # per batch: wall and this process's CPU; only the workers variant has workers
+    # (clock ticks of 10 ms: a tiny run may show none)
+    assert all(_rate(out[k][0]) and _rate(out[k][1]) for k in cpu)
+    assert out["fit_cpu"][2] == out["stream_cpu"][2] == 0.0 and out["workers_cpu"][2] >= 0
+    assert all(0 < r <= 1 for k in bounds for r in out[k])
+
+
+def test_fit_times_expansion_alone():
+    out = fit.main(["--expansion", "--trees", "6", "--batch", "3", "--rounds", "1"])
+    assert sorted(out) == ["expand_ms", "nodes_per_s", "plan_ms"]
+    assert all(map(_rate, out.values()))
+
+
+def test_the_cpu_model_of_a_stream_against_the_cached_list():
+    # list: 40 ms wall, 50 ms CPU a batch; the stream adds 25 ms of expansion
+    idle, saturated = fit.cpu_model((0.040, 0.050, 0.0), (0.045, 0.052, 0.023), cores=2)
+    assert idle == 1.0  # 75 ms of CPU fit in the list's 40 ms on two cores
+    assert saturated == pytest.approx(0.050 / 0.075)
+    idle, _ = fit.cpu_model((0.040, 0.050, 0.0), (0.045, 0.060, 0.040), cores=2)
+    assert idle == pytest.approx(0.040 / 0.050)
 
 
 def test_bilstm_throughput_runs_every_variant(tmp_path, capsys):

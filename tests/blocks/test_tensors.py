@@ -431,3 +431,29 @@ def test_zeros_pyobject_type_is_a_type_error():
 def test_zeros_broadcast_type_is_a_type_error():
     with pytest.raises(TypeError, match="Zeros: cannot create Zeros for an infinite sequence"):
         td.Zeros(BroadcastSequenceType(F32))
+
+
+@pytest.mark.parametrize("t", [
+    TensorType(()),
+    TupleType(TensorType(()), TensorType((2,))),
+    TupleType(TupleType(TensorType(()), TensorType(())), TupleType(TensorType((3,)))),
+    TupleType(TensorType(()), TupleType(TensorType(()), TupleType(TensorType(())))),
+])
+def test_a_functions_kept_flatten_and_unflatten_equal_the_types_own(t):
+    from blocks.tensors import _shape_of, nest_flattener, nest_unflattener
+    n = len(list(t.terminal_types()))
+    flat = [f"v{i}" for i in range(n)]
+    value = t.unflatten(iter(flat), _shape_of(t))
+    assert nest_unflattener(t)(flat) == value
+    assert nest_flattener(t)(value) == t.flatten(value) == flat
+    # another length goes the generic way, as before: extra items are left out
+    assert nest_unflattener(t)([*flat, "extra"]) == value
+
+
+def test_a_functions_kept_flatten_reads_a_tuple_as_zip_does():
+    from blocks.tensors import nest_flattener
+    pair = TupleType(TensorType(()), TensorType(()))
+    assert nest_flattener(pair)((1, 2, 3)) == pair.flatten((1, 2, 3)) == [1, 2]
+    assert nest_flattener(pair)((1,)) == pair.flatten((1,)) == [1]
+    with pytest.raises(TypeError):
+        nest_flattener(pair)(5)

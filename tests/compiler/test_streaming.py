@@ -366,6 +366,21 @@ def test_a_killed_worker_is_reported_and_forked_anew_on_the_next_call():
                 if p.name.startswith("refold-stream-worker")]
 
 
+@pytest.mark.parametrize("nice", [None, 5])
+def test_worker_processes_run_at_the_priority_asked_for(nice):
+    from compiler.parallel import StreamWorkers
+    parent = os.getpriority(os.PRIO_PROCESS, 0)
+    workers = StreamWorkers(lambda payload: os.getpriority(os.PRIO_PROCESS, 0), 2,
+                            nice=nice)
+    try:
+        replies = [reply for _, reply in workers.map(range(4), lambda i: i)]
+    finally:
+        workers.close()
+    lower = StreamWorkers.nice if nice is None else nice
+    assert replies == [min(19, parent + lower)] * 4
+    assert os.getpriority(os.PRIO_PROCESS, 0) == parent
+
+
 # --- clean shutdown --------------------------------------------------------------------
 
 SHUTDOWN_SCRIPT = textwrap.dedent("""

@@ -41,7 +41,8 @@ time per call counts, so the machine's load drifts over all of them alike.
   loss at the root) and of the bilstm tagger, and whole TreeLSTM `Model.fit` /
   `Model.predict` calls (random trees, 32 per call at batch 1, 128 at 16, 256 at
   64; the rows "TreeLSTM fit", ms per call), at `--batch-sizes`; the ratio columns
-  are medians of per-round ratios.
+  are medians of per-round ratios. `--cpu-time` times the calls by the process's
+  CPU time rather than wall time (less disturbed by other jobs).
 - `xla`: `Model.fit` with `jit_compile=True` (`compiler.xla`: batches padded to
   buckets, one XLA program per bucket) against `jit_compile=False` (the default
   graph-mode step), whole `fit(epochs=1)` calls on the sst-synth TreeLSTM (loss at the
@@ -73,9 +74,11 @@ def _patched(module, name: str, value):
         setattr(module, name, old)
 
 
-def _rounds(fns: dict, rounds: int) -> dict:
+def _rounds(fns: dict, rounds: int, clock=time.perf_counter) -> dict:
     """ms of each call of each function, calls interleaved round after round; round
-    r starts at the r-th function (mod their number), odd rounds run backwards."""
+    r starts at the r-th function (mod their number), odd rounds run backwards.
+    `clock`: wall time by default; `time.process_time` counts the CPU time of this
+    process's threads, which other jobs on a shared machine disturb less."""
     for f in fns.values():
         f()
     keys = list(fns)
@@ -83,9 +86,9 @@ def _rounds(fns: dict, rounds: int) -> dict:
     for r in range(rounds):
         order = keys[r % len(keys):] + keys[:r % len(keys)]
         for k in order if r % 2 == 0 else order[::-1]:
-            t = time.perf_counter()
+            t = clock()
             fns[k]()
-            times[k].append((time.perf_counter() - t) * 1e3)
+            times[k].append((clock() - t) * 1e3)
     return times
 
 
@@ -382,7 +385,7 @@ def _treelstm_fit_predict(b: int) -> tuple:
     return fit, predict
 
 
-def fusedcells(batch_sizes: list, rounds: int) -> dict:
+def fusedcells(batch_sizes: list, rounds: int, cpu_time: bool = False) -> dict:
     """ms per step of the TreeLSTM and the tagger, cells fused or on autodiff."""
     from benchmarks import bilstm
     from benchmarks.treelstm import EngineVariant
@@ -390,7 +393,7 @@ def fusedcells(batch_sizes: list, rounds: int) -> dict:
     from models import rnn_cells, tree_lstm
     variants = ("fused (zoo)", "autodiff (before)")
     out = {}
-    print(f"\n## fused cells: ms per step (median of {rounds})")
+    print(f"\n## fused cells: {'CPU' if cpu_time else 'wall'} ms per step (median of {rounds})")
     print("| workload | B | fused train / infer | autodiff train / infer "
           "| autodiff ÷ fused, train / infer |")
     print("|---|---|---|---|---|")
@@ -426,7 +429,7 @@ def fusedcells(batch_sizes: list, rounds: int) -> dict:
                 fit, predict = _treelstm_fit_predict(b)
                 fns[(name, "TreeLSTM fit", "train")] = fit
                 fns[(name, "TreeLSTM fit", "infer")] = predict
-        raw = _rounds(fns, rounds)
+        raw = _rounds(fns, rounds, time.process_time if cpu_time else time.perf_counter)
         for work in ("TreeLSTM", "tagger", "TreeLSTM fit"):
             med = {(n, m): float(np.median(raw[(n, work, m)])) for n in variants
                    for m in ("train", "infer")}
@@ -489,6 +492,8 @@ def main(argv=None) -> dict:
                         help="for bidirectional, weightgrads, fusedcells and xla")
     parser.add_argument("--instances", type=int, default=3,
                         help="engines per variant, conds and weightgrads")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="fusedcells: time calls by this process's CPU time")
     args = parser.parse_args(argv)
     only = args.only.split(",")
     out = {}
@@ -505,7 +510,8 @@ def main(argv=None) -> dict:
         out["weightgrads"] = weightgrads(
             [int(b) for b in args.batch_sizes.split(",")], args.rounds, args.instances)
     if "fusedcells" in only:
-        out["fusedcells"] = fusedcells([int(b) for b in args.batch_sizes.split(",")], args.rounds)
+        out["fusedcells"] = fusedcells([int(b) for b in args.batch_sizes.split(",")], args.rounds,
+                                       args.cpu_time)
     if "xla" in only:
         out["xla"] = xla([int(b) for b in args.batch_sizes.split(",")], args.rounds)
     return out

@@ -1,7 +1,8 @@
 """Ablations: a model-zoo choice against its alternatives, paired in one process.
 
-Run: `python -m benchmarks.ablations [--only rowlists,conds,cells,bidirectional,weightgrads,xla]
-[--rounds N] [--batch-sizes 16,64]`.
+Run: `python -m benchmarks.ablations
+[--only rowlists,conds,cells,bidirectional,weightgrads,fusedcells,xla] [--rounds N]
+[--batch-sizes 16,64]`.
 Every variant is built on the same weights and batch; the calls of all variants
 are interleaved round after round (each round in another order), and the median
 time per call counts, so the machine's load drifts over all of them alike.
@@ -32,6 +33,16 @@ time per call counts, so the machine's load drifts over all of them alike.
   and of the bilstm tagger (loss at every word), planning not included, each
   variant on several engines (`--instances`), at `--batch-sizes`; the last
   column is the median of per-round ratios.
+- `fusedcells`: the TreeLSTM and LSTM cells as the zoo writes them (`bias_add`
+  and the memory update with its own gradient, `models.gates.lstm_memory`)
+  against the same cells on autodiff (a Dense layer's broadcasting bias, the
+  gate arithmetic op by op; the cells before the change). Train and inference
+  steps (planning not included) of the sst-synth TreeLSTM (same-shape trees,
+  loss at the root) and of the bilstm tagger, and whole TreeLSTM `Model.fit` /
+  `Model.predict` calls (random trees, 32 per call at batch 1, 128 at 16, 256 at
+  64; the rows "TreeLSTM fit", ms per call), at `--batch-sizes`; the ratio columns
+  are medians of per-round ratios. `--cpu-time` times the calls by the process's
+  CPU time rather than wall time (less disturbed by other jobs).
 - `xla`: `Model.fit` with `jit_compile=True` (`compiler.xla`: batches padded to
   buckets, one XLA program per bucket) against `jit_compile=False` (the default
   graph-mode step), whole `fit(epochs=1)` calls on the sst-synth TreeLSTM (loss at the
@@ -63,9 +74,11 @@ def _patched(module, name: str, value):
         setattr(module, name, old)
 
 
-def _rounds(fns: dict, rounds: int) -> dict:
+def _rounds(fns: dict, rounds: int, clock=time.perf_counter) -> dict:
     """ms of each call of each function, calls interleaved round after round; round
-    r starts at the r-th function (mod their number), odd rounds run backwards."""
+    r starts at the r-th function (mod their number), odd rounds run backwards.
+    `clock`: wall time by default; `time.process_time` counts the CPU time of this
+    process's threads, which other jobs on a shared machine disturb less."""
     for f in fns.values():
         f()
     keys = list(fns)
@@ -73,9 +86,9 @@ def _rounds(fns: dict, rounds: int) -> dict:
     for r in range(rounds):
         order = keys[r % len(keys):] + keys[:r % len(keys)]
         for k in order if r % 2 == 0 else order[::-1]:
-            t = time.perf_counter()
+            t = clock()
             fns[k]()
-            times[k].append((time.perf_counter() - t) * 1e3)
+            times[k].append((clock() - t) * 1e3)
     return times
 
 
@@ -318,6 +331,119 @@ def weightgrads(batch_sizes: list, rounds: int, instances: int = 2) -> dict:
     return out
 
 
+def _autodiff_nary_call(self, *args):
+    """`NaryTreeLSTMCell._call` before `lstm_memory`: Dense, then op by op."""
+    import tensorflow as tf
+
+    from models import gates
+    from models.nodes import split_node_args
+    x, states = split_node_args(args, self.num_children, self.input_size)
+    hs, cs = [s[0] for s in states], [s[1] for s in states]
+    inputs = ([x] if x is not None else []) + hs
+    z = self._dense(inputs[0] if len(inputs) == 1 else tf.concat(inputs, axis=1))
+    i, o, u, *f = gates.cut_gates(z, 3 + len(cs))
+    c = tf.sigmoid(i) * tf.tanh(u)
+    for f_k, c_k in zip(f, cs):
+        c = c + tf.sigmoid(f_k) * c_k
+    return tf.sigmoid(o) * tf.tanh(c), c
+
+
+def _autodiff_lstm_call(self, x, state):
+    """`LSTMCell._call` before `lstm_memory`: broadcasting adds, then op by op."""
+    import tensorflow as tf
+
+    from models import gates
+    x, h, c, kernel, recurrent_kernel, bias = self._in_compute_dtype(x, *state)
+    z = x @ kernel + h @ recurrent_kernel + bias
+    i, f, g, o = gates.cut_gates(z, 4)
+    i, f, g, o = tf.sigmoid(i), tf.sigmoid(f), self.activation(g), tf.sigmoid(o)
+    c = f * c + i * g
+    h = o * self.activation(c)
+    return h, (h, c)
+
+
+def _treelstm_fit_predict(b: int) -> tuple:
+    """Whole `Model.fit(epochs=1)` and `Model.predict` calls of the sst-synth TreeLSTM
+    (random trees, 32 per call at batch 1, 128 at 16, 256 at 64), each run once
+    here (traced)."""
+    import keras
+
+    from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+    from compiler import Model
+    rng = np.random.default_rng(0)
+    n = {1: 32, 16: 128}.get(b, 256)
+    trees = [sst_synth_tree(rng) for _ in range(n)]
+    labels = rng.integers(0, CLASSES, n).astype(np.int32)
+    model = Model(TreeLSTMModel(seed=0).block)
+    model.compile(optimizer=keras.optimizers.SGD(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    fit = functools.partial(model.fit, trees, labels, batch_size=b, epochs=1, verbose=0,
+                            shuffle=False)
+    predict = functools.partial(model.predict, trees, batch_size=b, verbose=0)
+    fit()
+    predict()
+    return fit, predict
+
+
+def fusedcells(batch_sizes: list, rounds: int, cpu_time: bool = False) -> dict:
+    """ms per step of the TreeLSTM and the tagger, cells fused or on autodiff."""
+    from benchmarks import bilstm
+    from benchmarks.treelstm import EngineVariant
+    from benchmarks.workloads import TreeLSTMModel
+    from models import rnn_cells, tree_lstm
+    variants = ("fused (zoo)", "autodiff (before)")
+    out = {}
+    print(f"\n## fused cells: {'CPU' if cpu_time else 'wall'} ms per step (median of {rounds})")
+    print("| workload | B | fused train / infer | autodiff train / infer "
+          "| autodiff ÷ fused, train / infer |")
+    print("|---|---|---|---|---|")
+    for b in batch_sizes:
+        _, trees, labels = _treelstm_batch(b)
+        sentences = [bilstm.sentence(np.random.default_rng(i)) for i in range(b)]
+        tree_model, tagger_model = TreeLSTMModel(seed=0), bilstm.TaggerModel(seed=0)
+        fns = {}
+        for name in variants:
+            fused = name == variants[0]
+            with _patched(tree_lstm.NaryTreeLSTMCell, "_call",
+                          tree_lstm.NaryTreeLSTMCell._call if fused else _autodiff_nary_call), \
+                    _patched(rnn_cells.LSTMCell, "_call",
+                             rnn_cells.LSTMCell._call if fused else _autodiff_lstm_call):
+                tree = EngineVariant(tree_model, "agenda")
+                arrays = tree.compiler.plan(trees).feed.arrays
+                tagger = bilstm.Engine(tagger_model)
+                plan = tagger.compiler.plan(sentences, grouped=True)
+                bounds = plan.metric_bounds(tagger.compiler.program)[tagger.loss_id]
+                steps = {
+                    ("TreeLSTM", "train"):
+                        lambda e=tree, a=arrays, y=labels: e.train_fn(a, y).numpy(),
+                    ("TreeLSTM", "infer"): lambda e=tree, a=arrays: e.infer_fn(a).numpy(),
+                    ("tagger", "train"):
+                        lambda e=tagger, a=plan.feed.arrays, bd=bounds: e.train_fn(a, bd).numpy(),
+                    ("tagger", "infer"):
+                        lambda e=tagger, a=plan.feed.arrays: _fetch(e.infer_fn(a))}
+                for key, f in steps.items():
+                    f()  # traced here, under the patch
+                    fns[(name, *key)] = f
+            with _patched(tree_lstm.NaryTreeLSTMCell, "_call",
+                          tree_lstm.NaryTreeLSTMCell._call if fused else _autodiff_nary_call):
+                fit, predict = _treelstm_fit_predict(b)
+                fns[(name, "TreeLSTM fit", "train")] = fit
+                fns[(name, "TreeLSTM fit", "infer")] = predict
+        raw = _rounds(fns, rounds, time.process_time if cpu_time else time.perf_counter)
+        for work in ("TreeLSTM", "tagger", "TreeLSTM fit"):
+            med = {(n, m): float(np.median(raw[(n, work, m)])) for n in variants
+                   for m in ("train", "infer")}
+            ratio = {m: float(np.median(np.array(raw[(variants[1], work, m)])
+                                        / np.array(raw[(variants[0], work, m)])))
+                     for m in ("train", "infer")}
+            out[(work, b)] = {"ms": med, "autodiff / fused": ratio}
+            print(f"| {work} | {b} | {med[(variants[0], 'train')]:.2f} / "
+                  f"{med[(variants[0], 'infer')]:.2f} | {med[(variants[1], 'train')]:.2f} / "
+                  f"{med[(variants[1], 'infer')]:.2f} | {ratio['train']:.3f} / "
+                  f"{ratio['infer']:.3f} |", flush=True)
+    return out
+
+
 def xla(batch_sizes: list, rounds: int) -> dict:
     import keras
 
@@ -363,9 +489,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--batch", type=int, default=64, help="for rowlists, conds and cells")
     parser.add_argument("--batch-sizes", default="16,64",
-                        help="for bidirectional, weightgrads and xla")
+                        help="for bidirectional, weightgrads, fusedcells and xla")
     parser.add_argument("--instances", type=int, default=3,
                         help="engines per variant, conds and weightgrads")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="fusedcells: time calls by this process's CPU time")
     args = parser.parse_args(argv)
     only = args.only.split(",")
     out = {}
@@ -381,6 +509,9 @@ def main(argv=None) -> dict:
     if "weightgrads" in only:
         out["weightgrads"] = weightgrads(
             [int(b) for b in args.batch_sizes.split(",")], args.rounds, args.instances)
+    if "fusedcells" in only:
+        out["fusedcells"] = fusedcells([int(b) for b in args.batch_sizes.split(",")], args.rounds,
+                                       args.cpu_time)
     if "xla" in only:
         out["xla"] = xla([int(b) for b in args.batch_sizes.split(",")], args.rounds)
     return out

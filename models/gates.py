@@ -1,4 +1,6 @@
-"""`cut_gates`: a gated cell's pre-activations cut into its gates.
+"""Gate arithmetic of the zoo's gated cells: `cut_gates`, `lstm_memory`.
+
+`cut_gates`: a gated cell's pre-activations cut into its gates.
 
 LSTM and GRU cells compute all their gates with one matmul, `z = [x, h] W + b`,
 then cut `z` into one block of columns per gate. Every gated cell of the zoo cuts
@@ -8,6 +10,10 @@ one more saved tensor per gate), where the split's gradient is one concat.
 `python -m benchmarks.ablations --only cells` compares the cuts (figures in
 BENCHMARKS.md): the split trains faster than strided slices and as fast as a
 slice-forward, concat-backward custom gradient.
+
+`lstm_memory`: the LSTM memory update from the pre-activations of all gates (cut
+with `cut_gates`), with its own gradient under a tape (the TreeLSTM cells and `LSTMCell` use it;
+`python -m benchmarks.ablations --only fusedcells` against autodiff).
 
 >>> import tensorflow as tf
 >>> z = tf.reshape(tf.range(12.0), [2, 6])
@@ -22,3 +28,87 @@ def cut_gates(z, n_gates: int) -> list:
     """`z` `[n, n_gates * width]` cut into `n_gates` tensors `[n, width]`, in order."""
     import tensorflow as tf
     return tf.split(z, n_gates, axis=1)
+
+
+def lstm_memory(z, children_c: list, layout: str) -> tuple:
+    """An LSTM memory update from gate pre-activations: `(h, c)`.
+
+    `layout` names `z`'s gate blocks of columns in order, one letter each: `i`
+    (input), `o` (output), `u` (update, tanh) once, and one `f` (forget) per
+    child memory in `children_c`, in their order. Then
+
+        c = sigmoid(i) * tanh(u) + sum_k sigmoid(f_k) * c_k,   h = sigmoid(o) * tanh(c)
+
+    Under a gradient tape the update carries its own gradient (`_fused_memory`),
+    with none of the broadcasting-gradient machinery (shapes,
+    `BroadcastGradientArgs`, `Sum`, `Reshape`) that autodiff builds for each
+    elementwise op of a dynamic row count, and fewer tensors saved for the
+    backward pass. Without a tape it is the plain forward (no `IdentityN` of a
+    custom gradient around it). Figures: BENCHMARKS.md, "Fused LSTM memory
+    updates in the zoo's cells".
+
+    >>> import tensorflow as tf
+    >>> z = tf.zeros([1, 8])
+    >>> h, c = lstm_memory(z, [tf.ones([1, 2])], "iouf")  # i, o, f = 0.5; u = 0
+    >>> c.numpy().tolist(), round(float(h[0, 0]), 4)
+    ([[0.5, 0.5]], 0.2311)
+    """
+    from tensorflow.python.eager import record
+    _check_layout(layout, len(children_c))
+    if record.could_possibly_record():
+        return _fused_memory(z, list(children_c), layout)
+    h, c, _ = _memory_forward(z, list(children_c), layout)
+    return h, c
+
+
+def _check_layout(layout: str, n_children: int) -> None:
+    if sorted(layout) != sorted("iou" + "f" * n_children):
+        raise ValueError(f"layout must hold i, o, u once and one f per child memory "
+                         f"({n_children}), got {layout!r}")
+
+
+def _memory_forward(z, cs: list, layout: str):
+    """`(h, c, (gates, tanh_c))`: gates by letter (`f`: a list, in order)."""
+    import tensorflow as tf
+    gate: dict = {"f": []}
+    for letter, pre in zip(layout, cut_gates(z, len(layout))):
+        if letter == "f":
+            gate["f"].append(tf.sigmoid(pre))
+        else:
+            gate[letter] = tf.tanh(pre) if letter == "u" else tf.sigmoid(pre)
+    c = tf.add_n([gate["i"] * gate["u"]] + [f * c_k for f, c_k in zip(gate["f"], cs)])
+    tanh_c = tf.tanh(c)
+    return gate["o"] * tanh_c, c, (gate, tanh_c)
+
+
+def _fused_memory(z, cs: list, layout: str) -> tuple:
+    """`lstm_memory` with a hand-written gradient: the upstream gradient of c
+    (through h and directly) formed once, each gate's gradient one product and
+    one `SigmoidGrad` or `TanhGrad`, then one concat in column order (as the
+    split's gradient). It keeps the gates, tanh(c) and the children's memories
+    for the backward pass, not the products and sums autodiff would."""
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def memory(z, *cs):
+        h, c, (gate, tanh_c) = _memory_forward(z, list(cs), layout)
+
+        def grad(d_h, d_c):
+            if d_h is None:
+                d_h = tf.zeros_like(h)
+            d_total = tf.raw_ops.TanhGrad(y=tanh_c, dy=d_h * gate["o"])
+            if d_c is not None:
+                d_total = d_total + d_c
+            d_pre = {"i": tf.raw_ops.SigmoidGrad(y=gate["i"], dy=d_total * gate["u"]),
+                     "o": tf.raw_ops.SigmoidGrad(y=gate["o"], dy=d_h * tanh_c),
+                     "u": tf.raw_ops.TanhGrad(y=gate["u"], dy=d_total * gate["i"])}
+            d_forget = iter([tf.raw_ops.SigmoidGrad(y=f, dy=d_total * c_k)
+                             for f, c_k in zip(gate["f"], cs)])
+            d_z = tf.concat([next(d_forget) if letter == "f" else d_pre[letter]
+                             for letter in layout], axis=1)
+            return [d_z] + [d_total * f for f in gate["f"]]
+
+        return (h, c), grad
+
+    h, c = memory(z, *cs)
+    return h, c

@@ -174,6 +174,12 @@ class LSTMCell(_RecurrentCell):
 
     def _call(self, x, state):
         x, h, c, kernel, recurrent_kernel, bias = self._in_compute_dtype(x, *state)
+        if self.activation is keras.activations.tanh:
+            # AddN and bias_add: gradients with no broadcasting machinery; the
+            # memory update with its own gradient (`gates.lstm_memory`)
+            z = tf.nn.bias_add(tf.add_n([x @ kernel, h @ recurrent_kernel]), bias)
+            h, c = gates.lstm_memory(z, [c], "ifuo")
+            return h, (h, c)
         z = x @ kernel + h @ recurrent_kernel + bias
         i, f, g, o = gates.cut_gates(z, 4)
         i, f, g, o = tf.sigmoid(i), tf.sigmoid(f), self.activation(g), tf.sigmoid(o)

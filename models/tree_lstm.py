@@ -108,13 +108,16 @@ class NaryTreeLSTMCell(Layer):
         x, states = split_node_args(args, self.num_children, self.input_size)
         hs = [s[0] for s in states]
         cs = [s[1] for s in states]
-        inputs = ([x] if x is not None else []) + hs
-        z = self._dense(inputs[0] if len(inputs) == 1 else tf.concat(inputs, axis=1))
-        i, o, u, *f = gates.cut_gates(z, 3 + len(cs))
-        c = tf.sigmoid(i) * tf.tanh(u)
-        for f_k, c_k in zip(f, cs):
-            c = c + tf.sigmoid(f_k) * c_k
-        return tf.sigmoid(o) * tf.tanh(c), c
+        dense = self._dense
+        dtype = dense.compute_dtype  # the low dtype under a mixed policy
+        inputs = [tf.cast(t, dtype) for t in ([x] if x is not None else []) + hs]
+        kernel, bias = (tf.cast(w, dtype) for w in (dense.kernel, dense.bias))
+        # bias_add, not the Dense layer's broadcasting +: its gradient is one
+        # BiasAddGrad, not shapes, BroadcastGradientArgs, Sum and Reshape per launch
+        z = tf.nn.bias_add(tf.matmul(inputs[0] if len(inputs) == 1
+                                     else tf.concat(inputs, axis=1), kernel), bias)
+        cs = [tf.cast(c_k, dtype) for c_k in cs]
+        return gates.lstm_memory(z, cs, "iou" + "f" * len(cs))
 
 
 def leaf_cell(hidden: int, input_size: int, name: str | None = None) -> NaryTreeLSTMCell:

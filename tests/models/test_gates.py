@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from models.gates import cut_gates
+from tests.compiler import test_batched_equals_reference as reference
 
 
 @pytest.mark.parametrize("n_gates, width, used", [(1, 3, (0,)), (4, 2, (0, 1, 2, 3)),
@@ -26,3 +29,81 @@ def test_cut_gates_equal_strided_slices_in_values_and_gradients(n_gates, width, 
         results.append([g.numpy() for g in gates] + [tape.gradient(loss, z).numpy()])
     for got, want in zip(*results):
         np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def _memory_by_hand(z, cs, layout):
+    """The LSTM memory update op by op, differentiated by TensorFlow."""
+    width = z.shape[1] // len(layout)
+    cut = {}
+    forget = []
+    for g, letter in enumerate(layout):
+        block = z[:, g * width:(g + 1) * width]
+        if letter == "f":
+            forget.append(tf.sigmoid(block))
+        else:
+            cut[letter] = tf.tanh(block) if letter == "u" else tf.sigmoid(block)
+    c = cut["i"] * cut["u"]
+    for f, c_k in zip(forget, cs):
+        c = c + f * c_k
+    return cut["o"] * tf.tanh(c), c
+
+
+@pytest.mark.parametrize("layout", ["iou", "iouff", "ifuo", "uoi", "fiofu"])
+@pytest.mark.parametrize("used", ["h", "c", "both"])
+def test_lstm_memory_equals_autodiff_in_values_and_gradients(layout, used):
+    from models.gates import lstm_memory
+    rng = np.random.default_rng(len(layout) * 7 + len(used))
+    n, width, n_kids = 5, 3, layout.count("f")
+    z = tf.constant(rng.normal(size=(n, len(layout) * width)), tf.float32)
+    cs = [tf.constant(rng.normal(size=(n, width)), tf.float32) for _ in range(n_kids)]
+    w_h, w_c = (tf.constant(rng.normal(size=(n, width)), tf.float32) for _ in range(2))
+    results = []
+    for memory in (lstm_memory, _memory_by_hand):
+        with tf.GradientTape() as tape:
+            tape.watch([z, *cs])
+            h, c = memory(z, cs, layout)
+            # a loss of h, of c, or of both: an unused output has no gradient
+            loss = tf.add_n([tf.reduce_sum(tf.tanh(t) * w) for t, w, name in
+                             ((h, w_h, "h"), (c, w_c, "c")) if used in (name, "both")])
+        grads = tape.gradient(loss, [z, *cs])
+        results.append([h.numpy(), c.numpy()] + [g.numpy() for g in grads])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_lstm_memory_is_its_plain_forward_without_a_tape_in_a_graph():
+    from models.gates import lstm_memory
+    z = tf.random.normal([4, 10], seed=1)
+    cs = [tf.random.normal([4, 2], seed=2), tf.random.normal([4, 2], seed=3)]
+    traced = tf.function(lambda z, a, b: lstm_memory(z, [a, b], "iouff"))
+    graph = traced.get_concrete_function(z, *cs).graph
+    # no custom gradient (an IdentityN around the update) when nothing records
+    assert "IdentityN" not in {op.type for op in graph.get_operations()}
+    for got, want in zip(traced(z, *cs), _memory_by_hand(z, cs, "iouff")):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layout, n_kids", [("iof", 1), ("iouu", 0), ("ioufx", 1), ("iouf", 2)])
+def test_lstm_memory_rejects_a_layout_that_does_not_match_the_children(layout, n_kids):
+    from models.gates import lstm_memory
+    with pytest.raises(ValueError, match="layout"):
+        lstm_memory(tf.zeros([1, 3 * len(layout)]), [tf.zeros([1, 3])] * n_kids, layout)
+
+
+@pytest.mark.parametrize("scheduler", ["agenda", "depth"])
+@pytest.mark.parametrize("name", ["tree_lstm", "bidirectional_tagger"])
+@settings(max_examples=2, deadline=None)
+@given(data=st.data())
+def test_fused_cells_equal_the_reference_with_weight_gradients_once_per_step(
+        name, scheduler, data):
+    """The cells' own gradient also under `Executor(batched_weight_grads=True)`, whose
+    backward loop differentiates them to their inputs only (values and gradients
+    against the reference evaluator, as for the default in
+    tests/compiler/test_batched_equals_reference.py)."""
+    case = reference.case(name)
+    built = reference.engine_for(case, scheduler)
+    built[0].executor.batched_weight_grads = True  # read when the step is traced
+    inputs = data.draw(st.lists(case.inputs, min_size=1, max_size=6))
+    reference.check_case_batch(case, scheduler, inputs, built)
+    # filled in when the step was traced under its tape: some loop op deferred
+    assert getattr(built[0].executor, "_loop_weights", None), "no weights deferred"

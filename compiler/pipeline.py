@@ -5,9 +5,9 @@ Inputs are expanded once up front (bad ones raise or are skipped, as the model's
 fill the cache; without one they are expanded as their batch is packed, and a bad
 one raises there (unless bad ones are to be skipped, which needs the check up front).
 Then a `BatchFeeder` hands Keras' loop one packed batch per step: Keras iterates
-a `tf.data` range of batch indices, and the model's step functions
-(`compiler.steps`) ask the feeder for batch i, which merges, schedules and packs
-it there and then. That hand-off is a Python call: a `tf.data` producer
+a `tf.data` range of batch indices (its length paces the loop), and the model's
+step functions (`compiler.steps`) ask the feeder for batch i, which merges,
+schedules and packs it there and then. That hand-off is a Python call: a `tf.data` producer
 (`from_generator`) cost more per call of `fit` or `predict` (building it traces
 functions, tearing it down waits on its thread) and per step (a `py_func` and
 a copy into the graph) than planning a batch does. The packed arrays are those
@@ -245,8 +245,9 @@ class BatchFeeder:
     """The batches of one `fit`, `evaluate` or `predict` call, packed on demand.
 
     Keras' loop iterates `dataset()`, the batch indices `0 .. n_batches - 1` (a
-    `tf.data` range: cheap to build and to iterate); the step function asks for
-    `batch(i)`. Batch 0 starts a pass: `order()` is read again, so each epoch
+    `tf.data` range: cheap to build; the step functions count its elements rather
+    than read them, and `Model.predict` runs over `n_batches` without it); the step
+    function asks for `batch(i)`. Batch 0 starts a pass: `order()` is read again, so each epoch
     has its own shuffle. Inputs not expanded up front (a model without cache) are
     expanded here; a bad one raises its `InputError` naming its index in `x`.
     """

@@ -1,11 +1,14 @@
 """The functions Keras' loop calls for each step of a `Model`.
 
 Keras makes `train_function`, `test_function` and `predict_function` in its
-`make_*_function` hooks (public API, meant to be overridden). A `Model`'s take the
-batch indices that Keras' iterator yields (the model's `BatchFeeder.dataset()`),
-ask the feeder for those packed batches and run one traced step on each. The
-traced step has a fixed input signature (the packed arrays' and the labels'
-`TensorSpec`s, all of unknown length), so it is traced once per label layout.
+`make_*_function` hooks (public API, meant to be overridden). A `Model`'s count the
+batches of the pass Keras' iterator stands for (the model's `BatchFeeder.dataset()`,
+a range of batch indices, which they need not read) or take the indices given
+(`predict_function`, from `compiler.predicting`), ask the feeder for those packed
+batches and run one traced step on each. The batch enters the step as a few flat
+tensors (`compiler.handoff`); the traced step has a fixed input signature (the
+packed arrays' and the labels' `TensorSpec`s, all of unknown length), so it is
+traced once per label layout.
 
 It runs in TensorFlow's graph mode by default. With `Model.jit_compile` on, each
 batch is converted to its bucketed XLA form (`compiler.xla`) and the step is traced

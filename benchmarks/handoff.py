@@ -10,7 +10,8 @@ Keras' predict loop over the feeder's `tf.data` range, as it did there. The trac
 step is the same in both, so the difference is the hand-off: Keras' loop, the
 feeder, converting the batch to tensors, calling the traced function, collecting
 outputs. Rounds alternate old, new, old, new; the ratio is old ÷ new per round,
-then the median.
+then the median, of wall time and (in parentheses) of the process's CPU time, which
+other jobs on a shared machine disturb less.
 
     python -m benchmarks.handoff                          # B = 1 and 16
     python -m benchmarks.handoff --batch-sizes 1 --rounds 9 --workloads treelstm
@@ -94,8 +95,8 @@ class Workload:
 
         def predict_old():
             m = self.infer
-            if m._out_type is None:  # Compiler.run per slice: the same in both
-                return m.predict(self.x, batch_size=b, verbose=0)
+            if m._out_type is None:  # Compiler.run per slice, as it ran there
+                return old_run(m.compiler, self.x, b)
             m.predict_function = old_predict
             data = m._dataset(self.x, None, None, b, False, "predict", with_labels=False,
                               raise_errors=True)
@@ -108,6 +109,17 @@ class Workload:
                 "predict old": predict_old, "predict new": predict_new}
 
 
+def old_run(compiler, inputs: list, b: int) -> list:
+    """`Model.predict` of a block whose output is not one tensor per input, as it ran
+    before: `Compiler.run` on each slice, calling the `tf.function` on the arrays."""
+    results = []
+    for start in range(0, len(inputs), b):
+        plan = compiler.plan(inputs[start:start + b])
+        outputs = compiler._function()(plan.feed.arrays)
+        results.extend(compiler.results(plan, [o.numpy() for o in outputs]))
+    return results
+
+
 def measure(w: Workload, b: int, rounds: int) -> dict:
     steps = -(-len(w.x) // b)
     calls = w.calls(b)
@@ -115,15 +127,19 @@ def measure(w: Workload, b: int, rounds: int) -> dict:
         fn()
         fn()
     times: dict = {k: [] for k in calls}
+    cpu: dict = {k: [] for k in calls}
     for _ in range(rounds):
         for k, fn in calls.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             times[k].append((time.perf_counter() - start) / steps * 1e3)
+            cpu[k].append(time.process_time() - start_cpu)
     out = {k: float(np.median(v)) for k, v in times.items()}
     for what in ("fit", "predict"):
         ratio = np.array(times[f"{what} old"]) / np.array(times[f"{what} new"])
         out[f"{what} old/new"] = float(np.median(ratio))
+        ratio = np.array(cpu[f"{what} old"]) / np.array(cpu[f"{what} new"])
+        out[f"{what} old/new cpu"] = float(np.median(ratio))
     return out
 
 
@@ -137,17 +153,19 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     old = old_steps(args.base)
     results = {}
-    print("| workload | B | fit old | fit new | old/new | predict old | predict new | old/new |")
+    print("| workload | B | fit old | fit new | old/new (cpu) | predict old | predict new | "
+          "old/new (cpu) |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.workloads.split(","):
         w = Workload(name, args.items, old)
         for b in (int(s) for s in args.batch_sizes.split(",")):
             r = results[(name, b)] = measure(w, b, args.rounds)
             print(f"| {name} | {b} | {r['fit old']:.2f} | {r['fit new']:.2f} | "
-                  f"{r['fit old/new']:.2f} | {r['predict old']:.2f} | {r['predict new']:.2f} | "
-                  f"{r['predict old/new']:.2f} |", flush=True)
-    print("ms per step (median of rounds); old/new: the median of per-round ratios",
-          file=sys.stderr)
+                  f"{r['fit old/new']:.2f} ({r['fit old/new cpu']:.2f}) | "
+                  f"{r['predict old']:.2f} | {r['predict new']:.2f} | "
+                  f"{r['predict old/new']:.2f} ({r['predict old/new cpu']:.2f}) |", flush=True)
+    print("ms per step, wall clock (median of rounds); old/new: the median of per-round "
+          "ratios of wall time (of this process's CPU time)", file=sys.stderr)
     return results
 
 

@@ -192,8 +192,9 @@ def test_handoff_times_old_and_new_fit_and_predict_on_both_workloads(capsys):
     out = handoff.main(["--batch-sizes", "2", "--items", "4", "--rounds", "1"])
     assert sorted(out) == [("bilstm", 2), ("treelstm", 2)]
     for r in out.values():
-        assert sorted(r) == sorted(["fit old", "fit new", "fit old/new", "predict old",
-                                    "predict new", "predict old/new"])
+        assert sorted(r) == sorted(["fit old", "fit new", "fit old/new", "fit old/new cpu",
+                                    "predict old", "predict new", "predict old/new",
+                                    "predict old/new cpu"])
         assert all(_rate(v) for v in r.values())
     rows = _table(capsys.readouterr().out, "| workload | B |")
     assert [r.split(" | ")[:2] for r in rows] == [["| treelstm", "2"], ["| bilstm", "2"]]

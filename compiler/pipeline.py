@@ -18,6 +18,7 @@ outputs) and `batch_size`, which is all a step, or a SavedModel's signature, nee
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterable
@@ -266,15 +267,9 @@ class BatchFeeder:
         self.signature = spec if with_labels else spec[:1]
 
     def dataset(self) -> tf.data.Dataset:
-        """What Keras iterates: one element, the batch index, per step.
-
-        Without tf.data's graph optimizations and autotuning, which have nothing to
-        do on a range: they made creating its iterator, once per call of `fit` or
-        `predict` and per epoch, cost ~10 ms instead of ~1 (BENCHMARKS.md)."""
-        options = tf.data.Options()
-        options.experimental_optimization.apply_default_optimizations = False
-        options.autotune.enabled = False
-        return tf.data.Dataset.range(self.n_batches).with_options(options)
+        """What Keras iterates: one element, the batch index, per step (see
+        `batch_indices`)."""
+        return batch_indices(self.n_batches)
 
     def batch(self, i: int) -> tuple:
         """Batch i of the current pass: `(arrays, y?, sample_weight?)`, numpy."""
@@ -296,6 +291,21 @@ class BatchFeeder:
         """The indices in the caller's `x` of batch i's inputs (of the current pass)."""
         idx = self._order[i * self.batch_size:(i + 1) * self.batch_size]
         return idx if self.positions is None else self.positions[idx]
+
+
+@functools.lru_cache(maxsize=16)
+def batch_indices(n: int) -> tf.data.Dataset:
+    """The range `0 .. n - 1` that Keras iterates for `n` batches.
+
+    Without tf.data's graph optimizations and autotuning, which have nothing to do
+    on a range: they made creating its iterator, once per call of `fit` or `predict`
+    and per epoch, cost ~10 ms instead of ~1. Kept for the next call with as many
+    batches (a dataset is immutable): building it cost ~11 ms per call of `fit`
+    (BENCHMARKS.md, "the hand-off")."""
+    options = tf.data.Options()
+    options.experimental_optimization.apply_default_optimizations = False
+    options.autotune.enabled = False
+    return tf.data.Dataset.range(n).with_options(options)
 
 
 def _builtin_loss(loss) -> tuple[str | None, dict]:

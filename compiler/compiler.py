@@ -146,6 +146,7 @@ class Compiler:
             OrderedDict() if self.cache_size else None
         self._cache_lock = threading.Lock()  # a stream's planning thread shares it
         self._run_fn = None
+        self._run_flat = None  # run's traced function on the batch as few tensors
         self.last_rounds = 0  # engine calls the last expansion in rounds made
         self.workers = workers
         self._pool = None
@@ -256,7 +257,7 @@ class Compiler:
         self.planner.check(OpGraph.concatenate(graphs))
         records = [plan_record(g, r, [], []) for g, r in zip(graphs, reads)]
         plan = self.planner.plan(records, [g.constants for g in graphs])
-        outputs = [o.numpy() for o in self._function()(plan.feed.arrays)]
+        outputs = [o.numpy() for o in self._compute(plan.feed.arrays)]
         rows = iter(zip(plan.read_type.tolist(), plan.read_pos.tolist()))
         return [[outputs[k][p] for k, p in itertools.islice(rows, len(r))] for r in reads]
 
@@ -339,6 +340,24 @@ class Compiler:
                                        input_signature=[self.executor.input_signature()])
         return self._run_fn
 
+    def _compute(self, arrays: dict) -> list:
+        """The executor's traced outputs (tensors) on a batch's packed `arrays`.
+
+        The batch enters as few tensors (`compiler.handoff`), and the traced
+        function is called directly: at batch 1 the `tf.function`'s own argument
+        matching and the conversion of each array cost a sizeable part of a call
+        (BENCHMARKS.md, "the hand-off")."""
+        if self._run_flat is None:
+            import tensorflow as tf
+
+            from compiler.handoff import Handoff
+            handoff, inner = Handoff(self.executor.input_signature()), self._function()
+            fn = tf.function(lambda *t: inner(handoff.unfold(t)), autograph=False,
+                             input_signature=handoff.signature).get_concrete_function()
+            self._run_flat = (handoff, fn)
+        handoff, fn = self._run_flat
+        return fn(*handoff.tensors(arrays))
+
     def run(self, inputs: Iterable[Any], tolist: bool = False) -> list:
         """Evaluates a batch of inputs together; one result per input, in order.
 
@@ -350,7 +369,7 @@ class Compiler:
             return self._run_in_rounds(inputs, tolist)
         plan = self.plan(inputs)
         try:
-            outputs = self._function()(plan.feed.arrays)
+            outputs = self._compute(plan.feed.arrays)
         except Exception as e:
             raise _blame(self.program.root, inputs, e) from e
         return self.results(plan, [o.numpy() for o in outputs], tolist=tolist)

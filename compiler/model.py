@@ -73,6 +73,7 @@ from compiler.pipeline import (
     hold_out,
     split_validation,
 )
+from compiler.predicting import predict_loop
 from compiler.saving import atomic_write, refuse_after_nan, write_saved_model
 from compiler.steps import (
     STEP_FINITE,
@@ -466,11 +467,18 @@ class Model(keras.Model):
         """What Keras iterates for one call (batch indices); the batches themselves
         come from the `BatchFeeder` kept for `role` ("train", "validation", "test"
         or "predict"), which the step functions read."""
+        return self._feeder(x, y, sample_weight, batch_size, shuffle, role, with_labels,
+                            what, raise_errors, offset, verbose).dataset()
+
+    def _feeder(self, x, y, sample_weight, batch_size: int, shuffle: bool, role: str,
+                with_labels: bool = True, what: str = "x", raise_errors: bool = False,
+                offset: int = 0, verbose=0):
+        """The feeder of one call's batches, kept for `role` (see `_dataset`)."""
         if is_distributed(self.distribute_strategy):
             feeder = sharded_feeder(self, x, y, sample_weight, batch_size, shuffle,
                                     with_labels, what, raise_errors, offset, verbose)
             self._feeders[role] = feeder
-            return feeder.dataset()
+            return feeder
         check_batch_size(batch_size)
         inputs = as_inputs(x, what)
         loss = self.loss if with_labels and self._compile_loss is not None else None
@@ -500,7 +508,7 @@ class Model(keras.Model):
         if skipped:
             feeder.positions = np.setdiff1d(np.arange(n_given), skipped)
         self._feeders[role] = feeder
-        return feeder.dataset()
+        return feeder
 
     def fit(self, x=None, y=None, batch_size: int | None = None, epochs: int = 1,
             verbose="auto", callbacks=None, validation_data=None, shuffle: bool = True,
@@ -670,10 +678,13 @@ class Model(keras.Model):
             return self._predict_stream(x, batch_size, verbose, callbacks, steps)
         if self._out_type is not None:
             x = as_inputs(x)
-            data = self._dataset(x, None, None, batch_size, False, "predict",
-                                 with_labels=False, raise_errors=True, verbose=verbose)
+            feeder = self._feeder(x, None, None, batch_size, False, "predict",
+                                  with_labels=False, raise_errors=True, verbose=verbose)
             with blaming(self.block, [(x, "x", [])]):
-                return super().predict(data, verbose=verbose, callbacks=callbacks)
+                if is_distributed(self.distribute_strategy):
+                    return super().predict(feeder.dataset(), verbose=verbose,
+                                           callbacks=callbacks)
+                return predict_loop(self, feeder.n_batches, verbose, callbacks)
         check_batch_size(batch_size)
         inputs, _ = self._expand(as_inputs(x), Labels(None, None), raise_errors=True,
                                  verbose=verbose)
@@ -685,12 +696,10 @@ class Model(keras.Model):
     def _predict_stream(self, x, batch_size: int, verbose, callbacks, steps):
         check_batch_size(batch_size)
         if self._out_type is not None:
-            data = self._stream(x, batch_size, "predict", labelled=False)
+            feeder = self._stream_feeder(x, batch_size, "predict", labelled=False)
             try:
-                with blaming(self.block, self._stream_blame), \
-                        _end_of_stream_is_end_of_epoch(True):
-                    return super().predict(data, verbose=verbose, callbacks=callbacks,
-                                           steps=steps)
+                with blaming(self.block, self._stream_blame):
+                    return predict_loop(self, steps or feeder.n_batches, verbose, callbacks)
             finally:
                 self._close_streams()
         # results in block.eval's form: one batch at a time, no step function
@@ -722,6 +731,13 @@ class Model(keras.Model):
                 labelled: bool | None = None, class_weight=None, endless: bool = False):
         """The batch indices Keras iterates over stream `x`; the batches come from the
         `StreamFeeder` kept for `role`."""
+        return self._stream_feeder(x, batch_size, role, what, labelled, class_weight,
+                                   endless).dataset()
+
+    def _stream_feeder(self, x, batch_size: int, role: str, what: str = "x",
+                       labelled: bool | None = None, class_weight=None,
+                       endless: bool = False) -> StreamFeeder:
+        """The `StreamFeeder` of one call over stream `x`, kept for `role`."""
         if is_distributed(self.distribute_strategy):
             raise ValueError(f"{what} is a stream ({type(x).__name__}); under a "
                              "tf.distribute strategy give a list of inputs")
@@ -743,7 +759,7 @@ class Model(keras.Model):
             skip=self.on_bad_example == "skip" and role != "predict", what=what,
             class_weight=class_weight, endless=endless, on_skip=on_skip)
         self._feeders[role] = feeder
-        return feeder.dataset()
+        return feeder
 
     def _stream_blame(self) -> list:
         """What a failed step is blamed on: the streams' batches being run."""
@@ -765,7 +781,7 @@ class Model(keras.Model):
             sample_weight = class_weights(y, class_weight)
         x = as_inputs(x)
         self._check_loss(y)
-        self._dataset(x, y, sample_weight, max(len(x), 1), False, "train")
+        self._feeder(x, y, sample_weight, max(len(x), 1), False, "train")
         self._build_optimizer()
         self.make_train_function()
         self.reset_metrics()
@@ -776,7 +792,7 @@ class Model(keras.Model):
         """The loss and metrics of one batch of inputs `x` (a list), as Keras'."""
         x = as_inputs(x)
         self._check_loss(y)
-        self._dataset(x, y, sample_weight, max(len(x), 1), False, "test")
+        self._feeder(x, y, sample_weight, max(len(x), 1), False, "test")
         self.make_test_function()
         self.reset_metrics()
         with blaming(self.block, [(x, "x", self.skipped_examples)]):

@@ -5,9 +5,9 @@ Inputs are expanded once up front (bad ones raise or are skipped, as the model's
 fill the cache; without one they are expanded as their batch is packed, and a bad
 one raises there (unless bad ones are to be skipped, which needs the check up front).
 Then a `BatchFeeder` hands Keras' loop one packed batch per step: Keras iterates
-a `tf.data` range of batch indices, and the model's step functions
-(`compiler.steps`) ask the feeder for batch i, which merges, schedules and packs
-it there and then. That hand-off is a Python call: a `tf.data` producer
+a `tf.data` range of batch indices (its length paces the loop), and the model's
+step functions (`compiler.steps`) ask the feeder for batch i, which merges,
+schedules and packs it there and then. That hand-off is a Python call: a `tf.data` producer
 (`from_generator`) cost more per call of `fit` or `predict` (building it traces
 functions, tearing it down waits on its thread) and per step (a `py_func` and
 a copy into the graph) than planning a batch does. The packed arrays are those
@@ -18,6 +18,7 @@ outputs) and `batch_size`, which is all a step, or a SavedModel's signature, nee
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterable
@@ -245,8 +246,9 @@ class BatchFeeder:
     """The batches of one `fit`, `evaluate` or `predict` call, packed on demand.
 
     Keras' loop iterates `dataset()`, the batch indices `0 .. n_batches - 1` (a
-    `tf.data` range: cheap to build and to iterate); the step function asks for
-    `batch(i)`. Batch 0 starts a pass: `order()` is read again, so each epoch
+    `tf.data` range: cheap to build; the step functions count its elements rather
+    than read them, and `Model.predict` runs over `n_batches` without it); the step
+    function asks for `batch(i)`. Batch 0 starts a pass: `order()` is read again, so each epoch
     has its own shuffle. Inputs not expanded up front (a model without cache) are
     expanded here; a bad one raises its `InputError` naming its index in `x`.
     """
@@ -265,15 +267,9 @@ class BatchFeeder:
         self.signature = spec if with_labels else spec[:1]
 
     def dataset(self) -> tf.data.Dataset:
-        """What Keras iterates: one element, the batch index, per step.
-
-        Without tf.data's graph optimizations and autotuning, which have nothing to
-        do on a range: they made creating its iterator, once per call of `fit` or
-        `predict` and per epoch, cost ~10 ms instead of ~1 (BENCHMARKS.md)."""
-        options = tf.data.Options()
-        options.experimental_optimization.apply_default_optimizations = False
-        options.autotune.enabled = False
-        return tf.data.Dataset.range(self.n_batches).with_options(options)
+        """What Keras iterates: one element, the batch index, per step (see
+        `batch_indices`)."""
+        return batch_indices(self.n_batches)
 
     def batch(self, i: int) -> tuple:
         """Batch i of the current pass: `(arrays, y?, sample_weight?)`, numpy."""
@@ -295,6 +291,21 @@ class BatchFeeder:
         """The indices in the caller's `x` of batch i's inputs (of the current pass)."""
         idx = self._order[i * self.batch_size:(i + 1) * self.batch_size]
         return idx if self.positions is None else self.positions[idx]
+
+
+@functools.lru_cache(maxsize=16)
+def batch_indices(n: int) -> tf.data.Dataset:
+    """The range `0 .. n - 1` that Keras iterates for `n` batches.
+
+    Without tf.data's graph optimizations and autotuning, which have nothing to do
+    on a range: they made creating its iterator, once per call of `fit` or `predict`
+    and per epoch, cost ~10 ms instead of ~1. Kept for the next call with as many
+    batches (a dataset is immutable): building it cost ~11 ms per call of `fit`
+    (BENCHMARKS.md, "the hand-off")."""
+    options = tf.data.Options()
+    options.experimental_optimization.apply_default_optimizations = False
+    options.autotune.enabled = False
+    return tf.data.Dataset.range(n).with_options(options)
 
 
 def _builtin_loss(loss) -> tuple[str | None, dict]:

@@ -1,11 +1,14 @@
 """The functions Keras' loop calls for each step of a `Model`.
 
 Keras makes `train_function`, `test_function` and `predict_function` in its
-`make_*_function` hooks (public API, meant to be overridden). A `Model`'s take the
-batch indices that Keras' iterator yields (the model's `BatchFeeder.dataset()`),
-ask the feeder for those packed batches and run one traced step on each. The
-traced step has a fixed input signature (the packed arrays' and the labels'
-`TensorSpec`s, all of unknown length), so it is traced once per label layout.
+`make_*_function` hooks (public API, meant to be overridden). A `Model`'s count the
+batches of the pass Keras' iterator stands for (the model's `BatchFeeder.dataset()`,
+a range of batch indices, which they need not read) or take the indices given
+(`predict_function`, from `compiler.predicting`), ask the feeder for those packed
+batches and run one traced step on each. The batch enters the step as a few flat
+tensors (`compiler.handoff`); the traced step has a fixed input signature (the
+packed arrays' and the labels' `TensorSpec`s, all of unknown length), so it is
+traced once per label layout.
 
 It runs in TensorFlow's graph mode by default. With `Model.jit_compile` on, each
 batch is converted to its bucketed XLA form (`compiler.xla`) and the step is traced
@@ -18,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
+from compiler.handoff import Handoff
 from compiler.pipeline import BatchFeeder
 
 
@@ -113,6 +117,9 @@ class StepFunction:
         self._epoch = epoch
         self._xla = xla or (lambda: None)
         self._traced: dict = {}
+        self._last: tuple = (None, None)  # the last signature and its step
+        self._pass: tuple = (None, None)  # the (feeder, Keras iterator) being read
+        self._next = 0
         self.xla_traces = 0  # compiled (bucket) programs traced so far
 
     def run(self, i: int):
@@ -137,15 +144,8 @@ class StepFunction:
                     jit_compile=True).get_concrete_function()
             outputs = fn(data)
         else:
-            key = tuple(tf.nest.flatten(feeder.signature))
-            fn = self._traced.get(key)
-            if fn is None:
-                # the concrete function: calling it skips the tf.function's argument
-                # matching, ~0.25 ms a step (BENCHMARKS.md)
-                fn = self._traced[key] = tf.function(
-                    self._step, input_signature=[feeder.signature],
-                    autograph=False).get_concrete_function()
-            outputs = fn(data)
+            handoff, fn = self._graph_step(feeder.signature)
+            outputs = fn(*handoff.tensors(data))
         if isinstance(outputs, dict) and STEP_FINITE in outputs:
             outputs = dict(outputs)
             finite, loss = outputs.pop(STEP_FINITE), outputs.pop(STEP_LOSS)
@@ -154,11 +154,38 @@ class StepFunction:
                 raise NonFiniteLossError(feeder.examples(i), float(loss), epoch, i)
         return outputs
 
+    def _graph_step(self, signature) -> tuple[Handoff, Callable]:
+        """The `Handoff` and the traced step of batches of `signature`, traced once."""
+        if signature is self._last[0]:
+            return self._last[1]
+        key = tuple(tf.nest.flatten(signature))
+        got = self._traced.get(key)
+        if got is None:
+            handoff = Handoff(signature)
+            step = self._step
+
+            def flat_step(*tensors):
+                return step(handoff.unfold(tensors))
+            fn = tf.function(flat_step, input_signature=handoff.signature,
+                             autograph=False).get_concrete_function()
+            got = self._traced[key] = (handoff, fn)
+        self._last = (signature, got)
+        return got
+
     def on_iterator(self, iterator, steps: int):
-        """For `train_function` / `test_function`: up to `steps` batches, the indices
-        taken from Keras' `iterator`; the last step's outputs (its logs)."""
+        """For `train_function` / `test_function`: up to `steps` batches of the pass
+        that Keras' `iterator` stands for; the last step's outputs (its logs).
+
+        The batches of a pass are counted here, from 0 for each new iterator (Keras
+        makes one per pass), rather than read from it: the iterator of a `tf.data`
+        range yields just these numbers, and reading one cost a `tf.data` call per
+        step (BENCHMARKS.md, "the hand-off")."""
         outputs = None
-        for i in next_indices(iterator, steps):
+        n = getattr(self._feeder(), "n_batches", None)  # None: until a stream ends
+        for _ in range(steps):
+            i = self._next_batch(iterator)
+            if n is not None and i >= n:
+                break
             try:
                 outputs = self.run(i)
             except StopIteration:  # a stream ended (compiler.streaming)
@@ -166,6 +193,15 @@ class StepFunction:
         if outputs is None:
             raise StopIteration
         return outputs
+
+    def _next_batch(self, iterator) -> int:
+        """The index of the next batch of the pass `iterator` (with its feeder)
+        stands for."""
+        feeder = self._feeder()
+        if self._pass[0] is not feeder or self._pass[1] is not iterator:
+            self._pass, self._next = (feeder, iterator), 0
+        i, self._next = self._next, self._next + 1
+        return i
 
     def on_data(self, data: list):
         """For `predict_function`: the outputs of the batches whose indices Keras

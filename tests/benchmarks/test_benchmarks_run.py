@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks import ablations, bilstm, breakdown, engine, fit, treelstm
+from benchmarks import ablations, bilstm, breakdown, engine, fit, handoff, treelstm
 
 
 def _rate(x) -> bool:
@@ -208,6 +208,18 @@ def test_breakdown_reports_every_layer_and_its_differences(capsys):
     rows = _table(capsys.readouterr().out, "| ms per step or batch | B=2 |")
     assert [r.split(" | ")[0][2:] for r in rows[:len(breakdown.ROWS)]] == list(breakdown.ROWS)
     assert rows[-1].startswith("| run - bare infer - plan |")
+
+
+def test_handoff_times_old_and_new_fit_and_predict_on_both_workloads(capsys):
+    out = handoff.main(["--batch-sizes", "2", "--items", "4", "--rounds", "1"])
+    assert sorted(out) == [("bilstm", 2), ("treelstm", 2)]
+    for r in out.values():
+        assert sorted(r) == sorted(["fit old", "fit new", "fit old/new", "fit old/new cpu",
+                                    "predict old", "predict new", "predict old/new",
+                                    "predict old/new cpu"])
+        assert all(_rate(v) for v in r.values())
+    rows = _table(capsys.readouterr().out, "| workload | B |")
+    assert [r.split(" | ")[:2] for r in rows] == [["| treelstm", "2"], ["| bilstm", "2"]]
 
 
 def test_breakdown_chains_and_profile_print_their_tables(capsys):

@@ -599,6 +599,100 @@ def test_fit_and_predict_hand_keras_batch_indices_not_a_python_producer(monkeypa
     assert model.predict(trees, batch_size=2, verbose=0).shape == (3, 2)
 
 
+class _NeverRead:
+    """A stand-in for Keras' iterator that fails if the step reads it."""
+
+    def __next__(self):
+        raise AssertionError("the step read Keras' iterator")
+
+
+def test_the_train_and_test_steps_count_the_batches_of_a_pass_themselves():
+    # reading Keras' tf.data iterator cost a tf.data call per step; its elements are
+    # 0, 1, 2, ... of each pass, which the step function counts itself
+    model = _on_batch_model()
+    trees, labels = [(1.0, 2.0), -1.0, 0.5, (2.0, -3.0), 1.5], np.array([1, 0, 1, 0, 1])
+    model.fit(trees, labels, batch_size=2, epochs=1, verbose=0)
+    seen = []
+    feeder = model._feeders["train"]
+    batch = feeder.batch
+    feeder.batch = lambda i: seen.append(i) or batch(i)
+    first, second = _NeverRead(), _NeverRead()
+    for _ in range(3):
+        model.train_function(first)
+    with pytest.raises(StopIteration):  # the feeder's 3 batches end the pass
+        model.train_function(first)
+    model.train_function(second)  # a new iterator is a new pass
+    assert seen == [0, 1, 2, 0]
+    model.evaluate(trees, labels, batch_size=2, verbose=0)
+    logs = model.test_function(_NeverRead())
+    assert np.isfinite(float(logs["loss"]))
+
+
+def test_fit_with_fewer_steps_per_epoch_reads_on_across_epochs(monkeypatch):
+    trees = [(1.0, 2.0), -1.0, 0.5, (2.0, -3.0), 1.5, -0.5, (1.0, 1.0)]
+    labels = np.array([1, 0, 1, 0, 1, 0, 1])
+    model = _on_batch_model()
+    seen = []
+    batch = pipeline.BatchFeeder.batch
+    monkeypatch.setattr(pipeline.BatchFeeder, "batch",
+                        lambda self, i: seen.append(i) or batch(self, i))
+    model.fit(trees, labels, batch_size=2, epochs=3, steps_per_epoch=2, verbose=0,
+              shuffle=False)
+    assert seen == [0, 1, 2, 3, 0, 1]  # as Keras reads its range: on, then over
+
+
+class _PredictLog(keras.callbacks.Callback):
+    def __init__(self, stop_after: int | None = None):
+        super().__init__()
+        self.events, self.stop_after = [], stop_after
+
+    def on_predict_begin(self, logs=None):
+        self.events.append("begin")
+
+    def on_predict_batch_begin(self, batch, logs=None):
+        self.events.append(("batch", batch))
+
+    def on_predict_batch_end(self, batch, logs=None):
+        self.events.append(("end", batch, tuple(np.shape(logs["outputs"]))))
+        if self.stop_after is not None and batch + 1 >= self.stop_after:
+            self.model.stop_predicting = True
+
+    def on_predict_end(self, logs=None):
+        self.events.append("done")
+
+
+def test_predict_callbacks_see_every_batch_and_may_stop_it():
+    model = _on_batch_model()
+    trees = [(1.0, 2.0), -1.0, 0.5, (2.0, -3.0), 1.5]
+    log = _PredictLog()
+    out = model.predict(trees, batch_size=2, verbose=0, callbacks=[log])
+    assert out.shape == (5, 2) and isinstance(out, np.ndarray)
+    assert log.events == ["begin", ("batch", 0), ("end", 0, (2, 2)), ("batch", 1),
+                          ("end", 1, (2, 2)), ("batch", 2), ("end", 2, (1, 2)), "done"]
+    stopped = _PredictLog(stop_after=2)
+    part = model.predict(trees, batch_size=2, verbose=0, callbacks=[stopped])
+    np.testing.assert_allclose(part, out[:4], atol=1e-6)
+    assert stopped.events[-1] == "done" and ("batch", 2) not in stopped.events
+
+
+def test_predict_with_several_steps_per_execution_gives_the_same_outputs():
+    trees = [(1.0, 2.0), -1.0, 0.5, (2.0, -3.0), 1.5, (0.25, (1.0, 1.0)), -2.0]
+    want = _on_batch_model().predict(trees, batch_size=2, verbose=0)
+    model = _on_batch_model(steps_per_execution=3)
+    log = _PredictLog()
+    got = model.predict(trees, batch_size=2, verbose=0, callbacks=[log])
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    # as Keras: one call (and callback pair) per 3 batches, named by its first and last
+    assert [e for e in log.events if e[0] == "batch"] == [("batch", 0), ("batch", 3)]
+    assert [e[1:] for e in log.events if e[0] == "end"] == [(2, (6, 2)), (5, (1, 2))]
+
+
+def test_predict_shows_keras_progress_bar(capsys):
+    model = _on_batch_model()
+    model.predict([1.0, 2.0, 3.0], batch_size=1, verbose=1)
+    assert "3/3" in capsys.readouterr().out
+
+
 def test_the_feeders_range_skips_tf_datas_optimizations():
     # creating an optimized iterator cost ~10 ms per fit/predict call and per epoch
     model = _on_batch_model()
@@ -608,3 +702,7 @@ def test_the_feeders_range_skips_tf_datas_optimizations():
     options = ds.options()
     assert options.experimental_optimization.apply_default_optimizations is False
     assert options.autotune.enabled is False
+    # building it cost ~11 ms per call: the next call with as many batches reuses it
+    again = model._dataset([3.0, 4.0], None, None, 1, False, "predict", with_labels=False)
+    assert again is ds
+    assert list(again.as_numpy_iterator()) == [0, 1]

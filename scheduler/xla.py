@@ -24,6 +24,12 @@ buffer ops (`InplaceUpdate`, `InplaceAdd`), so two things change:
   previous launch's outputs and reads the next launch's arguments, with a
   custom gradient that scatter-adds the arguments' gradients into one gradient
   buffer (which sums duplicate reads) instead of a dense buffer per iteration.
+- **No conds, no per-iteration weight reads.** A launch outside the loop runs
+  under a `tf.cond` only when its op may fail on no rows (as in `Executor`; an op
+  that `handles_empty` runs on padding rows instead): under XLA the gradient of a
+  variable read in a cond branch is made dense, an embedding table's included.
+  The loop's ops read the weights once before the loop (`variables`), so the
+  loop's gradient does not keep a copy of every kernel per iteration.
 
 Where things run: under XLA the whole step is one compiled cluster, index tables
 included, so on a GPU the loop's bookkeeping (reading iteration g's row of the

@@ -82,15 +82,16 @@ class XlaBatches:
         (`SHAPE_ONLY`) are not passed at all."""
         arrays, *rest = batch
         parts: dict = {}
+        ends: dict = {}  # per dtype, the length so far
         layout = []
         for name, a in sorted(arrays.items()):
             a = np.asarray(a)
             if name.startswith(SHAPE_ONLY):
                 layout.append((name, a.shape, a.dtype.str, None))
                 continue
-            mine = parts.setdefault(a.dtype.str, [])
-            at = sum(p.size for p in mine)
-            mine.append(a.reshape(-1))
+            at = ends.get(a.dtype.str, 0)
+            parts.setdefault(a.dtype.str, []).append(a.reshape(-1))
+            ends[a.dtype.str] = at + a.size
             layout.append((name, a.shape, a.dtype.str, at))
         flat = {d: np.concatenate(p) for d, p in parts.items()}
         return (tuple(layout), tuple(np.shape(a) for a in rest)), (flat, *rest)

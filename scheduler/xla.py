@@ -412,7 +412,8 @@ def _read_once(variables: list):
     import keras
     import tensorflow as tf
     return keras.StatelessScope(
-        state_mapping=[(v, tf.convert_to_tensor(v.value)) for v in variables],
+        state_mapping=[(v, tf.convert_to_tensor(v.value)) for v in variables
+                       if isinstance(v, keras.Variable)],  # a tf.Variable is read in place
         initialize_variables=False)
 
 

@@ -48,7 +48,9 @@ time per call counts, so the machine's load drifts over all of them alike.
   graph-mode step), whole `fit(epochs=1)` calls on the sst-synth TreeLSTM (loss at the
   root, random trees, 32 per call at batch 1, 128 at 16, 256 at 64, `shuffle=False`
   so that every call meets the buckets the warm-up call compiled) at `--batch-sizes`;
-  also the warm-up calls (tracing and XLA compilation) and the buckets compiled.
+  also the warm-up calls (tracing and XLA compilation), the buckets compiled, the
+  compilation seconds per bucket (the warm-up's difference over the buckets), and whole
+  `predict` calls on the same trees likewise.
 - `bidirectional`: the bilstm tagger with `encoders.bidirectional` (both cells as
   one `rnn_cells.CellPair`) against the same encoder written as two RNNs, and the
   padded Keras BiLSTM, train and inference steps (planning included).
@@ -469,9 +471,18 @@ def xla(batch_sizes: list, rounds: int) -> dict:
         ms = _interleaved(fns, rounds)
         step = next(c.cell_contents for c in models[True].train_function.__closure__
                     if hasattr(c.cell_contents, "xla_traces"))
+        predicts = {jit: functools.partial(models[jit].predict, trees, batch_size=b,
+                                           verbose=0) for jit in (False, True)}
+        for f in predicts.values():
+            f()  # warm-up: traces and compiles the inference buckets
+        infer = _interleaved(predicts, rounds)
         out[b] = {"graph ms/tree": ms[False] / n, "xla ms/tree": ms[True] / n,
                   "xla / graph": ms[True] / ms[False], "warm-up s (graph)": warm[False],
-                  "warm-up s (xla)": warm[True], "buckets": step.xla_traces}
+                  "warm-up s (xla)": warm[True], "buckets": step.xla_traces,
+                  "compile s/bucket": (warm[True] - warm[False]) / max(step.xla_traces, 1),
+                  "predict graph ms/tree": infer[False] / n,
+                  "predict xla ms/tree": infer[True] / n,
+                  "predict xla / graph": infer[True] / infer[False]}
         print(f"xla, batch {b}: " + ", ".join(f"{k} {v:.3g}" for k, v in out[b].items()),
               flush=True)
     return out

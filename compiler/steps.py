@@ -134,14 +134,14 @@ class StepFunction:
         if self._eager():
             outputs = self._step(tf.nest.map_structure(tf.convert_to_tensor, data))
         elif xla is not None:
-            data = xla.convert(data)
-            key = ("xla", xla.key(data))
+            layout, data = xla.flatten(xla.convert(data))
+            key = ("xla", layout)
             fn = self._traced.get(key)
             if fn is None:
                 self.xla_traces += 1
                 fn = self._traced[key] = tf.function(
-                    self._step, input_signature=[xla.signature(data)], autograph=False,
-                    jit_compile=True).get_concrete_function()
+                    _expanding(self._step, xla, layout), input_signature=[xla.signature(data)],
+                    autograph=False, jit_compile=True).get_concrete_function()
             outputs = fn(data)
         else:
             handoff, fn = self._graph_step(feeder.signature)
@@ -215,6 +215,11 @@ class StepFunction:
                     raise
                 break
         return outs[0] if len(outs) == 1 else tf.concat(outs, 0)
+
+
+def _expanding(step: Callable, xla, layout: tuple) -> Callable:
+    """`step` on a batch flattened by `xla.flatten` with this layout."""
+    return lambda data: step(xla.expand(data, layout))
 
 
 def next_indices(iterator, n: int) -> list[int]:

@@ -19,17 +19,29 @@ import numpy as np
 
 from scheduler.xla import XlaExecutor
 
-# The smallest bucket: batches of a few small inputs share one compiled program.
-MIN_ROWS = 8
+# The smallest bucket of rows: batches of a few small inputs share few compiled
+# programs (buffers, launches outside the loop and the loop's iteration table
+# are cheap to pad).
+MIN_ROWS = 32
+# The loop's rows are not padded to MIN_ROWS: a row of a loop iteration costs
+# far more than the iteration's fixed cost under XLA (a TreeLSTM cell's row
+# ~50-100 us forward and backward, an iteration ~10-20 us: ENGINE_NOTES 7).
+MIN_WIDTH, ITERATION_COST_ROWS = 1, 1
+
+# The arrays of a converted batch that the program reads only the shape of.
+SHAPE_ONLY = ("buffer_", "loop_width")
 
 
 class XlaBatches:
     """The XLA form of a `Model`'s packed batches (see the module docstring)."""
 
-    def __init__(self, model, min_rows: int = MIN_ROWS):
+    def __init__(self, model, min_rows: int = MIN_ROWS, min_width: int = MIN_WIDTH,
+                 iteration_cost: float = ITERATION_COST_ROWS):
         self.program = model.program
         self.out_type = model._out_type
-        self.xla = XlaExecutor(model.compiler.executor, min_rows)
+        self.xla = XlaExecutor(model.compiler.executor, min_rows,
+                               variables=lambda: model.trainable_weights,
+                               min_width=min_width, iteration_cost=iteration_cost)
 
     def convert(self, batch: tuple) -> tuple:
         """`(arrays, *labels)` with the arrays in their XLA form."""
@@ -58,8 +70,49 @@ class XlaBatches:
         arrays, *rest = batch
         return XlaExecutor.key(arrays), tuple(np.shape(a) for a in rest)
 
+    @staticmethod
+    def flatten(batch: tuple) -> tuple:
+        """`(layout, flat)`: a converted batch as one 1-D array per dtype (`flat`,
+        `(arrays, *labels)`) and where each array lies in them (`layout`, hashable:
+        the compiled step's key, which `expand` reads back inside it).
+
+        A step's arrays are ~40 small ones; converting each to a tensor and passing
+        it to the compiled call costs more than the few concatenations here
+        (BENCHMARKS.md, "XLA for the loop"). The arrays only their shape is read of
+        (`SHAPE_ONLY`) are not passed at all."""
+        arrays, *rest = batch
+        parts: dict = {}
+        ends: dict = {}  # per dtype, the length so far
+        layout = []
+        for name, a in sorted(arrays.items()):
+            a = np.asarray(a)
+            if name.startswith(SHAPE_ONLY):
+                layout.append((name, a.shape, a.dtype.str, None))
+                continue
+            at = ends.get(a.dtype.str, 0)
+            parts.setdefault(a.dtype.str, []).append(a.reshape(-1))
+            ends[a.dtype.str] = at + a.size
+            layout.append((name, a.shape, a.dtype.str, at))
+        flat = {d: np.concatenate(p) for d, p in parts.items()}
+        return (tuple(layout), tuple(np.shape(a) for a in rest)), (flat, *rest)
+
+    @staticmethod
+    def expand(batch: tuple, layout: tuple) -> tuple:
+        """Inside the compiled step: the `(arrays, *labels)` of a flattened batch
+        (static slices: XLA reads them in place)."""
+        import tensorflow as tf
+        flat, *rest = batch
+        arrays = {}
+        for name, shape, dtype, at in layout[0]:
+            if at is None:
+                arrays[name] = tf.zeros(shape, tf.as_dtype(np.dtype(dtype)))
+            else:
+                size = int(np.prod(shape, dtype=np.int64))
+                arrays[name] = tf.reshape(flat[dtype][at:at + size], shape)
+        return (arrays, *rest)
+
     def signature(self, batch: tuple) -> tuple:
-        """Static `tf.TensorSpec`s of a converted batch."""
+        """Static `tf.TensorSpec`s of a converted (or flattened) batch."""
         import tensorflow as tf
         return tuple(tf.nest.map_structure(
             lambda a: tf.TensorSpec(np.shape(a), tf.as_dtype(np.asarray(a).dtype)), batch))

@@ -24,6 +24,12 @@ buffer ops (`InplaceUpdate`, `InplaceAdd`), so two things change:
   previous launch's outputs and reads the next launch's arguments, with a
   custom gradient that scatter-adds the arguments' gradients into one gradient
   buffer (which sums duplicate reads) instead of a dense buffer per iteration.
+- **No conds, no per-iteration weight reads.** A launch outside the loop runs
+  under a `tf.cond` only when its op may fail on no rows (as in `Executor`; an op
+  that `handles_empty` runs on padding rows instead): under XLA the gradient of a
+  variable read in a cond branch is made dense, an embedding table's included.
+  The loop's ops read the weights once before the loop (`variables`), so the
+  loop's gradient does not keep a copy of every kernel per iteration.
 
 Where things run: under XLA the whole step is one compiled cluster, index tables
 included, so on a GPU the loop's bookkeeping (reading iteration g's row of the
@@ -59,6 +65,8 @@ are compiled away by XLA, so they do not stop a compiled step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from scheduler.executor import Executor
@@ -75,9 +83,10 @@ def bucket(n: int) -> int:
 ITERATION_COST_ROWS = 16
 
 
-def loop_width(sizes: np.ndarray, min_rows: int = 1) -> int:
-    """The rows of every loop iteration: the power of two W minimising
-    `sum(ceil(n / W)) * (W + ITERATION_COST_ROWS)` over the launches' sizes n (a launch
+def loop_width(sizes: np.ndarray, min_rows: int = 1,
+               iteration_cost: float = ITERATION_COST_ROWS) -> int:
+    """The rows of every loop iteration: the power of two W >= `min_rows` minimising
+    `sum(ceil(n / W)) * (W + iteration_cost)` over the launches' sizes n (a launch
     larger than W runs as several iterations, its nodes being independent)."""
     sizes = np.asarray(sizes, np.int64)
     if not len(sizes):
@@ -85,7 +94,7 @@ def loop_width(sizes: np.ndarray, min_rows: int = 1) -> int:
     best, best_cost = None, None
     w = bucket(min_rows)
     while True:
-        cost = int(np.sum(-(-sizes // w))) * (w + ITERATION_COST_ROWS)
+        cost = int(np.sum(-(-sizes // w))) * (w + iteration_cost)
         if best_cost is None or cost < best_cost:
             best, best_cost = w, cost
         if w >= sizes.max():
@@ -106,13 +115,23 @@ class XlaExecutor:
     the buffer rows of the values the feed reads (in `read_pos` order);
     `compute(arrays)`, called inside a `tf.function(jit_compile=True)`, gives
     each value type's final buffer, from which those rows are gathered.
-    `min_rows`: the smallest bucket (see `bucket`).
+    `min_rows`: the smallest bucket (see `bucket`). `min_width` (default `min_rows`)
+    and `iteration_cost`: the loop's width's floor and `loop_width`'s trade-off. A
+    small width with a larger `min_rows` pads the loop little (its rows cost the most)
+    while the cheap dimensions (buffers, launches outside the loop, the iteration
+    table) share few buckets. `variables`: returns the Keras variables the loop's ops
+    read (a `Model`'s trainable weights), read once before the loop (see `_loop`).
     """
 
-    def __init__(self, executor: Executor, min_rows: int = 1):
+    def __init__(self, executor: Executor, min_rows: int = 1,
+                 variables: Callable[[], list] | None = None, min_width: int | None = None,
+                 iteration_cost: float = ITERATION_COST_ROWS):
         self.executor = executor
         self.layout = executor.layout
         self.min_rows = int(min_rows)
+        self.min_width = self.min_rows if min_width is None else int(min_width)
+        self.iteration_cost = iteration_cost
+        self._variables = variables or (lambda: [])
 
     def bucket(self, n: int) -> int:
         """The padded size of n rows: `bucket(n)`, at least `min_rows` (a larger
@@ -208,7 +227,7 @@ class XlaExecutor:
         if not lay.loop_ops:
             return
         sizes, branch = seg["group_size"], seg["group_op"]
-        width = loop_width(sizes, self.min_rows)
+        width = loop_width(sizes, self.min_width, self.iteration_cost)
         chunks = -(-sizes // width)  # iterations per launch
         n_iterations = int(chunks.sum())
         rows_of_table = self.bucket(n_iterations)
@@ -293,7 +312,14 @@ class XlaExecutor:
         return bufs
 
     def _run_launch(self, prefix: str, o: int, bufs: list, arrays: dict) -> list:
-        """A launch outside the loop: skipped (a `tf.cond`) when it has no nodes."""
+        """A launch outside the loop. As in `Executor`, a `tf.cond` skips it when it
+        has no nodes unless its op `handles_empty`; such an op runs on its padding
+        rows then (they read the sink; their outputs go to it and get no gradient).
+
+        The cond matters more here than in graph mode: under XLA the gradient of a
+        variable read inside a `tf.cond` branch is made dense, so an embedding
+        table's sparse gradient became a whole-table one (16,000 x 300 floats zeroed,
+        padded and summed per step; BENCHMARKS.md, "XLA for the loop")."""
         import tensorflow as tf
         lay = self.layout
         outs_rows = [arrays[f"{prefix}_out_{s}"] for s in range(len(lay.op_out[o]))]
@@ -311,7 +337,11 @@ class XlaExecutor:
 
         if not touched:
             return bufs
-        done = tf.cond(arrays[f"{prefix}_count"][0] > 0, run, lambda: [bufs[k] for k in touched])
+        if getattr(self.executor.ops[o], "handles_empty", False) is True:
+            done = run()
+        else:
+            done = tf.cond(arrays[f"{prefix}_count"][0] > 0, run,
+                           lambda: [bufs[k] for k in touched])
         bufs = list(bufs)
         for k, b in zip(touched, done):
             bufs[k] = b
@@ -360,14 +390,31 @@ class XlaExecutor:
 
         ys0 = [tf.zeros((n_out[k] * width, *lay.value_types[k].shape),
                         dtype_name(lay.value_types[k])) for k in types]
-        g_end, carried, ys = tf.while_loop(
-            lambda g, *_: g < n_launches, body,
-            (tf.constant(0, tf.int32), [bufs[k] for k in types], ys0),
-            maximum_iterations=table_rows)
+        with _read_once(self._variables()):
+            g_end, carried, ys = tf.while_loop(
+                lambda g, *_: g < n_launches, body,
+                (tf.constant(0, tf.int32), [bufs[k] for k in types], ys0),
+                maximum_iterations=table_rows)
         bufs = list(bufs)
         for i, k in enumerate(types):
             bufs[k] = _scatter(carried[i], tf.gather(outs[i], g_end), ys[i])
         return bufs
+
+
+def _read_once(variables: list):
+    """A scope in which the Keras `variables` read as their values read on entering it.
+
+    A weight read inside the loop body is a new tensor per iteration, which the loop's
+    gradient keeps per iteration: a `[iterations, 300, 750]` stack of a kernel, zeroed,
+    filled and read back on every step (BENCHMARKS.md, "XLA for the loop"). Read before
+    the loop, it is a loop invariant, which the gradient does not stack. Only for reads:
+    the loop's ops assign no variables."""
+    import keras
+    import tensorflow as tf
+    return keras.StatelessScope(
+        state_mapping=[(v, tf.convert_to_tensor(v.value)) for v in variables
+                       if isinstance(v, keras.Variable)],  # a tf.Variable is read in place
+        initialize_variables=False)
 
 
 def _scatter(buf, rows, y):

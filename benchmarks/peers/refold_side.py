@@ -27,14 +27,17 @@ class RefoldSide:
             "chartagger").
         lr: the plain SGD learning rate.
         scheduler: the models' scheduler, "agenda" (default) or "depth".
+        jit_compile: every `fit` and `predict` call's `jit_compile` (XLA, `compiler.xla`).
     """
 
-    def __init__(self, data: dict, workloads, lr: float, scheduler: str = "agenda"):
+    def __init__(self, data: dict, workloads, lr: float, scheduler: str = "agenda",
+                 jit_compile: bool = False):
         import keras
 
         from compiler import Model
         self.data = data
         self.scheduler = scheduler
+        self.jit_compile = jit_compile
         self.train_models: dict = {}
         self.infer_models: dict = {}
         if "treelstm" in workloads:
@@ -74,10 +77,11 @@ class RefoldSide:
         loss = None
         if op == "train":
             history = self.train_models[workload].fit(x, y, batch_size=b, epochs=1, verbose=0,
-                                                      shuffle=False)
+                                                      shuffle=False, jit_compile=self.jit_compile)
             loss = history.history["loss"][-1]
         elif op == "infer":
-            self.infer_models[workload].predict(x, batch_size=b, verbose=0)
+            self.infer_models[workload].predict(x, batch_size=b, verbose=0,
+                                                jit_compile=self.jit_compile)
         elif op == "parse" and workload == "parser":
             self.parser.parse_tokens([s["tokens"] for s in x], batch_size=b)
         else:

@@ -8,6 +8,10 @@ same round, and the table gives their median [min-max].
     python -m benchmarks.peers --quick
     python -m benchmarks.peers --peer none --workloads treelstm --batch-sizes 2
     python -m benchmarks.peers --workloads parser --batch-sizes 1,16,64
+    python -m benchmarks.peers --jit --tf-threads default --batch-sizes 1,16
+
+`--jit` adds a side "Refold jit": the same models, every call with `jit_compile=True`
+(`compiler.xla`; its untimed pass compiles the buckets the items meet).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ PARSER_SIZES = dict(embed=100, tag_embed=25, hidden=125, mlp=100)
 EXPLORE = 0.9
 """The explore workload's probability of following a wrong prediction (both sides)."""
 LABELS = {"dynet": "DyNet", "refold": "Refold", "refold-1t": "Refold 1t",
-          "refold-depth": "Refold depth"}
+          "refold-depth": "Refold depth", "refold-jit": "Refold jit"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
@@ -158,6 +162,8 @@ def main(argv=None) -> dict:
                              "threads, in this process); the others use agenda")
     parser.add_argument("--lr", type=float, default=0.1, help="plain SGD, both sides")
     parser.add_argument("--dynet-gates", choices=["fused", "split"], default="fused")
+    parser.add_argument("--jit", action="store_true",
+                        help="also Refold with jit_compile=True (XLA), default threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
@@ -207,7 +213,12 @@ def main(argv=None) -> dict:
                 from benchmarks.peers.refold_side import RefoldSide
                 workers["refold-depth"] = RefoldSide(
                     protocol.load_data(data_path, tuples=True), workloads, args.lr, "depth")
-            order = [n for n in ("dynet", "refold", "refold-1t", "refold-depth")
+            if args.jit:
+                from benchmarks.peers.refold_side import RefoldSide
+                workers["refold-jit"] = RefoldSide(
+                    protocol.load_data(data_path, tuples=True), workloads, args.lr,
+                    jit_compile=True)
+            order = [n for n in ("dynet", "refold", "refold-1t", "refold-depth", "refold-jit")
                      if n in workers]
             sides = {n: workers[n] for n in order}
             results: dict = {}
@@ -225,7 +236,8 @@ def main(argv=None) -> dict:
             "command": "python -m benchmarks.peers " + " ".join(argv), "commit": _commit(),
             "sides": order, "rounds": args.rounds, "lr": args.lr,
             "workers": {n: getattr(w, "hello", {"system": "refold", "threads": "default",
-                                                "scheduler": getattr(w, "scheduler", "agenda")})
+                                                "scheduler": getattr(w, "scheduler", "agenda"),
+                                                "jit_compile": getattr(w, "jit_compile", False)})
                         for n, w in workers.items()}}
     print(f"{meta['command']}\n{meta['date']}, commit {meta['commit']}; load average "
           f"{' '.join(f'{x:.2f}' for x in load_before)} before, "
@@ -234,7 +246,8 @@ def main(argv=None) -> dict:
         {"dynet": "DyNet 2.1.2, autobatch on, 1 thread",
          "refold": "Refold, TensorFlow's default threads",
          "refold-1t": "Refold, TensorFlow on 1 thread",
-         "refold-depth": "Refold, depth scheduler, TensorFlow's default threads"}[n]
+         "refold-depth": "Refold, depth scheduler, TensorFlow's default threads",
+         "refold-jit": "Refold, jit_compile=True (XLA), TensorFlow's default threads"}[n]
         for n in order))
     print("train = one Model.fit(epochs=1) call over the items / DyNet's minibatch loop; "
           "infer = one Model.predict call / a forward per minibatch; parse = greedy parsing, "

@@ -146,3 +146,13 @@ def test_the_dynet_exploration_program_walks_as_the_refold_model_decides():
     for g, w in zip(got, want):
         assert [t for _, t in g] == [t for _, t in w]
         np.testing.assert_allclose([z for z, _ in g], [z for z, _ in w])
+
+
+def test_the_jit_side_runs_the_same_models_under_xla(capsys):
+    out = run.main(["--peer", "none", "--tf-threads", "default", "--jit", "--workloads",
+                    "treelstm", "--batch-sizes", "4", "--items", "4", "--rounds", "1"])
+    assert out["meta"]["sides"] == ["refold", "refold-jit"]
+    assert out["meta"]["workers"]["refold-jit"]["jit_compile"] is True
+    for mode in ("train", "infer"):
+        assert all(map(_rate, out["results"]["treelstm"][4][mode]["rates"]["refold-jit"]))
+    assert "train Refold / Refold jit" in capsys.readouterr().out

@@ -215,8 +215,9 @@ def test_each_bucket_is_traced_once_deep_inputs_run_and_a_bad_input_is_named():
                 if hasattr(c.cell_contents, "xla_traces"))  # its StepFunction
     buckets = [k for k in step._traced if k[0] == "xla"]
     assert Counting.traces == step.xla_traces == len(buckets) >= 1
-    model.fit(trees, y, batch_size=16, epochs=3, verbose=0)
-    assert Counting.traces == len(buckets)  # the same buckets: no new trace
+    model.fit(trees, y, batch_size=16, epochs=3, verbose=0)  # shuffled: new buckets too
+    buckets = [k for k in step._traced if k[0] == "xla"]
+    assert Counting.traces == step.xla_traces == len(buckets)  # no bucket traced twice
     deep = 1.0
     for i in range(400):
         deep = (deep, float(i % 3 - 1))
@@ -254,3 +255,47 @@ def test_a_non_finite_step_under_xla_names_its_batch_and_is_not_applied():
     assert err.value.examples == list(range(8, 16)) and err.value.batch == 1
     assert int(model.optimizer.iterations) == 1
     assert not np.allclose(before[0], model.weights[0].numpy())  # batch 0 was applied
+
+
+def _xla_programs(model) -> list:
+    step = next(c.cell_contents for c in model.train_function.__closure__
+                if hasattr(c.cell_contents, "xla_traces"))  # its StepFunction
+    return [fn for key, fn in step._traced.items() if key[0] == "xla"]
+
+
+def test_the_compiled_step_takes_one_array_per_dtype_and_has_no_conds_or_loop_reads():
+    rng = np.random.default_rng(4)
+    trees = [random_tree(rng) for _ in range(8)]
+    model = _tree_lstm_model()
+    model.fit(trees, rng.integers(0, 3, size=8), batch_size=8, jit_compile=True, verbose=0)
+    (fn,) = _xla_programs(model)
+    flat, labels = fn.structured_input_signature[0][0]
+    assert sorted(flat) == ["<f4", "<i4"] and labels.shape == (8,)
+    # every launch's op handles empty launches: none runs under a tf.cond, inside
+    # which the embedding's gradient would be made dense (a whole-table tensor); the
+    # one cond is the update's, skipped when the step is not finite
+    graph = fn.graph
+    conds = [op for op in graph.get_operations() if op.type in ("If", "StatelessIf")]
+    assert len(conds) == 1 and not conds[0].outputs[0].dtype.is_floating
+    # the loop reads no weight per iteration: its gradient would keep each read
+    library = graph.as_graph_def().library.function
+    loop = [f for f in library if f.signature.name.startswith("while_")]  # and its branches
+    assert loop and all(n.op != "ReadVariableOp" for f in loop for n in f.node_def)
+
+
+def test_flattened_batches_expand_to_the_converted_arrays():
+    from compiler.xla import XlaBatches
+    rng = np.random.default_rng(5)
+    model = _tree_lstm_model()
+    model.fit([random_tree(rng) for _ in range(3)], [0, 1, 2], jit_compile=True, verbose=0)
+    xla = model._xla_batches()
+    batch = xla.convert(model._feeders["train"].batch(0))
+    layout, flat = XlaBatches.flatten(batch)
+    assert hash(layout) == hash(XlaBatches.flatten(batch)[0])  # a key
+    arrays, labels = XlaBatches.expand(tf.nest.map_structure(tf.constant, flat), layout)
+    np.testing.assert_array_equal(labels.numpy(), batch[1])
+    assert sorted(arrays) == sorted(batch[0])
+    for name, a in batch[0].items():
+        assert arrays[name].shape == a.shape and arrays[name].dtype == a.dtype, name
+        if not name.startswith(("buffer_", "loop_width")):  # read for its shape only
+            np.testing.assert_array_equal(arrays[name].numpy(), a, err_msg=name)

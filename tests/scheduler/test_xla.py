@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from scheduler.xla import XlaExecutor, bucket
+from scheduler.xla import XlaExecutor, bucket, loop_width
 from tests.scheduler.test_executor import (
     ALL,
     ATOL,
@@ -171,3 +171,27 @@ def test_a_launch_wider_than_the_loop_width_runs_as_several_iterations():
     arrays = check(graph, raw, "agenda", np.array(reads + [x]), seed=2, which="small")
     width = arrays["loop_width"].shape[0]
     assert width == 4 and int(arrays["loop_count"][0]) == 8 + 19  # 31 rows: 8 iterations
+
+
+def test_loop_width_trades_padding_against_the_iteration_cost():
+    sizes = np.array([5, 4, 3, 2, 2, 1, 1, 1])  # 19 nodes
+    # (sum of ceil(n / W)) * (W + cost): W=1 19, W=2 12, W=4 9, W=8 8 iterations
+    assert loop_width(sizes, 1, iteration_cost=16) == 4
+    assert loop_width(sizes, 1, iteration_cost=1) == 2
+    assert loop_width(sizes, 8, iteration_cost=1) == 8  # the floor
+
+
+def test_the_loop_width_floor_is_separate_from_the_rows_floor():
+    b = Builder(SMALL)
+    x = b.node("bias")[0]
+    for _ in range(5):  # a chain: launches of one node
+        (x,) = b.node("mix", x, x)
+    graph, _ = b.graph()
+    feed = schedule_and_feed(graph, "agenda", np.array([x]), SMALL)
+    arrays, _ = XlaExecutor(SMALL.executor, 32, min_width=1, iteration_cost=1).pack(feed.arrays)
+    assert arrays["loop_width"].shape == (1,)
+    for name, a in arrays.items():
+        if name != "loop_width" and not name.endswith("count"):
+            rows = a.shape[0] - name.startswith("loop_out")  # + 1: row 0 writes nothing
+            assert rows >= 32 and bucket(rows) == rows, name
+    assert XlaExecutor(SMALL.executor, 32).pack(feed.arrays)[0]["loop_width"].shape == (32,)

@@ -314,12 +314,12 @@ class Function(Block):
     def _evaluate(self, ctx, x):
         io = self._io
         if io is None:  # the types are final once the block is evaluated
+            out = self.output_type
             io = self._io = (nest_flattener(self.input_type), self.op(),
-                             nest_unflattener(self.output_type))
+                             None if isinstance(out, TensorType) else nest_unflattener(out))
         flatten, op, unflatten = io
-        flat_in = flatten(x)
-        try:
-            flat_out = ctx.op(op, flat_in)
+        try:  # a single tensor in (flatten is `_one`) needs no call to flatten it
+            flat_out = ctx.op(op, [x] if flatten is _one else flatten(x))
         except BadValueError as e:
             from blocks.errors import InputError
             raise InputError(self.path, f"{self._fn_name()}: {e}") from None
@@ -330,6 +330,9 @@ class Function(Block):
             reason = re.sub(r"\{\{.*?\}\}\s*", "", str(e.message)).strip().splitlines()[0]
             raise InputError(self.path, f"{self._fn_name()} failed on this input: "
                              f"{type(e).__name__}: {reason}") from e
+        if unflatten is None:  # a single tensor out
+            return flat_out[0] if len(flat_out) == 1 else self.output_type.unflatten(
+                iter(flat_out), None)
         return unflatten(flat_out)
 
 

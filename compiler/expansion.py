@@ -119,39 +119,44 @@ class ExpansionContext:
         if signature is None:  # imported here: the error path only
             from compiler.lowering import UnloweredOpError
             raise UnloweredOpError.of(op)
-        o, out_types = signature
+        o, out_types, prelude_only, check = signature
         vd = self.value_depth
-        if args:  # one more than the deepest argument (constants are at -1)
-            d = (vd[args[0]] if len(args) == 1 else max(map(vd.__getitem__, args))) + 1
+        n_args = len(args)
+        if n_args == 1:  # one more than the deepest argument (constants are at -1)
+            d = vd[args[0]] + 1
+        elif n_args:
+            d = max(map(vd.__getitem__, args)) + 1
         else:
             cached = self._sources.get(o)
             if cached is not None:
                 return cached
             d = 0
         if d:
-            if op.prelude_only:
+            if prelude_only:
                 raise op.prelude_error()
-        elif op.check is not None:
-            op.check(*[self._constant_row(a) for a in args])
-        j = len(self.node_op)
-        self.node_op.append(o)
-        self.node_arity.append(len(args))
+        elif check is not None:
+            check(*[self._constant_row(a) for a in args])
+        node_op = self.node_op
+        j = len(node_op)
+        node_op.append(o)
+        self.node_arity.append(n_args)
         self.node_args.extend(args)
         self.sdepth.append(d)
-        v = len(self.value_type)
-        self.value_type.extend(out_types)
+        v = len(vd)
         if len(out_types) == 1:
             outs = [v]
+            self.value_type.append(out_types[0])
             self.value_node.append(j)
             self.value_index.append(0)
             vd.append(d)
         else:
             n = len(out_types)
             outs = list(range(v, v + n))
+            self.value_type.extend(out_types)
             self.value_node.extend([j] * n)
             self.value_index.extend(range(n))
             vd.extend([d] * n)
-        if not args:
+        if not n_args:
             self._sources[o] = outs
         return outs
 

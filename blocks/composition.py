@@ -574,7 +574,10 @@ class Record(Block):
                 # Name the child's slot (`Record['left']`): it is what lacks an input.
                 raise InputKeyError(self.path + self._child_key(child),
                                     f"missing key {key!r}: the input has {have}") from None
-            out.append(child._eval(ctx, item))
+            try:  # `child._eval`, inlined (see `Block._eval`)
+                out.append(child._evaluate(ctx, item))
+            except Exception as e:
+                raise_named(child, e)
         return tuple(out)
 
 

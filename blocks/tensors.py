@@ -71,6 +71,21 @@ def nest_flattener(t: ResultType) -> Callable[[Any], list]:
     if all(f is _one for f in subs):
         return lambda x: [v for _, v in zip(subs, x)]
 
+    if all(f is _one or isinstance(item, TupleType) and all(
+            isinstance(i, TensorType) for i in item) for f, item in zip(subs, t)):
+        # a tuple of tensors and tuples of tensors (a cell's states): read in place
+        ranges = [None if f is _one else range(len(item)) for f, item in zip(subs, t)]
+
+        def flatten_two(x):
+            out: list = []
+            for r, item in zip(ranges, x):
+                if r is None:
+                    out.append(item)
+                else:
+                    out.extend([v for _, v in zip(r, item)])
+            return out
+        return flatten_two
+
     def flatten(x):
         out: list = []
         for f, item in zip(subs, x):

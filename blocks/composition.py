@@ -29,7 +29,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from blocks.block import Block, bad_input
+from blocks.block import Block, bad_input, raise_named
 from blocks.types import (
     PyObjectType,
     ResultType,
@@ -367,7 +367,10 @@ class Pipe(Composition):
 
     def _evaluate(self, ctx, x):
         for child in self._chain:
-            x = child._eval(ctx, x)
+            try:  # `child._eval`, inlined (see `Block._eval`)
+                x = child._evaluate(ctx, x)
+            except Exception as e:
+                raise_named(child, e)
         return x
 
     @property
@@ -546,7 +549,13 @@ class Record(Block):
         if isinstance(self.input_type, TupleType):
             if len(x) != len(self._children):
                 raise ValueError(f"expected {len(self._children)} items, got {len(x)}")
-            return tuple(c._eval(ctx, v) for c, v in zip(self._children, x))
+            out = []
+            for c, v in zip(self._children, x):
+                try:  # `c._eval`, inlined (see `Block._eval`)
+                    out.append(c._evaluate(ctx, v))
+                except Exception as e:
+                    raise_named(c, e)
+            return tuple(out)
         n = len(self._keys)
         if self._positional and isinstance(x, (tuple, list)) and len(x) > n:
             # (a shorter one fails below, at the field that has no item)
@@ -565,7 +574,10 @@ class Record(Block):
                 # Name the child's slot (`Record['left']`): it is what lacks an input.
                 raise InputKeyError(self.path + self._child_key(child),
                                     f"missing key {key!r}: the input has {have}") from None
-            out.append(child._eval(ctx, item))
+            try:  # `child._eval`, inlined (see `Block._eval`)
+                out.append(child._evaluate(ctx, item))
+            except Exception as e:
+                raise_named(child, e)
         return tuple(out)
 
 

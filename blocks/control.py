@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from blocks.block import PY, Block, IOBase, bad_input
+from blocks.block import PY, Block, IOBase, bad_input, raise_named
 from blocks.composition import convert_to_block
 from blocks.errors import InputKeyError
 from blocks.types import PyObjectType, VoidType
@@ -117,7 +117,10 @@ class OneOf(Block):
                                            f"cases {self._keys}") from None
         if self._pre is not None:
             x = self._pre._eval(ctx, x)
-        return case._eval(ctx, x)
+        try:  # `case._eval`, inlined (see `Block._eval`)
+            return case._evaluate(ctx, x)
+        except Exception as e:
+            raise_named(case, e)
 
 
 class Optional(Block):
@@ -244,7 +247,10 @@ class _ForwardDeclarationRef(Block):
         if target is None:
             raise bad_input(self, "the forward declaration was never resolved")
         if type(x) in _ATOMS:  # cannot contain itself: nothing to track
-            return target._eval(ctx, x)
+            try:  # `target._eval`, inlined (see `Block._eval`)
+                return target._evaluate(ctx, x)
+            except Exception as e:
+                raise_named(target, e)
         # A cyclic input (a node that is its own descendant) would recurse
         # forever. The objects on the recursion path are alive, so their ids are
         # distinct; meeting one again under the same declaration is a cycle
@@ -256,7 +262,9 @@ class _ForwardDeclarationRef(Block):
                                   "itself (a node that is its own descendant)")
         path.add(key)
         try:
-            return target._eval(ctx, x)
+            return target._evaluate(ctx, x)  # `target._eval`, inlined
+        except Exception as e:
+            raise_named(target, e)
         finally:
             path.discard(key)
 

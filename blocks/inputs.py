@@ -30,7 +30,7 @@ from blocks.types import (
     VoidType,
 )
 from blocks.values import describe as _describe
-from blocks.values import to_array
+from blocks.values import scalar_ranges, to_array
 
 
 class Tensor(Block):
@@ -90,6 +90,12 @@ nan is not finite (give the block allow_nonfinite=True to accept NaN and inf)
 
     def _evaluate(self, ctx, x):
         t = self._ttype
+        fast = self.__dict__.get("_scalar_ranges")
+        if fast is None:
+            fast = self._scalar_ranges = scalar_ranges(t)
+        fast = fast.get(type(x))  # a number for a scalar: to_array's common case, inlined
+        if fast is not None and fast[0] <= x <= fast[1]:
+            return ctx.constant(np.asarray(x, fast[2]), t)
         if x is None:
             raise bad_input(self, f"expected a value for a {t}, got None")
         try:

@@ -230,10 +230,14 @@ class Embedding(Layer):
                 raise TypeError(f"{self._label()}: Embeddings take integer inputs, got {t}")
         super()._infer()
 
-    def check_inputs(self, ids) -> None:
-        """Refuses ids beyond the table when they are not wrapped (`mod_inputs=False`)."""
-        if self._mod_inputs:
-            return
+    @property
+    def check_inputs(self):
+        """The lookup op's input check (`Op.check`): `check(ids)` refuses ids beyond
+        the table when they are not wrapped (`mod_inputs=False`); None when they are,
+        so that expansion does not read each id's row to check nothing."""
+        return None if self._mod_inputs else self._check_ids
+
+    def _check_ids(self, ids) -> None:
         import numpy as np
 
         from blocks.errors import BadValueError

@@ -71,6 +71,21 @@ def nest_flattener(t: ResultType) -> Callable[[Any], list]:
     if all(f is _one for f in subs):
         return lambda x: [v for _, v in zip(subs, x)]
 
+    if all(f is _one or isinstance(item, TupleType) and all(
+            isinstance(i, TensorType) for i in item) for f, item in zip(subs, t)):
+        # a tuple of tensors and tuples of tensors (a cell's states): read in place
+        ranges = [None if f is _one else range(len(item)) for f, item in zip(subs, t)]
+
+        def flatten_two(x):
+            out: list = []
+            for r, item in zip(ranges, x):
+                if r is None:
+                    out.append(item)
+                else:
+                    out.extend([v for _, v in zip(r, item)])
+            return out
+        return flatten_two
+
     def flatten(x):
         out: list = []
         for f, item in zip(subs, x):
@@ -314,12 +329,12 @@ class Function(Block):
     def _evaluate(self, ctx, x):
         io = self._io
         if io is None:  # the types are final once the block is evaluated
+            out = self.output_type
             io = self._io = (nest_flattener(self.input_type), self.op(),
-                             nest_unflattener(self.output_type))
+                             None if isinstance(out, TensorType) else nest_unflattener(out))
         flatten, op, unflatten = io
-        flat_in = flatten(x)
-        try:
-            flat_out = ctx.op(op, flat_in)
+        try:  # a single tensor in (flatten is `_one`) needs no call to flatten it
+            flat_out = ctx.op(op, [x] if flatten is _one else flatten(x))
         except BadValueError as e:
             from blocks.errors import InputError
             raise InputError(self.path, f"{self._fn_name()}: {e}") from None
@@ -330,6 +345,9 @@ class Function(Block):
             reason = re.sub(r"\{\{.*?\}\}\s*", "", str(e.message)).strip().splitlines()[0]
             raise InputError(self.path, f"{self._fn_name()} failed on this input: "
                              f"{type(e).__name__}: {reason}") from e
+        if unflatten is None:  # a single tensor out
+            return flat_out[0] if len(flat_out) == 1 else self.output_type.unflatten(
+                iter(flat_out), None)
         return unflatten(flat_out)
 
 

@@ -94,6 +94,17 @@ class ResultType:
         return fn(self, instance)
 
 
+@functools.cache
+def _numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a dtype name (kept: expansion asks for it per constant)."""
+    if name == "string":
+        return np.dtype(object)
+    if name == "bfloat16":  # numpy knows it only through ml_dtypes (a TF dependency)
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
 class TensorType(ResultType):
     """A tensor of a fixed shape and dtype (the batch dimension is not part of it).
 
@@ -131,12 +142,7 @@ class TensorType(ResultType):
     @property
     def numpy_dtype(self) -> np.dtype:
         """The numpy dtype that holds this tensor's values (`object` for strings)."""
-        if self._dtype == "string":
-            return np.dtype(object)
-        if self._dtype == "bfloat16":  # numpy knows it only through ml_dtypes (a TF dependency)
-            import ml_dtypes
-            return np.dtype(ml_dtypes.bfloat16)
-        return np.dtype(self._dtype)
+        return _numpy_dtype(self._dtype)
 
     @property
     def size(self) -> int:

@@ -93,6 +93,21 @@ def to_array(x: Any, ttype: TensorType, allow_nonfinite: bool = False) -> np.nda
     return arr
 
 
+def scalar_ranges(ttype: TensorType) -> dict:
+    """`{int: (lo, hi, dtype), float: ...}`: the Python number types a scalar of
+    `ttype` takes as they are (when within `lo..hi`), for `to_array`'s common case
+    (empty for other shapes), where the result is `np.asarray(x, dtype)`. A block
+    that converts an input per node keeps the answer (`blocks.inputs.Tensor`)."""
+    name, dtype = ttype.dtype, ttype.numpy_dtype
+    if ttype.shape or name == "string" or name == "bool" or name in _COMPLEX:
+        return {}
+    lo, hi = _range(dtype)
+    out = {int: (lo, hi, dtype)}
+    if name in _FLOATS:
+        out[float] = (lo, hi, dtype)
+    return out
+
+
 def describe(x: Any) -> str:
     """A short repr of an input value, for error messages."""
     text = repr(x)

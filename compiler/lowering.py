@@ -65,9 +65,10 @@ class Program:
 
     @functools.cached_property
     def op_signatures(self) -> dict:
-        """Every `Op` object -> `(op id, its outputs' type ids)`: what expansion looks
-        up for each node it records."""
-        return {op: (o, tuple(self.type_id[t] for t in op.output_types))
+        """Every `Op` object -> `(op id, its outputs' type ids, prelude_only, check)`:
+        what expansion looks up for each node it records."""
+        return {op: (o, tuple(self.type_id[t] for t in op.output_types), op.prelude_only,
+                     op.check)
                 for op, o in self.op_id.items()}
 
 

@@ -113,6 +113,12 @@ class OpGraph:
         return cls(node_op, node_arity, node_args, value_type, value_node, value_index,
                    constants, sdepth)
 
+    def __getstate__(self) -> dict:
+        # the merge record is made again where it is needed (not sent to a process)
+        state = dict(self.__dict__)
+        state.pop("merge_record", None)
+        return state
+
     @functools.cached_property
     def merge_record(self) -> np.ndarray:
         """int32 `[N, A, V, C_0..C_K-1, node_op, node_arity, sdepth, node_args,

@@ -582,3 +582,24 @@ def test_a_type_error_downstream_of_getitem_names_the_block_that_failed():
         c.set_input_type(t)
     assert "cannot take item" not in str(err.value)
     assert "Zip" in str(err.value)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int32", "int8",
+                                   "uint8", "int64", "bool", "complex64"])
+def test_a_scalar_block_converts_numbers_as_to_array_does(dtype):
+    # the Tensor block inlines to_array's common case (scalar_ranges): same answers
+    from blocks.values import scalar_ranges, to_array
+    t = TensorType((), dtype)
+    block = td.Scalar(dtype)
+    for x in (0, 1, -3, 200, 2**40, 1.5, -0.25, 1e300, float("nan"), float("inf"), True):
+        try:
+            want = to_array(x, t)
+        except Exception:
+            with pytest.raises(td.InputError, match="Tensor|Scalar"):
+                block.eval(x)
+            continue
+        got = block.eval(x)
+        assert got.dtype == want.dtype and got.shape == want.shape, (dtype, x)
+        assert np.array_equal(got, want, equal_nan=dtype.startswith(("float", "bfloat"))), (
+            dtype, x)
+    assert scalar_ranges(TensorType((2,), dtype)) == {}

@@ -160,6 +160,19 @@ def test_embedding_without_mod_inputs_accepts_ids_in_range_and_fails_outside():
         block.eval(7)
 
 
+def test_embedding_op_checks_ids_only_when_they_are_not_wrapped():
+    # a wrapped lookup has no check, so expansion reads no id's row to check nothing
+    wrapped = td.Scalar("int32") >> td.Embedding(5, 2)
+    checked = td.Scalar("int32") >> td.Embedding(5, 2, mod_inputs=False)
+    assert wrapped.eval(7).shape == (2,)
+    ops = [b.op() for b in (wrapped, checked) for b in b.children if hasattr(b, "op")]
+    assert [op.check is None for op in ops] == [True, False]
+    from compiler import Compiler
+    with pytest.raises(td.InputError, match=r"Pipe\[1\] > Function.*not in \[0, 5\)"):
+        Compiler.create(checked).plan([7])
+    assert Compiler.create(wrapped).plan([7]).stats.launches >= 1
+
+
 def test_embedding_fed_by_another_op_is_refused_by_eval_as_by_the_engine():
     # the engine runs sparse lookups before its loop, on input data only; eval agrees
     block = td.Scalar("int32") >> td.Function(lambda x: x + 1) >> td.Embedding(5, 2)

@@ -457,3 +457,14 @@ def test_a_functions_kept_flatten_reads_a_tuple_as_zip_does():
     assert nest_flattener(pair)((1,)) == pair.flatten((1,)) == [1]
     with pytest.raises(TypeError):
         nest_flattener(pair)(5)
+
+
+def test_a_functions_kept_flatten_of_two_levels_reads_tuples_as_zip_does():
+    # (state, state) inputs of a cell take the two-level flatten: same reading
+    from blocks.tensors import nest_flattener
+    scalar = TensorType(())
+    t = TupleType(TupleType(scalar, scalar), scalar)
+    for value in [((1, 2), 3), ((1, 2, 9), 3, 4), ((1,), 3), (((1, 2),))]:
+        assert nest_flattener(t)(value) == t.flatten(value), value
+    with pytest.raises(TypeError):
+        nest_flattener(t)((5, 3))

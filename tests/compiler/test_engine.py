@@ -211,3 +211,22 @@ def test_grouped_reads_put_results_first_then_each_metric():
     names = c.program.metric_names
     assert outs[k][slice(*bounds[names.index("sq")])].tolist() == [1.0, 4.0, 9.0]
     assert outs[k][slice(*bounds[names.index("x")])].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_an_expanded_graph_shares_one_record_that_equals_its_arrays():
+    # expansion makes the merge record in one conversion; the arrays are its views
+    import pickle
+
+    from compiler.lowering import lower
+    from scheduler.graph import OpGraph
+    block = td.Map(td.Record((td.Scalar(), td.Scalar())) >> td.Function(tf.add)) >> td.Sum()
+    program = lower(block)
+    g = expansion.expand(program, [(1.0, 2.0), (3.0, 4.0)]).graph
+    fresh = OpGraph(*(np.array(a) for a in (g.node_op, g.node_arity, g.node_args,
+                                            g.value_type, g.value_node, g.value_index)),
+                    g.constants, np.array(g.sdepth))
+    assert np.array_equal(g.merge_record, fresh.merge_record)
+    assert g.node_op.base is g.merge_record
+    back = pickle.loads(pickle.dumps(g))
+    assert "merge_record" not in back.__dict__  # made again where it is needed
+    assert np.array_equal(back.merge_record, fresh.merge_record)

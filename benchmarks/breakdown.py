@@ -11,6 +11,11 @@ round times, interleaved on the same trees (graphs cached, everything traced):
 - `predict`: one whole `Model.predict` call, per batch; `run`: `Compiler.run` per batch;
 - `bare infer`: the engine's traced forward pass on a packed batch.
 
+The three traced rows take their batch as `fit`, `predict` and `run` hand it to their
+steps (`compiler.handoff`: the int32 arrays folded into one tensor, a concrete
+function called on flat tensors), so that the differences between rows leave out
+no cost of the call itself.
+
 The differences between rows are the layers' costs: `fit - keras step - plan` is the
 input pipeline, the Keras loop and its callbacks. Medians over the rounds.
 
@@ -50,7 +55,6 @@ class Subjects:
 
     def __init__(self, b: int, trees: list, labels: np.ndarray, lr: float = 0.01):
         import keras
-        import tensorflow as tf
 
         from benchmarks.treelstm import EngineVariant
         from compiler import Model
@@ -65,7 +69,9 @@ class Subjects:
         self.arrays = self.engine.compiler.plan(self.batch).feed.arrays
         self.packed = self.model.pipeline.pack(self.batch)
         model = self.model
-        self.keras_step = tf.function(lambda x, y: model.train_step((x, y)), autograph=False)
+        self.keras_step = _flat_call(lambda data: model.train_step(data), (self.packed, self.y))
+        self.bare_step = _flat_call(lambda data: self.engine.train_fn(*data), (self.arrays, self.y))
+        self.bare_infer = _flat_call(lambda data: self.engine.infer_fn(data[0]), (self.arrays,))
         for fn in self.calls().values():  # trace and expand everything
             fn()
 
@@ -75,17 +81,32 @@ class Subjects:
         return {
             "fit": lambda: m.fit(trees, labels, batch_size=b, epochs=1, verbose=0,
                                  shuffle=False),
-            "keras step": lambda: _numpy(self.keras_step(self.packed, self.y)),
-            "bare step": lambda: e.train_fn(self.arrays, self.y).numpy(),
+            "keras step": lambda: _numpy(self.keras_step()),
+            "bare step": lambda: self.bare_step().numpy(),
             "plan": lambda: e.compiler.plan(self.batch),
             "predict": lambda: m.predict(trees, batch_size=b, verbose=0),
             "run": lambda: e.compiler.run(self.batch),
-            "bare infer": lambda: e.infer_fn(self.arrays).numpy(),
+            "bare infer": lambda: self.bare_infer().numpy(),
         }
 
     def per_step(self, name: str) -> int:
         """How many steps (or batches) one call of `name` makes."""
         return self.steps if name in ("fit", "predict") else 1
+
+
+def _flat_call(step, data):
+    """A call of `step(data)` traced once, made as a `Model`'s steps make theirs: the
+    batch's NumPy arrays turned into the `Handoff`'s few tensors on every call, a
+    concrete function called on them."""
+    import tensorflow as tf
+
+    from compiler.handoff import Handoff
+    spec = tf.nest.map_structure(
+        lambda a: tf.TensorSpec([None] * np.ndim(a), tf.as_dtype(np.asarray(a).dtype)), data)
+    handoff = Handoff(spec)
+    fn = tf.function(lambda *tensors: step(handoff.unfold(tensors)),
+                     input_signature=handoff.signature, autograph=False).get_concrete_function()
+    return lambda: fn(*handoff.tensors(data))
 
 
 def _numpy(logs: dict):

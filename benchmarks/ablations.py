@@ -295,7 +295,6 @@ def weightgrads(batch_sizes: list, rounds: int, instances: int = 2) -> dict:
     and once per iteration (TensorFlow's), TreeLSTM and bilstm tagger."""
     from benchmarks import bilstm
     from benchmarks.treelstm import EngineVariant
-    from benchmarks.workloads import TreeLSTMModel
     variants = {"once per step": True, "every iteration (default)": False}
     out = {}
     print(f"\n## weight gradients of the loop's ops: ms per training step (median of "
@@ -303,9 +302,7 @@ def weightgrads(batch_sizes: list, rounds: int, instances: int = 2) -> dict:
     print("| workload | B | once per step | every iteration | every ÷ once |")
     print("|---|---|---|---|---|")
     for b in batch_sizes:
-        _, trees, labels = _treelstm_batch(b)
-        sentences = [bilstm.sentence(np.random.default_rng(i)) for i in range(b)]
-        tree_model, tagger_model = TreeLSTMModel(seed=0), bilstm.TaggerModel(seed=0)
+        trees, labels, sentences, tree_model, tagger_model = _two_workloads(b)
         fns = {}
         for i in range(instances):
             for name in list(variants)[i % 2:] + list(variants)[:i % 2]:
@@ -350,18 +347,19 @@ def _autodiff_nary_call(self, *args):
     return tf.sigmoid(o) * tf.tanh(c), c
 
 
-def _autodiff_lstm_call(self, x, state):
-    """`LSTMCell._call` before `lstm_memory`: broadcasting adds, then op by op."""
-    import tensorflow as tf
+def _two_workloads(b: int) -> tuple:
+    """A batch of `b` sst-synth trees with labels, `b` tagger sentences, and a fresh
+    TreeLSTM and tagger model (the weight-gradient and fused-cell ablations)."""
+    from benchmarks import bilstm
+    from benchmarks.workloads import TreeLSTMModel
+    _, trees, labels = _treelstm_batch(b)
+    sentences = [bilstm.sentence(np.random.default_rng(i)) for i in range(b)]
+    return trees, labels, sentences, TreeLSTMModel(seed=0), bilstm.TaggerModel(seed=0)
 
-    from models import gates
-    x, h, c, kernel, recurrent_kernel, bias = self._in_compute_dtype(x, *state)
-    z = x @ kernel + h @ recurrent_kernel + bias
-    i, f, g, o = gates.cut_gates(z, 4)
-    i, f, g, o = tf.sigmoid(i), tf.sigmoid(f), self.activation(g), tf.sigmoid(o)
-    c = f * c + i * g
-    h = o * self.activation(c)
-    return h, (h, c)
+
+def _autodiff_lstm_call(self, x, state):
+    """`LSTMCell._call` before `lstm_memory`: the cell's op-by-op path for any activation."""
+    return self._op_by_op(*self._in_compute_dtype(x, *state))
 
 
 def _treelstm_fit_predict(b: int) -> tuple:
@@ -391,7 +389,6 @@ def fusedcells(batch_sizes: list, rounds: int, cpu_time: bool = False) -> dict:
     """ms per step of the TreeLSTM and the tagger, cells fused or on autodiff."""
     from benchmarks import bilstm
     from benchmarks.treelstm import EngineVariant
-    from benchmarks.workloads import TreeLSTMModel
     from models import rnn_cells, tree_lstm
     variants = ("fused (zoo)", "autodiff (before)")
     out = {}
@@ -400,9 +397,7 @@ def fusedcells(batch_sizes: list, rounds: int, cpu_time: bool = False) -> dict:
           "| autodiff ÷ fused, train / infer |")
     print("|---|---|---|---|---|")
     for b in batch_sizes:
-        _, trees, labels = _treelstm_batch(b)
-        sentences = [bilstm.sentence(np.random.default_rng(i)) for i in range(b)]
-        tree_model, tagger_model = TreeLSTMModel(seed=0), bilstm.TaggerModel(seed=0)
+        trees, labels, sentences, tree_model, tagger_model = _two_workloads(b)
         fns = {}
         for name in variants:
             fused = name == variants[0]

@@ -180,6 +180,10 @@ class LSTMCell(_RecurrentCell):
             z = tf.nn.bias_add(tf.add_n([x @ kernel, h @ recurrent_kernel]), bias)
             h, c = gates.lstm_memory(z, [c], "ifuo")
             return h, (h, c)
+        return self._op_by_op(x, h, c, kernel, recurrent_kernel, bias)
+
+    def _op_by_op(self, x, h, c, kernel, recurrent_kernel, bias):
+        """The cell op by op, differentiated by autodiff (any activation)."""
         z = x @ kernel + h @ recurrent_kernel + bias
         i, f, g, o = gates.cut_gates(z, 4)
         i, f, g, o = tf.sigmoid(i), tf.sigmoid(f), self.activation(g), tf.sigmoid(o)

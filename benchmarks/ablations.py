@@ -1,7 +1,9 @@
 """Ablations: a model-zoo choice against its alternatives, paired in one process.
 
 Run: `python -m benchmarks.ablations
-[--only rowlists,conds,cells,bidirectional,weightgrads,fusedcells,xla] [--rounds N]
+[--only rowlists,conds,cells,bidirectional,weightgrads,fusedcells,xla,
+fitweightgrads,xlaweightgrads]
+[--rounds N]
 [--batch-sizes 16,64]`.
 Every variant is built on the same weights and batch; the calls of all variants
 are interleaved round after round (each round in another order), and the median
@@ -51,6 +53,14 @@ time per call counts, so the machine's load drifts over all of them alike.
   also the warm-up calls (tracing and XLA compilation), the buckets compiled, the
   compilation seconds per bucket (the warm-up's difference over the buckets), and whole
   `predict` calls on the same trees likewise.
+- `fitweightgrads`: the loop's weight gradients once per step (`Model.weight_grads`
+  forced on for every batch) against once per backward iteration (forced off), whole
+  `Model.fit(epochs=1, shuffle=False)` calls on the sst-synth TreeLSTM (random trees,
+  loss at the root) and the bilstm tagger (loss at every word), 32 items per call at
+  batch 1, 128 at 16, 256 at 64, after a warm-up call each; SGD; `--instances`
+  models per variant; the ratio column is the median of per-round ratios.
+  `xlaweightgrads`: the same under XLA (`jit_compile=True`,
+  `XlaExecutor(batched_weight_grads=...)`), after warm-up calls that compile.
 - `bidirectional`: the bilstm tagger with `encoders.bidirectional` (both cells as
   one `rnn_cells.CellPair`) against the same encoder written as two RNNs, and the
   padded Keras BiLSTM, train and inference steps (planning included).
@@ -483,6 +493,58 @@ def xla(batch_sizes: list, rounds: int) -> dict:
     return out
 
 
+def fit_weightgrads(batch_sizes: list, rounds: int, instances: int = 2,
+                    jit: bool = False, items: int | None = None) -> dict:
+    """ms per item of whole `Model.fit` calls (graph mode, or XLA with `jit`), the
+    loop's weight gradients once per step against once per backward iteration
+    (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise, by default)."""
+    import keras
+
+    from benchmarks import bilstm
+    from benchmarks.peers.refold_side import tagger_models
+    from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+    from compiler import Model
+    variants = {"once per step": True, "every iteration": False}
+    print(f"\n## {'XLA' if jit else 'graph mode'}: the loop's weight gradients, ms per item "
+          f"of whole Model.fit calls (median of {rounds}, {instances} models each)")
+    print("| workload | B | once per step | every iteration | every ÷ once |")
+    print("|---|---|---|---|---|")
+    out = {}
+    for b in batch_sizes:
+        n = items or {1: 32, 16: 128}.get(b, 256)
+        rng = np.random.default_rng(0)
+        trees = [sst_synth_tree(rng) for _ in range(n)]
+        labels = rng.integers(0, CLASSES, n).astype(np.int32)
+        sentences = [bilstm.sentence(rng) for _ in range(n)]
+        fns = {}
+        for i in range(instances):
+            for name in list(variants)[i % 2:] + list(variants)[:i % 2]:
+                tree = Model(TreeLSTMModel(seed=0).block)
+                tree.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit,
+                             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                tagger, _ = tagger_models()
+                tagger.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit)
+                for model in (tree, tagger):  # read when the steps are traced
+                    model.weight_grads.max_rows = float("inf") if variants[name] else 0
+                    if jit:
+                        model._xla_batches().xla.batched_weight_grads = variants[name]
+                fns[("TreeLSTM", name, i)] = functools.partial(
+                    tree.fit, trees, labels, batch_size=b, epochs=1, verbose=0, shuffle=False)
+                fns[("tagger", name, i)] = functools.partial(
+                    tagger.fit, sentences, batch_size=b, epochs=1, verbose=0, shuffle=False)
+        raw = _rounds(fns, rounds)  # its first calls (untimed) trace (and compile)
+        for work in ("TreeLSTM", "tagger"):
+            t = {v: np.mean([raw[(work, v, i)] for i in range(instances)], axis=0) / n
+                 for v in variants}
+            once, every = t["once per step"], t["every iteration"]
+            ratio = float(np.median(every / once))
+            out[(work, b)] = {"once": float(np.median(once)), "every": float(np.median(every)),
+                              "every / once": ratio}
+            print(f"| {work} | {b} | {np.median(once):.2f} | {np.median(every):.2f} | "
+                  f"{ratio:.3f} |", flush=True)
+    return out
+
+
 def _fetch(outputs):
     return [np.asarray(o) for o in outputs] if isinstance(outputs, (list, tuple)) \
         else np.asarray(outputs)
@@ -491,7 +553,8 @@ def _fetch(outputs):
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="rowlists,conds,cells,bidirectional,weightgrads",
-                        help="also: xla (not run by default: it compiles for minutes)")
+                        help="also: fitweightgrads; xla, xlaweightgrads (not run by "
+                             "default: they compile for minutes)")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--batch", type=int, default=64, help="for rowlists, conds and cells")
     parser.add_argument("--batch-sizes", default="16,64",
@@ -520,6 +583,10 @@ def main(argv=None) -> dict:
                                        args.cpu_time)
     if "xla" in only:
         out["xla"] = xla([int(b) for b in args.batch_sizes.split(",")], args.rounds)
+    for name, jit in (("fitweightgrads", False), ("xlaweightgrads", True)):
+        if name in only:
+            out[name] = fit_weightgrads([int(b) for b in args.batch_sizes.split(",")],
+                                        args.rounds, args.instances, jit)
     return out
 
 

@@ -79,6 +79,7 @@ from compiler.steps import (
     STEP_FINITE,
     STEP_LOSS,
     StepFunction,
+    WeightGradsChoice,
     all_finite,
     apply_if_finite_on_every_replica,
 )
@@ -138,6 +139,8 @@ class Model(keras.Model):
         self.program = self.compiler.program
         _mixed_policy(self, self.compiler.compute_dtype)
         self.pipeline = InputPipeline(self.compiler)
+        # where a training batch takes the loop's weight gradients (compiler.steps)
+        self.weight_grads = WeightGradsChoice(self.compiler.executor)
         self.block = self.program.root
         self.scheduler = scheduler
         self.on_bad_example = on_bad_example
@@ -409,7 +412,8 @@ class Model(keras.Model):
             return ReplicaSteps(self, kind, lambda: self._feeders[role()])
         return StepFunction(step, lambda: self._feeders[role()],
                             lambda: bool(self.run_eagerly), lambda: self._epoch,
-                            xla=lambda: self._xla_batches() if self.jit_compile else None)
+                            xla=lambda: self._xla_batches() if self.jit_compile else None,
+                            weight_grads=self.weight_grads if kind == "train" else None)
 
     def make_train_function(self, force=False):
         if self.train_function is None or force:

@@ -10,13 +10,18 @@ tensors (`compiler.handoff`); the traced step has a fixed input signature (the
 packed arrays' and the labels' `TensorSpec`s, all of unknown length), so it is
 traced once per label layout.
 
-It runs in TensorFlow's graph mode by default. With `Model.jit_compile` on, each
-batch is converted to its bucketed XLA form (`compiler.xla`) and the step is traced
-with static shapes under `jit_compile=True`, once per bucket key.
+It runs in TensorFlow's graph mode by default. A training step is traced twice at
+most there: a batch whose loop launches are small (batch 1, say) takes the loop's
+weight gradients once per step rather than in every backward iteration
+(`WeightGradsChoice`, `scheduler.weight_grads`), each choice its own trace. With
+`Model.jit_compile` on, each batch is converted to its bucketed XLA form
+(`compiler.xla`) and the step is traced with static shapes under
+`jit_compile=True`, once per bucket key.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import tensorflow as tf
@@ -99,6 +104,37 @@ def apply_if_finite_on_every_replica(optimizer, finite, grads: list, weights: li
     return everywhere
 
 
+class WeightGradsChoice:
+    """Per training batch, where the step takes the loop's weight gradients: once per
+    step where the batch's loop launches average at most `max_rows` rows
+    (`scheduler.weight_grads.once_per_step_pays`), in every backward iteration
+    otherwise; always once per step if the executor says so (`Executor(
+    batched_weight_grads=True)`). `max_rows=0` never chooses it.
+    """
+
+    def __init__(self, executor, max_rows: float | None = None):
+        from scheduler.weight_grads import ONCE_PER_STEP_ROWS
+        self.executor = executor
+        self.max_rows = ONCE_PER_STEP_ROWS if max_rows is None else max_rows
+
+    def key(self, arrays: dict) -> bool:
+        """Whether batch `arrays` (packed) takes its weight gradients once per step."""
+        from scheduler.weight_grads import once_per_step_pays
+        return bool(self.executor.batched_weight_grads) or (
+            self.max_rows > 0 and once_per_step_pays(self.executor.layout, arrays,
+                                                     self.max_rows))
+
+    @contextlib.contextmanager
+    def tracing(self, once: bool):
+        """A step traced in this scope takes its weight gradients as `once` says."""
+        before = self.executor.batched_weight_grads
+        self.executor.batched_weight_grads = once
+        try:
+            yield
+        finally:
+            self.executor.batched_weight_grads = before
+
+
 class StepFunction:
     """Runs `step(data)` on packed batches, traced once per input signature.
 
@@ -108,16 +144,19 @@ class StepFunction:
         eager: returns whether to run the step without tracing (`run_eagerly`).
         xla: returns the model's `compiler.xla.XlaBatches` when its steps run under
             XLA, None otherwise.
+        weight_grads: a training step's `WeightGradsChoice` (graph mode only).
     """
 
     def __init__(self, step: Callable, feeder: Callable[[], BatchFeeder],
                  eager: Callable[[], bool], epoch: Callable[[], int] | None = None,
-                 xla: Callable[[], object] | None = None):
+                 xla: Callable[[], object] | None = None,
+                 weight_grads: WeightGradsChoice | None = None):
         self._step, self._feeder, self._eager = step, feeder, eager
+        self._weight_grads = weight_grads
         self._epoch = epoch
         self._xla = xla or (lambda: None)
         self._traced: dict = {}
-        self._last: tuple = (None, None)  # the last signature and its step
+        self._last: tuple = (None, None, None)  # the last signature, its variant, its step
         self._pass: tuple = (None, None)  # the (feeder, Keras iterator) being read
         self._next = 0
         self.xla_traces = 0  # compiled (bucket) programs traced so far
@@ -144,7 +183,8 @@ class StepFunction:
                     autograph=False, jit_compile=True).get_concrete_function()
             outputs = fn(data)
         else:
-            handoff, fn = self._graph_step(feeder.signature)
+            once = None if self._weight_grads is None else self._weight_grads.key(data[0])
+            handoff, fn = self._graph_step(feeder.signature, once)
             outputs = fn(*handoff.tensors(data))
         if isinstance(outputs, dict) and STEP_FINITE in outputs:
             outputs = dict(outputs)
@@ -154,11 +194,12 @@ class StepFunction:
                 raise NonFiniteLossError(feeder.examples(i), float(loss), epoch, i)
         return outputs
 
-    def _graph_step(self, signature) -> tuple[Handoff, Callable]:
-        """The `Handoff` and the traced step of batches of `signature`, traced once."""
-        if signature is self._last[0]:
-            return self._last[1]
-        key = tuple(tf.nest.flatten(signature))
+    def _graph_step(self, signature, once: bool | None = None) -> tuple[Handoff, Callable]:
+        """The `Handoff` and the traced step of batches of `signature`, traced once
+        (per weight-gradient choice `once`, if the step makes one)."""
+        if signature is self._last[0] and once == self._last[1]:
+            return self._last[2]
+        key = (tuple(tf.nest.flatten(signature)), once)
         got = self._traced.get(key)
         if got is None:
             handoff = Handoff(signature)
@@ -166,10 +207,13 @@ class StepFunction:
 
             def flat_step(*tensors):
                 return step(handoff.unfold(tensors))
-            fn = tf.function(flat_step, input_signature=handoff.signature,
-                             autograph=False).get_concrete_function()
+            scope = (contextlib.nullcontext() if once is None
+                     else self._weight_grads.tracing(once))
+            with scope:
+                fn = tf.function(flat_step, input_signature=handoff.signature,
+                                 autograph=False).get_concrete_function()
             got = self._traced[key] = (handoff, fn)
-        self._last = (signature, got)
+        self._last = (signature, once, got)
         return got
 
     def on_iterator(self, iterator, steps: int):

@@ -335,13 +335,13 @@ class Executor:
 
     # --- weight gradients once per step (scheduler.weight_grads) -----------------------
 
-    def _deferred_weights(self) -> dict:
+    def _deferred_weights(self, enabled: bool | None = None) -> dict:
         """Loop op -> the weights whose gradients it defers to the tap (only under a
-        gradient tape, with `batched_weight_grads`): every loop op that reads
-        trainable weights, has a float output, and runs on zero rows."""
+        gradient tape, with `batched_weight_grads`, or `enabled` if given): every loop
+        op that reads trainable weights, has a float output, and runs on zero rows."""
         from tensorflow.python.eager import record
-        if not (self.batched_weight_grads and self.layout.loop_ops
-                and record.could_possibly_record()):
+        enabled = self.batched_weight_grads if enabled is None else enabled
+        if not (enabled and self.layout.loop_ops and record.could_possibly_record()):
             return {}
         if not hasattr(self, "_loop_weights"):
             from scheduler.weight_grads import variables_of

@@ -16,19 +16,46 @@ executor can instead (`Executor(batched_weight_grads=True)`; off by default):
    one batched call, which the tap returns as the gradients of the weights' reads.
 
 The values are the same sums in another order (tested against the oracle, as
-the per-iteration gradients are). It pays where the backward loop's small
-kernels dominate (batch 1; the bilstm tagger's many short launches) and costs
-where the op's second run does (the TreeLSTM from batch 16 on), so it is not
-the default. Figures: BENCHMARKS.md, "Weight gradients once per step".
+the per-iteration gradients are). It pays where the loop's launches are small
+(batch 1: each backward iteration's weight gradient is a weight-sized outer
+product added to a weight-sized sum, which TensorFlow also splits across its
+threads) and costs where the op's second run does (the TreeLSTM from batch 16
+on). So `compiler.Model` chooses per training batch (`once_per_step_pays`),
+with one traced step per choice. Figures: BENCHMARKS.md, "Weight gradients
+once per step".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework.func_graph import FuncGraph
 from tensorflow.python.ops import gradients_util
+
+# A batch whose loop launches average at most this many rows takes the loop's weight
+# gradients once per step (measured: BENCHMARKS.md, "Weight gradients once per step").
+ONCE_PER_STEP_ROWS = 4
+
+
+def once_per_step_pays(layout, arrays: dict, max_rows: float = ONCE_PER_STEP_ROWS) -> bool:
+    """Whether a planned batch (an executor's `Feed.arrays`, for `layout`) should take
+    its loop's weight gradients once per step: its loop launches average at most
+    `max_rows` rows.
+
+    >>> from types import SimpleNamespace as Layout
+    >>> lay = Layout(loop_ops=[1], segment_id={"group_size": 1})
+    >>> feed = {"index": np.array([9, 1, 2, 3, 7]), "layout": np.array([0, 1, 4, 5])}
+    >>> once_per_step_pays(lay, feed), once_per_step_pays(lay, feed, max_rows=1)
+    (True, False)
+    """
+    if not layout.loop_ops:
+        return False
+    i = layout.segment_id["group_size"]
+    bounds = arrays["layout"]
+    sizes = np.asarray(arrays["index"][bounds[i]:bounds[i + 1]])
+    return 0 < int(sizes.sum()) <= max_rows * len(sizes)
 
 
 def inputs_only(fn: Callable, args: Sequence[tf.Tensor]) -> list:

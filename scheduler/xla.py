@@ -38,10 +38,16 @@ device; the loop's trip count is the number of real launches (a device scalar),
 bounded by the bucketed table size that sizes the gradient's accumulators. Only
 CPU runs are tested here.
 
-Not supported under XLA: `Executor(batched_weight_grads=True)` (the weight
-gradients are taken per iteration, as in the default), and blocks that read
-computed values (`compiler.rounds`). `tf.debugging` assertions in user functions
-are compiled away by XLA, so they do not stop a compiled step.
+Weight gradients once per step (`batched_weight_grads`, `scheduler.weight_grads`)
+work as in `Executor`: the tap sits on the loop types' buffers before the loop,
+and each loop op runs once more after it on all its nodes, padded to a bucket
+(`wgrad_*` arrays; padded rows read a copy of a real row and get zero output
+gradient). Under XLA, where the loop's small kernels cost little, what the
+per-iteration gradients cost is memory: each backward iteration writes a whole
+weight-sized outer product and adds it to a weight-sized sum. Not supported under
+XLA: blocks that read computed values (`compiler.rounds`). `tf.debugging`
+assertions in user functions are compiled away by XLA, so they do not stop a
+compiled step.
 
 >>> import numpy as np, tensorflow as tf
 >>> from collections import namedtuple
@@ -121,17 +127,22 @@ class XlaExecutor:
     while the cheap dimensions (buffers, launches outside the loop, the iteration
     table) share few buckets. `variables`: returns the Keras variables the loop's ops
     read (a `Model`'s trainable weights), read once before the loop (see `_loop`).
+    `batched_weight_grads`: take the loop's weight gradients once per step (None:
+    as the executor says, `Executor(batched_weight_grads=...)`).
     """
 
     def __init__(self, executor: Executor, min_rows: int = 1,
                  variables: Callable[[], list] | None = None, min_width: int | None = None,
-                 iteration_cost: float = ITERATION_COST_ROWS):
+                 iteration_cost: float = ITERATION_COST_ROWS,
+                 batched_weight_grads: bool | None = None):
         self.executor = executor
         self.layout = executor.layout
         self.min_rows = int(min_rows)
         self.min_width = self.min_rows if min_width is None else int(min_width)
         self.iteration_cost = iteration_cost
         self._variables = variables or (lambda: [])
+        self.batched_weight_grads = (executor.batched_weight_grads
+                                     if batched_weight_grads is None else batched_weight_grads)
 
     def bucket(self, n: int) -> int:
         """The padded size of n rows: `bucket(n)`, at least `min_rows` (a larger
@@ -159,6 +170,8 @@ class XlaExecutor:
         self._pack_constants(feed, const_counts, sink, arrays)
         self._pack_outer(seg, const_counts, sink, arrays)
         self._pack_loop(seg, sink, arrays)
+        if self.batched_weight_grads:
+            self._pack_weight_grads(seg, sink, arrays)
         result_rows = self._pack_tail(seg, n_rows, sink, arrays)
         for k in range(lay.n_types):
             arrays[f"buffer_{k}"] = np.zeros(size[k], np.int32)  # its shape: the buffer's rows
@@ -258,6 +271,28 @@ class XlaExecutor:
             arrays[f"loop_in_{k}"] = ins
             arrays[f"loop_out_{k}"] = outs
 
+    def _pack_weight_grads(self, seg: dict, sink, arrays: dict) -> None:
+        """Per loop op (branch b), all its nodes of the batch for its weight gradients:
+        `wgrad_{b}_count` of them, `wgrad_{b}_args_{a}` the buffer rows of argument a
+        (padded with a copy of the first), `wgrad_{b}_out_{s}` those of output s
+        (padded with the sink)."""
+        lay = self.layout
+        sizes, branch = seg["group_size"], seg["group_op"]
+        for b, o in enumerate(lay.loop_ops):
+            launches = np.flatnonzero(branch == b)
+            n = sizes[launches]
+            total = int(n.sum())
+            width = self.bucket(total)
+            arrays[f"wgrad_{b}_count"] = np.array([total], np.int32)
+            for a, k in enumerate(lay.op_in[o]):
+                starts = seg[f"in_splits_{k}"][launches] + lay.arg_typepos[o, a] * n
+                rows = seg[f"in_rows_{k}"][_ranges(starts, n)]
+                arrays[f"wgrad_{b}_args_{a}"] = _padded(rows, width,
+                                                        rows[0] if total else sink[k])
+            for s, k in enumerate(lay.op_out[o]):
+                starts = seg[f"out_bounds_{k}"][launches + 1] + lay.slot_typepos[o, s] * n
+                arrays[f"wgrad_{b}_out_{s}"] = _padded(_ranges(starts, n), width, sink[k])
+
     def _pack_tail(self, seg: dict, n_rows, sink, arrays: dict) -> list:
         """The tail's launches; returns per type the buffer rows of the reads."""
         lay = self.layout
@@ -306,7 +341,17 @@ class XlaExecutor:
             bufs.append(_scatter(zeros, arrays[f"consts_rows_{k}"], arrays[f"consts_{k}"]))
         for i, o in enumerate(lay.outer_ops):
             bufs = self._run_launch(f"outer_{i}", o, bufs, arrays)
-        bufs = self._loop(bufs, arrays)
+        deferred = self.executor._deferred_weights(self.batched_weight_grads)
+        if deferred:
+            final: dict = {}  # loop type -> its buffer after the loop, for the tap
+            types = self.executor._tapped_types()
+            tapped = self._weight_tap(deferred, final, arrays)([bufs[k] for k in types])
+            bufs = list(bufs)
+            for k, b in zip(types, tapped):
+                bufs[k] = b
+        bufs = self._loop(bufs, arrays, deferred)
+        if deferred:
+            final.update({k: bufs[k] for k in lay.loop_types})
         for j, o in enumerate(lay.tail_ops):
             bufs = self._run_launch(f"tail_{j}", o, bufs, arrays)
         return bufs
@@ -347,14 +392,20 @@ class XlaExecutor:
             bufs[k] = b
         return bufs
 
-    def _branch(self, o: int, xs: dict, width: int, n_in: dict, n_out: dict) -> list:
+    def _branch(self, o: int, xs: dict, width: int, n_in: dict, n_out: dict,
+                deferred: dict) -> list:
         """Loop op o on the gathered rows `xs[k]` (`n_in[k]` blocks of `width`):
-        per loop type, its outputs stacked and padded to `n_out[k]` blocks."""
+        per loop type, its outputs stacked and padded to `n_out[k]` blocks (through
+        `weight_grads.inputs_only` if its weight gradients are `deferred`)."""
         import tensorflow as tf
         lay = self.layout
         blocks = {k: tf.split(xs[k], n_in[k]) if n_in[k] > 1 else [xs[k]] for k in xs}
         args = [blocks[k][int(lay.arg_typepos[o, a])] for a, k in enumerate(lay.op_in[o])]
-        outs = self.executor._call(o, args, width)
+        if o in deferred:
+            from scheduler.weight_grads import inputs_only
+            outs = inputs_only(lambda *a: self.executor._call(o, list(a), width), args)
+        else:
+            outs = self.executor._call(o, args, width)
         ys = []
         for k in lay.loop_types:
             t = lay.value_types[k]
@@ -364,7 +415,7 @@ class XlaExecutor:
                       else tf.zeros((0, *t.shape), dtype_name(t)))
         return ys
 
-    def _loop(self, bufs: list, arrays: dict) -> list:
+    def _loop(self, bufs: list, arrays: dict, deferred: dict) -> list:
         import tensorflow as tf
         lay = self.layout
         if not lay.loop_ops:
@@ -383,7 +434,8 @@ class XlaExecutor:
                 b, x = write_read(carried[i], ys[i], tf.gather(outs[i], g), tf.gather(ins[i], g))
                 new.append(b)
                 xs[k] = x
-            branches = [lambda o=o: self._branch(o, xs, width, n_in, n_out) for o in lay.loop_ops]
+            branches = [lambda o=o: self._branch(o, xs, width, n_in, n_out, deferred)
+                        for o in lay.loop_ops]
             op = tf.gather(arrays["loop_op"], g)
             ys = tf.switch_case(op, branches) if len(branches) > 1 else branches[0]()
             return g + 1, new, list(ys)
@@ -396,9 +448,63 @@ class XlaExecutor:
                 (tf.constant(0, tf.int32), [bufs[k] for k in types], ys0),
                 maximum_iterations=table_rows)
         bufs = list(bufs)
+        write = _write_keeping_gradient if deferred else _scatter
         for i, k in enumerate(types):
-            bufs[k] = _scatter(carried[i], tf.gather(outs[i], g_end), ys[i])
+            bufs[k] = write(carried[i], tf.gather(outs[i], g_end), ys[i])
         return bufs
+
+    # --- weight gradients once per step (scheduler.weight_grads) ------------------------
+
+    def _weight_tap(self, deferred: dict, final: dict, arrays: dict):
+        """The tap on the loop types' buffers whose gradient adds the deferred
+        weights' gradients (`final`: per loop type, its buffer after the loop)."""
+        import tensorflow as tf
+
+        from scheduler.weight_grads import WeightTap
+        variables = list({v.ref(): v for vs in deferred.values() for v in vs}.values())
+        types = self.executor._tapped_types()
+
+        def weight_grads(g_bufs: list) -> list:
+            grads = {v.ref(): [] for v in variables}
+            for o, vs in deferred.items():
+                for v, g in zip(vs, self._op_weight_grads(o, vs, final,
+                                                          dict(zip(types, g_bufs)), arrays)):
+                    grads[v.ref()].append(g)
+            return [tf.add_n(grads[v.ref()]) for v in variables]
+
+        return WeightTap(variables, weight_grads)
+
+    def _op_weight_grads(self, o: int, variables: list, final: dict, g_buf: dict,
+                         arrays: dict) -> list:
+        """Gradients of loop op o's `variables` over all its nodes: the op run once on
+        them (padded to a bucket, arguments read from `final`) and differentiated
+        against its outputs' total gradients (`g_buf[k]`, per row of buffer k;
+        the padded rows' zeroed). An op with no nodes in the batch gives zeros."""
+        import tensorflow as tf
+        lay = self.layout
+        b = int(lay.branch_of[o])
+        count = arrays[f"wgrad_{b}_count"][0]
+        args = [tf.gather(final[k], arrays[f"wgrad_{b}_args_{a}"])
+                for a, k in enumerate(lay.op_in[o])]
+        width = int(arrays[f"wgrad_{b}_out_0"].shape[0])
+        real = tf.range(width) < count
+        slots, g_outs = [], []
+        for s, k in enumerate(lay.op_out[o]):
+            if k in g_buf:
+                g = tf.gather(g_buf[k], arrays[f"wgrad_{b}_out_{s}"])
+                mask = tf.reshape(real, [-1] + [1] * (g.shape.rank - 1))
+                slots.append(s)
+                g_outs.append(tf.where(mask, g, tf.zeros_like(g)))
+
+        def grads():
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(variables)
+                outs = self.executor._call(o, args, width)
+            got = tape.gradient([outs[s] for s in slots], variables, output_gradients=g_outs)
+            return [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                    for v, g in zip(variables, got)]
+
+        return tf.cond(count > 0, grads, lambda: [tf.zeros_like(v) for v in variables])
 
 
 def _read_once(variables: list):
@@ -421,6 +527,30 @@ def _scatter(buf, rows, y):
     """`buf` with rows `rows` replaced by `y` (default gradients: used outside the loop)."""
     import tensorflow as tf
     return tf.tensor_scatter_nd_update(buf, tf.expand_dims(rows, 1), y)
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """`concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])`, vectorised."""
+    lengths = np.asarray(lengths, np.int64)
+    offsets = np.cumsum(lengths) - lengths
+    return (np.arange(int(lengths.sum()), dtype=np.int64)
+            + np.repeat(np.asarray(starts, np.int64) - offsets, lengths))
+
+
+def _write_keeping_gradient(buf, rows, y):
+    """`_scatter(buf, rows, y)` whose gradient leaves the written rows' gradient in
+    the buffer's too (as `write_read` does), so that a tap before the loop sees the
+    total gradient of every value the loop made, the last launch's included. The
+    rows' old contents are the loop's zeros (or the sink), which nothing reads."""
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def write(buf, y):
+        def grad(g):
+            return g, tf.gather(g, rows)
+        return _scatter(buf, rows, y), grad
+
+    return write(buf, y)
 
 
 def write_read(buf, y, out_rows, in_rows):

@@ -130,12 +130,14 @@ def test_bilstm_throughput_runs_every_variant(tmp_path, capsys):
     ("cells", "| cut | engine train |", 3, 12),  # 3 cuts x engine/hand x 2 modes
     ("bidirectional", "| B | CellPair train / infer |", 1, 6),  # 1 size; 3 encoders x 2
     ("weightgrads", "| workload | B |", 2, 4),  # 1 size x 2 workloads x 2 variants
+    ("fit_weightgrads", "| workload | B |", 2, 4),  # likewise, through Model.fit
 ])
 def test_ablations_time_every_variant(section, header, n_rows, n_times, capsys):
     if section == "bidirectional":
         out = ablations.bidirectional([2], 1)[2]
-    elif section == "weightgrads":
-        out = ablations.weightgrads([2], 1, instances=1)
+    elif section in ("weightgrads", "fit_weightgrads"):
+        out = (ablations.weightgrads([2], 1, instances=1) if section == "weightgrads"
+               else ablations.fit_weightgrads([2], 1, instances=1, items=4))
         out = {f"{k} {v}": out[k][v] for k in out for v in ("once", "every")}
     else:
         out = getattr(ablations, section)(2, 1)

@@ -130,23 +130,43 @@ def test_predict_of_structured_outputs_gives_eval_results():
     assert [[float(v) for v in r] for r in got] == [[1.0, 4.0], [], [9.0]]
 
 
-def test_training_is_traced_once_for_every_batch_shape():
+def test_training_is_traced_once_for_every_batch_shape_and_weight_gradient_choice():
     class Counting(Model):
-        traces = 0
+        traces: dict = {}
 
-        def _forward(self, x):
-            Counting.traces += 1  # Python runs only while tracing
+        def _forward(self, x):  # Python runs only while tracing
+            once = self.compiler.executor.batched_weight_grads
+            Counting.traces[once] = Counting.traces.get(once, 0) + 1
             return super()._forward(x)
 
     trees, y = sign_data(45, seed=4)
     model = compiled(Counting(factories.tree_sign()))
     model.fit(trees, y, batch_size=7, epochs=1, verbose=0)
+    model.fit(trees[:4], y[:4], batch_size=1, epochs=1, verbose=0)
+    # small launches take the weight gradients once per step, large ones per iteration
+    assert set(Counting.traces) == {False, True}
     # Keras traces a step twice when its first run creates variables (metrics' state)
-    first = Counting.traces
-    assert first <= 2
+    first = dict(Counting.traces)
+    assert all(n <= 2 for n in first.values())
     model.fit(trees, y, batch_size=7, epochs=2, verbose=0)
     model.fit(trees[:20], y[:20], batch_size=3, epochs=1, verbose=0)
-    assert Counting.traces == first  # every batch shape ran on the same trace
+    model.fit(trees[:5], y[:5], batch_size=1, epochs=1, verbose=0)
+    assert Counting.traces == first  # every batch shape ran on its choice's trace
+
+
+def test_weight_gradients_once_per_step_train_as_every_iteration_does():
+    # the choice made per batch changes no weight: forced either way, same training
+    trees, y = sign_data(24, seed=6)
+
+    def trained(max_rows: float) -> list:
+        model = compiled(Model(factories.tree_sign(), seed=1))
+        model.weight_grads.max_rows = max_rows
+        model.fit(trees, y, batch_size=1, epochs=1, verbose=0, shuffle=False)
+        model.fit(trees, y, batch_size=5, epochs=1, verbose=0, shuffle=False)
+        return [w.numpy() for w in model.weights]
+
+    for a, b in zip(trained(0), trained(float("inf")), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_shuffling_changes_per_epoch_and_is_reproducible():

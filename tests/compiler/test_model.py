@@ -141,14 +141,14 @@ def test_training_is_traced_once_for_every_batch_shape_and_weight_gradient_choic
 
     trees, y = sign_data(45, seed=4)
     model = compiled(Counting(factories.tree_sign()))
-    model.fit(trees, y, batch_size=7, epochs=1, verbose=0)
+    model.fit(trees, y, batch_size=45, epochs=1, verbose=0)
     model.fit(trees[:4], y[:4], batch_size=1, epochs=1, verbose=0)
     # small launches take the weight gradients once per step, large ones per iteration
     assert set(Counting.traces) == {False, True}
     # Keras traces a step twice when its first run creates variables (metrics' state)
     first = dict(Counting.traces)
     assert all(n <= 2 for n in first.values())
-    model.fit(trees, y, batch_size=7, epochs=2, verbose=0)
+    model.fit(trees, y, batch_size=30, epochs=2, verbose=0)
     model.fit(trees[:20], y[:20], batch_size=3, epochs=1, verbose=0)
     model.fit(trees[:5], y[:5], batch_size=1, epochs=1, verbose=0)
     assert Counting.traces == first  # every batch shape ran on its choice's trace

@@ -22,11 +22,16 @@ input pipeline, the Keras loop and its callbacks. Medians over the rounds.
 `--chains` times the bare steps on one left-deep chain of d cells (d loop iterations):
 the loop's fixed cost and its cost per iteration. `--profile` runs the bare steps under
 TensorFlow's profiler and sums the time of each op type (from the profile's XSpace).
+`--switches` counts, per step of whole `fit` and `predict` calls, this process's
+context switches (voluntary and not), CPU time and page faults (`getrusage`): what
+TensorFlow's thread pools cost at small batches, counted rather than timed. With
+`--intra`/`--inter` TensorFlow's thread pools are set first (before any op runs).
 
     python -m benchmarks.breakdown                  # B = 1 and 16
     python -m benchmarks.breakdown --batch-sizes 1 --trees 32 --rounds 3
     python -m benchmarks.breakdown --chains 1,8,16,32
     python -m benchmarks.breakdown --profile --batch-sizes 1
+    python -m benchmarks.breakdown --switches --batch-sizes 1 --intra 1 --inter 1
 """
 
 from __future__ import annotations
@@ -207,6 +212,41 @@ def op_profile(b: int, steps: int = 30, top: int = 12) -> str:
     return "\n".join(out)
 
 
+def switches(b: int, n_trees: int, calls: int = 3) -> dict:
+    """Per step of whole `fit` and `predict` calls at batch `b` (after two warm-up calls
+    each): wall and CPU ms, context switches and minor page faults of this process."""
+    import resource
+
+    import keras
+
+    from compiler import Model
+    rng = np.random.default_rng(0)
+    trees = [sst_synth_tree(rng) for _ in range(n_trees)]
+    labels = rng.integers(0, CLASSES, n_trees).astype(np.int32)
+    model = Model(TreeLSTMModel(seed=0).block)
+    model.compile(optimizer=keras.optimizers.SGD(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    runs = {"fit": lambda: model.fit(trees, labels, batch_size=b, epochs=1, verbose=0,
+                                     shuffle=False),
+            "predict": lambda: model.predict(trees, batch_size=b, verbose=0)}
+    out = {}
+    for name, run in runs.items():
+        run(), run()
+        before, wall, cpu = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), \
+            time.process_time()
+        for _ in range(calls):
+            run()
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        steps = calls * -(-n_trees // b)
+        out[name] = {
+            "ms": (time.perf_counter() - wall) / steps * 1e3,
+            "cpu ms": (time.process_time() - cpu) / steps * 1e3,
+            "switches": (after.ru_nvcsw + after.ru_nivcsw - before.ru_nvcsw
+                         - before.ru_nivcsw) / steps,
+            "page faults": (after.ru_minflt - before.ru_minflt) / steps}
+    return out
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-sizes", default="1,16")
@@ -216,7 +256,24 @@ def main(argv=None) -> dict:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--chains", help="cells per chain, e.g. 1,8,16,32 (only that)")
     parser.add_argument("--profile", action="store_true", help="op profile (only that)")
+    parser.add_argument("--switches", action="store_true",
+                        help="context switches, CPU and page faults per step (only that)")
+    parser.add_argument("--intra", type=int, help="TensorFlow's intra-op threads")
+    parser.add_argument("--inter", type=int, help="TensorFlow's inter-op threads")
     args = parser.parse_args(argv)
+    if args.intra or args.inter:
+        import tensorflow as tf
+        if args.intra:
+            tf.config.threading.set_intra_op_parallelism_threads(args.intra)
+        if args.inter:
+            tf.config.threading.set_inter_op_parallelism_threads(args.inter)
+    if args.switches:
+        results = {b: switches(b, max(args.trees, b)) for b in
+                   (int(x) for x in args.batch_sizes.split(","))}
+        for b, r in results.items():
+            for name, row in r.items():
+                print(f"B={b} {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()))
+        return results
     if args.chains:
         print(chains([int(d) for d in args.chains.split(",")], args.rounds, args.repeat))
         return {}

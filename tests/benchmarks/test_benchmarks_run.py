@@ -233,3 +233,8 @@ def test_breakdown_chains_and_profile_print_their_tables(capsys):
     for mode in ("train", "infer"):
         ops = _table(printed, f"B=1 {mode}: | op type |")
         assert any("MatMul" in r for r in ops)
+    out = breakdown.main(["--switches", "--batch-sizes", "2", "--trees", "4"])
+    assert set(out[2]) == {"fit", "predict"}
+    for row in out[2].values():
+        assert row["ms"] > 0 and row["cpu ms"] > 0 and row["switches"] >= 0
+    assert "B=2 fit: ms" in capsys.readouterr().out

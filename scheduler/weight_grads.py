@@ -35,10 +35,10 @@ from tensorflow.python.framework.func_graph import FuncGraph
 from tensorflow.python.ops import gradients_util
 
 # A batch whose loop launches average at most this many rows takes the loop's weight
-# gradients once per step: the sst-synth TreeLSTM up to batch 4 (7.6 rows a launch
-# there) and the bilstm tagger up to 16 (9.1); measured: BENCHMARKS.md, "Weight
-# gradients once per step".
-ONCE_PER_STEP_ROWS = 12
+# gradients once per step: the sst-synth TreeLSTM at batch 1 (2.3 rows a launch) and
+# the bilstm tagger up to batch 4 (3.0); measured: BENCHMARKS.md, "Small batches,
+# 2026-11-27".
+ONCE_PER_STEP_ROWS = 4
 
 
 def once_per_step_pays(layout, arrays: dict, max_rows: float = ONCE_PER_STEP_ROWS) -> bool:

@@ -6,6 +6,9 @@ appends a row to its type's constant table; an op call appends a node. The resul
 is an `ExampleGraph`: the arrays of one example's `OpGraph`, the result's
 structure (handles where tensors will be) and the metrics it emitted. Example
 graphs are cached and concatenated into batches (`scheduler.OpGraph.concatenate`).
+Inputs that are not cached (streams, worker processes, a model without cache) are
+expanded a batch at a time into one context instead (`expand_batch`, a
+`BatchGraph`): the same graph, with no per-example graph to make and concatenate.
 
 >>> import tensorflow as tf
 >>> import blocks as td
@@ -195,6 +198,11 @@ class ExpansionContext:
         """The recorded graph. Its integer arrays are views of one int32 array made
         in one conversion, which is also the graph's `merge_record` (what batching
         concatenates): seven conversions and a concatenation fewer per example."""
+        return self._record(program, [])[0]
+
+    def _record(self, program, tail: list) -> tuple[OpGraph, np.ndarray]:
+        """`(graph, record)`: the graph (see `graph`) and, in the same conversion, its
+        `merge_record` followed by the ints of `tail` (a planner's read record)."""
         constants = []
         for k, t in enumerate(program.value_types):
             rows = self.constants[k]
@@ -203,13 +211,14 @@ class ExpansionContext:
         header = [n, a, v, *map(len, self.constants)]
         record = np.array(header + self.node_op + self.node_arity + self.sdepth
                           + self.node_args + self.value_type + self.value_node
-                          + self.value_index, np.int32)
+                          + self.value_index + tail, np.int32)
         ends = list(itertools.accumulate((len(header), n, n, n, a, v, v, v)))
         node_op, arity, sdepth, args, vtype, vnode, vindex = (
             record[s:e] for s, e in zip(ends, ends[1:]))
         graph = OpGraph(node_op, arity, args, vtype, vnode, vindex, constants, sdepth)
-        graph.__dict__["merge_record"] = record  # its cached_property, computed
-        return graph
+        # its cached_property, computed (the record itself when nothing follows)
+        graph.__dict__["merge_record"] = record[:ends[-1]] if tail else record
+        return graph, record
 
 
 def expand(program, x: Any) -> ExampleGraph:
@@ -245,3 +254,72 @@ def _expand_here(program, x: Any) -> ExampleGraph:
     root = program.root
     result = root._eval(ctx, root_input(root, ctx, x))
     return ExampleGraph(ctx.graph(program), result, ctx.metrics)
+
+
+@dataclass
+class BatchGraph:
+    """A batch of inputs expanded together, into one op graph (`expand_batch`).
+
+    Inputs that are not cached (a stream's, a worker process's, a model's without
+    cache) are expanded once and never reused, so nothing needs an example's graph
+    of its own: one context records the whole batch, and the planner gets one
+    record instead of one per example to concatenate. The graph is the one
+    `OpGraph.concatenate` makes of the examples' graphs, node for node.
+
+    Attributes:
+        graph: the examples' graphs side by side (value ids of the whole batch).
+        record: the batch's `plan_record` for grouped reads: every example's
+            results in input order, then every metric value in emission order.
+        kept: the indices (into the inputs) of the examples in the graph.
+        skipped: `(index, InputError)` of the inputs left out (`skip=True`).
+    """
+
+    graph: OpGraph
+    record: np.ndarray
+    kept: list
+    skipped: list
+
+    def __len__(self) -> int:
+        """The number of examples in the batch."""
+        return len(self.kept)
+
+
+def expand_batch(program, inputs: list, skip: bool = False) -> BatchGraph:
+    """Expands the inputs into one `BatchGraph`.
+
+    A bad input raises `InputError` naming its index in `inputs` and the block
+    path; with `skip`, it is left out instead (what it added to the graph is
+    rewound) and listed in `skipped` with its error, and the others go on.
+    """
+    return call_with_deep_stack(_expand_batch_here, program, list(inputs), skip)
+
+
+def _expand_batch_here(program, inputs: list, skip: bool) -> BatchGraph:
+    ctx = ExpansionContext(program)
+    root = program.root
+    out_type = root.output_type
+    one_tensor = isinstance(out_type, TensorType)  # the result is its value id
+    results: list[int] = []
+    kept, skipped = [], []
+    for i, x in enumerate(inputs):
+        ctx._sources = {}  # an argument-less op is called once per example, not batch
+        mark = ctx.mark()
+        try:
+            result = root._eval(ctx, root_input(root, ctx, x))
+        except InputError as e:
+            if not skip:
+                raise e.with_example_index(i) from e.__cause__
+            ctx.rewind(mark)
+            skipped.append((i, e.with_example_index(i)))
+            continue
+        kept.append(i)
+        if one_tensor:
+            results.append(result)
+        else:
+            out_type.for_each_terminal(
+                lambda t, v: results.append(v) if isinstance(t, TensorType) else None, result)
+    metrics = ctx.metrics
+    reads = [len(results), len(metrics), *results, *(m for m, _, _ in metrics),
+             *(v for _, v, _ in metrics)]
+    graph, record = ctx._record(program, reads)
+    return BatchGraph(graph, record, kept, skipped)

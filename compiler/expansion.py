@@ -1,4 +1,4 @@
-"""Expanding one input into its op graph: the context blocks evaluate in for batching.
+"""Expanding inputs into op graphs: the context blocks evaluate in for batching.
 
 `ExpansionContext` is the third evaluation context (see `blocks.evaluation`): a
 handle is an int, the id of a value in the example's op graph. A constant
@@ -170,6 +170,12 @@ class ExpansionContext:
         if not n_args:
             self._sources[o] = outs
         return outs
+
+    def start_example(self) -> tuple:
+        """Starts the next input of a batch, whose argument-less ops get nodes of its
+        own (as in its own graph, not one per batch); its `mark`, to rewind it."""
+        self._sources = {}
+        return self.mark()
 
     def mark(self) -> tuple:
         """Where the graph ends now, for `rewind` (a block building steps ahead)."""
@@ -365,8 +371,7 @@ def _expand_batch_here(program, inputs: list, skip: bool) -> BatchGraph:
     results: list[int] = []
     kept, skipped = [], []
     for i, x in enumerate(inputs):
-        ctx._sources = {}  # an argument-less op is called once per example, not batch
-        mark = ctx.mark()
+        mark = ctx.start_example()
         try:
             result = root._eval(ctx, root_input(root, ctx, x))
         except InputError as e:

@@ -21,8 +21,9 @@ other jobs on the machine, so it says what a stream costs where wall ratios are 
 From it, `cpu_model` bounds the ratio a stream can reach (see its docstring).
 
 `--expansion` measures instead what a worker does with each batch, alone in this
-process: the CPU time of expanding the batch's trees and of planning and packing them
-(`expansion_cpu`), and the tree nodes expanded per CPU second.
+process: the CPU time of expanding the batch's trees as one graph and of planning and
+packing it, against the same example by example (`expansion_cpu`), and the tree nodes
+expanded per CPU second.
 
     python -m benchmarks.fit            # 1,280 trees, 3 rounds
     python -m benchmarks.fit --quick    # 320 trees, 2 rounds
@@ -177,39 +178,51 @@ def main(argv=None) -> dict:
 
 
 def expansion_cpu(n_trees: int, batch: int, rounds: int) -> dict:
-    """Median CPU ms per batch of expanding (`expand_all`) and of planning and packing
-    (`plan_expanded`, `InputPipeline.arrays`) sst-synth trees, as a stream's worker
-    does, after one warm-up pass; and tree nodes expanded per CPU second."""
+    """Median CPU ms per batch of sst-synth trees of expanding and of planning and
+    packing them, both ways: a batch as one graph (`expand_batch`, `plan_batch`), as
+    a stream's worker does (`expand_ms`, `plan_ms`), and example by example
+    (`expand_all`, `plan_expanded`), as a cached list's first epoch does
+    (`example_expand_ms`, `example_plan_ms`); the two alternate batch by batch, after
+    one warm-up pass. Also the tree nodes expanded per CPU second as one graph."""
     from benchmarks.workloads import count_nodes
     from compiler import Model
-    from compiler.expansion import expand_all
+    from compiler.expansion import expand_all, expand_batch
     from compiler.pipeline import InputPipeline
 
     trees, _ = sst_synth_data(n_trees)
     compiler = Model(TreeLSTMModel(seed=0).block, cache=False).compiler
+    pipeline = InputPipeline(compiler)
     batches = [trees[i:i + batch] for i in range(0, len(trees), batch)]
     nodes = sum(map(count_nodes, trees))
+    ways = {"": (lambda b: expand_batch(compiler.program, b), compiler.plan_batch),
+            "example_": (lambda b: expand_all(compiler.program, b, 0),
+                         lambda e: compiler.plan_expanded(e, grouped=True))}
 
-    def one_pass() -> tuple[float, float]:
-        expanding = planning = 0.0
-        for b in batches:
-            start = time.process_time()
-            examples = expand_all(compiler.program, b, 0)
-            middle = time.process_time()
-            InputPipeline(compiler).arrays(compiler.plan_expanded(examples, grouped=True))
-            expanding += middle - start
-            planning += time.process_time() - middle
-        return expanding, planning
+    def one_pass() -> dict:
+        times = {k: [0.0, 0.0] for k in ways}
+        for i, b in enumerate(batches):
+            for k in (list(ways) if i % 2 == 0 else list(ways)[::-1]):
+                expand, plan = ways[k]
+                start = time.process_time()
+                expanded = expand(b)
+                middle = time.process_time()
+                pipeline.arrays(plan(expanded))
+                times[k][0] += middle - start
+                times[k][1] += time.process_time() - middle
+        return times
 
     one_pass()
     passes = [one_pass() for _ in range(rounds)]
-    expanding = float(np.median([p[0] for p in passes]))
-    planning = float(np.median([p[1] for p in passes]))
-    result = {"expand_ms": 1e3 * expanding / len(batches),
-              "plan_ms": 1e3 * planning / len(batches), "nodes_per_s": nodes / expanding}
-    print(f"batch {batch}, {len(trees)} trees, {rounds} passes (median CPU a batch): "
-          f"expand {result['expand_ms']:.2f} ms, plan and pack {result['plan_ms']:.2f} ms, "
-          f"{result['nodes_per_s']:,.0f} tree nodes/s expanded")
+    result = {}
+    for k in ways:
+        for j, what in enumerate(("expand_ms", "plan_ms")):
+            result[k + what] = 1e3 * float(np.median([p[k][j] for p in passes])) / len(batches)
+    result["nodes_per_s"] = nodes / (result["expand_ms"] * len(batches) / 1e3)
+    print(f"batch {batch}, {len(trees)} trees, {rounds} passes (median CPU a batch): as one "
+          f"graph: expand {result['expand_ms']:.2f} ms, plan and pack {result['plan_ms']:.2f} "
+          f"ms, {result['nodes_per_s']:,.0f} tree nodes/s expanded; example by example: "
+          f"expand {result['example_expand_ms']:.2f} ms, plan and pack "
+          f"{result['example_plan_ms']:.2f} ms")
     return result
 
 

@@ -1,7 +1,9 @@
 """Evaluating a block expression on one input: the contexts blocks evaluate in.
 
 A block's `_evaluate(ctx, x)` never computes tensors itself: it asks its context
-for constants (`ctx.constant`), op calls (`ctx.op`) and metrics (`ctx.metric`),
+for constants (`ctx.constant`, or `ctx.number` for a Python int or float that
+fits its scalar type: a context that stores numbers converts them itself), op
+calls (`ctx.op`) and metrics (`ctx.metric`),
 and passes the handles it gets back along; a block whose next step depends on
 computed values (`blocks.Unfold`) asks for their numpy values (`ctx.read`).
 Python values (PyObjects), tuples, lists (sequences) and `itertools.repeat`
@@ -170,6 +172,9 @@ class ReferenceContext:
         self._constants[id(t)] = t
         return t
 
+    def number(self, x: int | float, ttype: TensorType):
+        return self.constant(np.asarray(x, ttype.numpy_dtype), ttype)
+
     def op(self, op: Op, args: list) -> list:
         tf = self._tf
         if op.prelude_only and any(id(a) not in self._constants for a in args):
@@ -217,6 +222,9 @@ class DepthContext:
         self.recursion_path: set = set()
 
     def constant(self, value, ttype):
+        return 0
+
+    def number(self, x, ttype):
         return 0
 
     def op(self, op: Op, args: list) -> list:

@@ -95,6 +95,8 @@ nan is not finite (give the block allow_nonfinite=True to accept NaN and inf)
             fast = self._scalar_ranges = scalar_ranges(t)
         fast = fast.get(type(x))  # a number for a scalar: to_array's common case, inlined
         if fast is not None and fast[0] <= x <= fast[1]:
+            if fast[3]:  # converted with the other constants of its type, if at all
+                return ctx.number(x, t)
             return ctx.constant(np.asarray(x, fast[2]), t)
         if x is None:
             raise bad_input(self, f"expected a value for a {t}, got None")

@@ -94,17 +94,20 @@ def to_array(x: Any, ttype: TensorType, allow_nonfinite: bool = False) -> np.nda
 
 
 def scalar_ranges(ttype: TensorType) -> dict:
-    """`{int: (lo, hi, dtype), float: ...}`: the Python number types a scalar of
-    `ttype` takes as they are (when within `lo..hi`), for `to_array`'s common case
+    """`{int: (lo, hi, dtype, as_is), float: ...}`: the Python number types a scalar
+    of `ttype` takes as they are (when within `lo..hi`), for `to_array`'s common case
     (empty for other shapes), where the result is `np.asarray(x, dtype)`. A block
-    that converts an input per node keeps the answer (`blocks.inputs.Tensor`)."""
+    that converts an input per node keeps the answer (`blocks.inputs.Tensor`).
+    `as_is`: the number may be handed to a context unconverted (`ctx.number`),
+    because converting it later among others gives the same bits (an int to an
+    integer dtype, a float to float32 or float64)."""
     name, dtype = ttype.dtype, ttype.numpy_dtype
     if ttype.shape or name == "string" or name == "bool" or name in _COMPLEX:
         return {}
     lo, hi = _range(dtype)
-    out = {int: (lo, hi, dtype)}
+    out = {int: (lo, hi, dtype, dtype.kind in "iu")}
     if name in _FLOATS:
-        out[float] = (lo, hi, dtype)
+        out[float] = (lo, hi, dtype, name in ("float32", "float64"))
     return out
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from blocks.precision import compute_dtype, held_program
 from blocks.types import TensorType
-from compiler.expansion import ExampleGraph, expand_all
+from compiler.expansion import BatchGraph, ExampleGraph, expand_all, expand_batch
 from compiler.lowering import Program, lower
 from compiler.rounds import expand_in_rounds
 from scheduler.executor import Executor, Feed
@@ -40,14 +40,21 @@ class BatchPlan:
     """A batch ready to run: its examples, and the scheduler's `Plan` of them.
 
     Attributes:
-        examples: the expanded examples, in input order.
+        examples: the expanded examples, in input order: their `ExampleGraph`s, or
+            a `BatchGraph` when the batch was expanded as one graph
+            (`Compiler.plan_batch`; its plan then sees it as one example).
         plan: the `scheduler.Plan` (merged graph, schedule, feed).
         grouped: whether the reads are grouped by metric (`Compiler.plan`).
     """
 
-    examples: list
+    examples: list | BatchGraph
     plan: Plan
     grouped: bool = False
+
+    @property
+    def size(self) -> int:
+        """The number of inputs in the batch."""
+        return len(self.examples)
 
     @property
     def feed(self) -> Feed:
@@ -287,8 +294,24 @@ class Compiler:
 
     def _plan_serial(self, inputs: list, grouped: bool) -> BatchPlan:
         # In a worker: the parent's cache is not shared, so expand afresh.
+        if grouped and not self.program.reads_values:
+            return self.plan_batch(expand_batch(self.program, inputs))
         examples = expand_all(self.program, inputs, 0)
         return self._plan_examples(examples, grouped)
+
+    def plan_batch(self, batch: BatchGraph) -> BatchPlan:
+        """The grouped `BatchPlan` of a batch expanded as one graph (`expand_batch`):
+        checked against the ops, scheduled and packed, with no graphs to merge."""
+        self.planner.check(batch.graph)
+        plan = self.planner.plan([batch.record], [batch.graph.constants], grouped=True)
+        return BatchPlan(batch, plan, grouped=True)
+
+    @property
+    def expands_batches(self) -> bool:
+        """Whether grouped batches of fresh inputs are expanded as one graph each
+        (`expand_batch`): without a cache to fill, and for a block whose expansion
+        does not run the model (`Unfold`'s expands in rounds)."""
+        return self._cache is None and not self.program.reads_values
 
     def plan_expanded(self, examples: list[ExampleGraph], grouped: bool = False) -> BatchPlan:
         """`plan` of inputs already expanded (`expand(inputs)`): merged, scheduled, packed."""
@@ -301,8 +324,13 @@ class Compiler:
         example's results then its metrics, example after example; with
         `grouped=True` all examples' results first, then the values of each
         metric in turn (see `BatchPlan.metric_bounds`), as training wants them.
+        Without a cache, a grouped batch is expanded as one graph (`plan_batch`),
+        unless the worker processes expand it.
         """
         inputs = _as_list(inputs)
+        if grouped and self.expands_batches and inputs and not (
+                self.workers and len(inputs) >= self.min_parallel_batch):
+            return self.plan_batch(expand_batch(self.program, inputs))
         return self._plan_examples(self.expand(inputs), grouped)
 
     def _plan_examples(self, examples: list[ExampleGraph], grouped: bool) -> BatchPlan:

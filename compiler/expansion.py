@@ -1,4 +1,4 @@
-"""Expanding one input into its op graph: the context blocks evaluate in for batching.
+"""Expanding inputs into op graphs: the context blocks evaluate in for batching.
 
 `ExpansionContext` is the third evaluation context (see `blocks.evaluation`): a
 handle is an int, the id of a value in the example's op graph. A constant
@@ -6,6 +6,9 @@ appends a row to its type's constant table; an op call appends a node. The resul
 is an `ExampleGraph`: the arrays of one example's `OpGraph`, the result's
 structure (handles where tensors will be) and the metrics it emitted. Example
 graphs are cached and concatenated into batches (`scheduler.OpGraph.concatenate`).
+Inputs that are not cached (streams, worker processes, a model without cache) are
+expanded a batch at a time into one context instead (`expand_batch`, a
+`BatchGraph`): the same graph, with no per-example graph to make and concatenate.
 
 >>> import tensorflow as tf
 >>> import blocks as td
@@ -19,10 +22,12 @@ graphs are cached and concatenated into batches (`scheduler.OpGraph.concatenate`
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 
 from blocks.errors import InputError
@@ -79,26 +84,35 @@ class ExampleGraph:
 
 
 class ExpansionContext:
-    """Records constants and op calls as an op graph (handles are value ids)."""
+    """Records constants and op calls as an op graph (handles are value ids).
+
+    Per value it records only its depth (what the next node's depth needs): a node's
+    outputs are numbered from its op when the graph is made (`value_fields`), and a
+    constant keeps its value id and its place in its type's table. That is one
+    append per node output instead of four, the largest cost of recording a node."""
 
     def __init__(self, program):
         self._op_signatures = program.op_signatures
         self._type_id = program.type_id
         self._metric_id = program.metric_id
-        n_types = len(program.value_types)
+        self._n_types = n_types = len(program.value_types)
+        self._dtypes = [t.numpy_dtype for t in program.value_types]
         self.node_op: list[int] = []
         self.node_arity: list[int] = []
         self.node_args: list[int] = []
         self.sdepth: list[int] = []
-        self.value_type: list[int] = []
-        self.value_node: list[int] = []
-        self.value_index: list[int] = []
         self.value_depth: list[int] = []  # producing node's sdepth, -1 for constants
+        self.constant_value: list[int] = []  # each constant's value id, ascending
+        self.constant_code: list[int] = []  # its row * n_types + its type id
         self.constants: list[list] = [[] for _ in range(n_types)]
         self.metrics: list[tuple] = []
         self._sources: dict[int, list[int]] = {}  # zero-argument ops, called once
         self.recursion_path: set = set()  # cycle detection (see blocks.evaluation)
         self._last_type, self._last_type_id = None, -1
+
+    @property
+    def num_values(self) -> int:
+        return len(self.value_depth)
 
     def constant(self, value: np.ndarray, ttype) -> int:
         if ttype is self._last_type:  # a block's constants share its type object
@@ -106,14 +120,18 @@ class ExpansionContext:
         else:
             k = self._last_type_id = self._type_id[ttype]
             self._last_type = ttype
-        v = len(self.value_type)
-        self.value_type.append(k)
-        self.value_node.append(-1)
+        vd = self.value_depth
+        v = len(vd)
+        vd.append(-1)
         table = self.constants[k]
-        self.value_index.append(len(table))
-        self.value_depth.append(-1)
+        self.constant_value.append(v)
+        self.constant_code.append(len(table) * self._n_types + k)
         table.append(value)
         return v
+
+    # A Python number of a scalar type is kept as it is: its table converts it with
+    # the others (`graph`), not one `np.asarray` per leaf.
+    number = constant
 
     def op(self, op, args: list) -> list[int]:
         signature = self._op_signatures.get(op)
@@ -137,43 +155,43 @@ class ExpansionContext:
                 raise op.prelude_error()
         elif check is not None:
             check(*[self._constant_row(a) for a in args])
-        node_op = self.node_op
-        j = len(node_op)
-        node_op.append(o)
+        self.node_op.append(o)
         self.node_arity.append(n_args)
         self.node_args.extend(args)
         self.sdepth.append(d)
         v = len(vd)
         if len(out_types) == 1:
-            outs = [v]
-            self.value_type.append(out_types[0])
-            self.value_node.append(j)
-            self.value_index.append(0)
             vd.append(d)
+            outs = [v]
         else:
             n = len(out_types)
-            outs = list(range(v, v + n))
-            self.value_type.extend(out_types)
-            self.value_node.extend([j] * n)
-            self.value_index.extend(range(n))
             vd.extend([d] * n)
+            outs = list(range(v, v + n))
         if not n_args:
             self._sources[o] = outs
         return outs
 
+    def start_example(self) -> tuple:
+        """Starts the next input of a batch, whose argument-less ops get nodes of its
+        own (as in its own graph, not one per batch); its `mark`, to rewind it."""
+        self._sources = {}
+        return self.mark()
+
     def mark(self) -> tuple:
         """Where the graph ends now, for `rewind` (a block building steps ahead)."""
-        return (len(self.node_op), len(self.node_args), len(self.value_type),
-                [len(t) for t in self.constants], len(self.metrics), set(self._sources))
+        return (len(self.node_op), len(self.node_args), len(self.value_depth),
+                len(self.constant_value), [len(t) for t in self.constants],
+                len(self.metrics), set(self._sources))
 
     def rewind(self, mark: tuple) -> None:
         """Drops every node, value, constant and metric added since `mark`."""
-        nodes, args, values, rows, metrics, sources = mark
+        nodes, args, values, n_constants, rows, metrics, sources = mark
         for a in (self.node_op, self.node_arity, self.sdepth):
             del a[nodes:]
         del self.node_args[args:]
-        for a in (self.value_type, self.value_node, self.value_index, self.value_depth):
-            del a[values:]
+        del self.value_depth[values:]
+        del self.constant_value[n_constants:]
+        del self.constant_code[n_constants:]
         for table, n in zip(self.constants, rows):
             del table[n:]
         del self.metrics[metrics:]
@@ -185,31 +203,91 @@ class ExpansionContext:
         raise InternalError("this block reads computed values (Unfold), so its inputs "
                             "expand in rounds (compiler.rounds.expand_in_rounds)")
 
+    def constant_at(self, v: int) -> tuple[int, int]:
+        """`(type id, row)` of constant value `v` in its type's table."""
+        code = self.constant_code[bisect.bisect_left(self.constant_value, v)]
+        return code % self._n_types, code // self._n_types
+
     def _constant_row(self, v: int) -> np.ndarray:
-        return np.asarray(self.constants[self.value_type[v]][self.value_index[v]])[None]
+        k, row = self.constant_at(v)
+        return np.asarray(self.constants[k][row], self._dtypes[k])[None]
 
     def metric(self, name: str, value: int, label: Any = None) -> None:
         self.metrics.append((self._metric_id[name], value, label))
 
+    def value_fields(self, program, values: int = 0,
+                     nodes: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """int32 `(value_type, value_node, value_index)` of the values from value id
+        `values` on, whose node outputs are those of the nodes from `nodes` on (a
+        `mark` of the two taken together). Node ids are the graph's."""
+        first = bisect.bisect_left(self.constant_value, values)
+        n_out, out_type = program.op_outputs
+        fields, ok = _number_values(
+            np.asarray(self.node_op[nodes:], np.int64), n_out, out_type,
+            np.asarray(self.constant_value[first:], np.int64) - values,
+            np.asarray(self.constant_code[first:], np.int64), self._n_types,
+            len(self.value_depth) - values, nodes)
+        if not ok:
+            from blocks.errors import InternalError
+            raise InternalError("the recorded values do not match the nodes' outputs")
+        return fields[0], fields[1], fields[2]
+
     def graph(self, program) -> OpGraph:
-        """The recorded graph. Its integer arrays are views of one int32 array made
-        in one conversion, which is also the graph's `merge_record` (what batching
-        concatenates): seven conversions and a concatenation fewer per example."""
+        """The recorded graph. Its integer arrays are views of one int32 array, which
+        is also the graph's `merge_record` (what batching concatenates)."""
+        return self._record(program, [])[0]
+
+    def _record(self, program, tail: list) -> tuple[OpGraph, np.ndarray]:
+        """`(graph, record)`: the graph (see `graph`) and its `merge_record` followed
+        by the ints of `tail` (a planner's read record), in one array."""
         constants = []
         for k, t in enumerate(program.value_types):
             rows = self.constants[k]
             constants.append(np.asarray(rows, dtype=t.numpy_dtype).reshape((len(rows), *t.shape)))
-        n, a, v = len(self.node_op), len(self.node_args), len(self.value_type)
+        n, a, v = len(self.node_op), len(self.node_args), len(self.value_depth)
         header = [n, a, v, *map(len, self.constants)]
-        record = np.array(header + self.node_op + self.node_arity + self.sdepth
-                          + self.node_args + self.value_type + self.value_node
-                          + self.value_index, np.int32)
+        head = np.array(header + self.node_op + self.node_arity + self.sdepth
+                        + self.node_args, np.int32)
+        record = np.concatenate([head, *self.value_fields(program), np.array(tail, np.int32)])
         ends = list(itertools.accumulate((len(header), n, n, n, a, v, v, v)))
         node_op, arity, sdepth, args, vtype, vnode, vindex = (
             record[s:e] for s, e in zip(ends, ends[1:]))
         graph = OpGraph(node_op, arity, args, vtype, vnode, vindex, constants, sdepth)
-        graph.__dict__["merge_record"] = record  # its cached_property, computed
-        return graph
+        # its cached_property, computed (the record itself when nothing follows)
+        graph.__dict__["merge_record"] = record[:ends[-1]] if tail else record
+        return graph, record
+
+
+@numba.njit(cache=True, nogil=True)
+def _number_values(node_op, n_out, out_type, constant_value, constant_code, n_types,
+                   n_values, first_node):
+    """`ExpansionContext.value_fields`: values in order are constants (at
+    `constant_value`, relative) or the next output of the next node with outputs
+    left. Returns the three fields as one int32 [3, V] array, and False if the
+    values and the nodes' outputs do not add up."""
+    fields = np.empty((3, n_values), np.int32)
+    j, slot, c = 0, 0, 0
+    for v in range(n_values):
+        if c < len(constant_value) and constant_value[c] == v:
+            code = constant_code[c]
+            fields[0, v] = code % n_types
+            fields[1, v] = -1
+            fields[2, v] = code // n_types
+            c += 1
+            continue
+        while j < len(node_op) and slot == n_out[node_op[j]]:
+            j += 1
+            slot = 0
+        if j == len(node_op):
+            return fields, False
+        fields[0, v] = out_type[node_op[j], slot]
+        fields[1, v] = first_node + j
+        fields[2, v] = slot
+        slot += 1
+    while j < len(node_op) and slot == n_out[node_op[j]]:
+        j += 1
+        slot = 0
+    return fields, j == len(node_op) and c == len(constant_value)
 
 
 def expand(program, x: Any) -> ExampleGraph:
@@ -245,3 +323,71 @@ def _expand_here(program, x: Any) -> ExampleGraph:
     root = program.root
     result = root._eval(ctx, root_input(root, ctx, x))
     return ExampleGraph(ctx.graph(program), result, ctx.metrics)
+
+
+@dataclass
+class BatchGraph:
+    """A batch of inputs expanded together, into one op graph (`expand_batch`).
+
+    Inputs that are not cached (a stream's, a worker process's, a model's without
+    cache) are expanded once and never reused, so nothing needs an example's graph
+    of its own: one context records the whole batch, and the planner gets one
+    record instead of one per example to concatenate. The graph is the one
+    `OpGraph.concatenate` makes of the examples' graphs, node for node.
+
+    Attributes:
+        graph: the examples' graphs side by side (value ids of the whole batch).
+        record: the batch's `plan_record` for grouped reads: every example's
+            results in input order, then every metric value in emission order.
+        kept: the indices (into the inputs) of the examples in the graph.
+        skipped: `(index, InputError)` of the inputs left out (`skip=True`).
+    """
+
+    graph: OpGraph
+    record: np.ndarray
+    kept: list
+    skipped: list
+
+    def __len__(self) -> int:
+        """The number of examples in the batch."""
+        return len(self.kept)
+
+
+def expand_batch(program, inputs: list, skip: bool = False) -> BatchGraph:
+    """Expands the inputs into one `BatchGraph`.
+
+    A bad input raises `InputError` naming its index in `inputs` and the block
+    path; with `skip`, it is left out instead (what it added to the graph is
+    rewound) and listed in `skipped` with its error, and the others go on.
+    """
+    return call_with_deep_stack(_expand_batch_here, program, list(inputs), skip)
+
+
+def _expand_batch_here(program, inputs: list, skip: bool) -> BatchGraph:
+    ctx = ExpansionContext(program)
+    root = program.root
+    out_type = root.output_type
+    one_tensor = isinstance(out_type, TensorType)  # the result is its value id
+    results: list[int] = []
+    kept, skipped = [], []
+    for i, x in enumerate(inputs):
+        mark = ctx.start_example()
+        try:
+            result = root._eval(ctx, root_input(root, ctx, x))
+        except InputError as e:
+            if not skip:
+                raise e.with_example_index(i) from e.__cause__
+            ctx.rewind(mark)
+            skipped.append((i, e.with_example_index(i)))
+            continue
+        kept.append(i)
+        if one_tensor:
+            results.append(result)
+        else:
+            out_type.for_each_terminal(
+                lambda t, v: results.append(v) if isinstance(t, TensorType) else None, result)
+    metrics = ctx.metrics
+    reads = [len(results), len(metrics), *results, *(m for m, _, _ in metrics),
+             *(v for _, v, _ in metrics)]
+    graph, record = ctx._record(program, reads)
+    return BatchGraph(graph, record, kept, skipped)

@@ -25,6 +25,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from blocks.block import Block
 from blocks.composition import convert_to_block
 from blocks.errors import InternalError
@@ -70,6 +72,16 @@ class Program:
         return {op: (o, tuple(self.type_id[t] for t in op.output_types), op.prelude_only,
                      op.check)
                 for op, o in self.op_id.items()}
+
+    @functools.cached_property
+    def op_outputs(self) -> tuple[np.ndarray, np.ndarray]:
+        """`(n_outputs [O], output type ids [O, most outputs])` by op id: what numbers
+        the values of a recorded graph's nodes (`compiler.expansion`)."""
+        n_out = np.array([len(op.output_types) for op in self.ops], np.int64)
+        table = np.zeros((len(self.ops), max(1, int(n_out.max(initial=0)))), np.int64)
+        for o, op in enumerate(self.ops):
+            table[o, :len(op.output_types)] = [self.type_id[t] for t in op.output_types]
+        return n_out, table
 
 
 def lower(block_like, share_layers: bool = True) -> Program:

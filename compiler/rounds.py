@@ -71,32 +71,33 @@ class RoundContext(ExpansionContext):
         self.nodes_done = 0  # nodes computed in earlier rounds
         self._args_done = 0  # their arguments' length in node_args
         self._values_done = 0  # the values there were at the last round
+        self._types: list[int] = []  # the type ids of those values
 
     def read(self, value_type, value) -> Any:
         """`value` with numpy arrays for its tensors, computing them if need be."""
         handles = []
         value_type.for_each_terminal(
             lambda t, v: handles.append(v) if isinstance(t, TensorType) else None, value)
-        vn = self.value_node
-        if any(vn[h] >= self.nodes_done for h in handles):
+        vd, done = self.value_depth, self._values_done
+        if any(h >= done and vd[h] >= 0 for h in handles):  # a node output not computed
             self._gate.wait(self)
         return value_type.for_each_terminal(
             lambda t, v: self.value_of(v) if isinstance(t, TensorType) else v, value)
 
     def value_of(self, v: int) -> np.ndarray:
         """The value of value id `v`: a constant, or a node output computed already."""
-        if self.value_node[v] < 0:
-            t = self._program.value_types[self.value_type[v]]
-            return np.asarray(self.constants[self.value_type[v]][self.value_index[v]],
-                              t.numpy_dtype)
+        if self.value_depth[v] < 0:
+            k, row = self.constant_at(v)
+            return np.asarray(self.constants[k][row], self._program.value_types[k].numpy_dtype)
         return self.known[v]
 
     def rewind(self, mark: tuple) -> None:
         super().rewind(mark)
         self.nodes_done = min(self.nodes_done, len(self.node_op))
         self._args_done = min(self._args_done, len(self.node_args))
-        values = len(self.value_type)
+        values = len(self.value_depth)
         self._values_done = min(self._values_done, values)
+        del self._types[self._values_done:]
         for v in [v for v in self.known if v >= values]:
             del self.known[v]
 
@@ -110,9 +111,10 @@ class RoundContext(ExpansionContext):
         Its cost is linear in what was added since the last round."""
         n0, v0 = self.nodes_done, self._values_done
         args = np.asarray(self.node_args[self._args_done:], np.int64)
-        tail_node = np.asarray(self.value_node[v0:], np.int64)
-        tail_type = np.asarray(self.value_type[v0:], np.int64)
-        tail_index = np.asarray(self.value_index[v0:], np.int64)
+        tail_type, tail_node, tail_index = (
+            f.astype(np.int64) for f in self.value_fields(self._program, v0, n0))
+        del self._types[v0:]
+        self._types.extend(tail_type.tolist())
         produced = v0 + np.flatnonzero(tail_node >= 0)  # the new nodes' outputs
         fresh = args >= v0
         fresh[fresh] = tail_node[args[fresh] - v0] >= 0
@@ -125,7 +127,7 @@ class RoundContext(ExpansionContext):
         out_type = np.empty(len(outside), np.int64)
         out_row = np.empty(len(outside), np.int64)
         for j, v in enumerate(outside.tolist()):
-            k = out_type[j] = self.value_type[v]
+            k = out_type[j] = self._types[v]
             out_row[j] = len(rows[k])
             rows[k].append(self.value_of(v))
         constants = [np.asarray(r, t.numpy_dtype).reshape((len(r), *t.shape))
@@ -143,7 +145,7 @@ class RoundContext(ExpansionContext):
         self.known.update(zip(produced.tolist(), values))
         self.nodes_done = len(self.node_op)
         self._args_done = len(self.node_args)
-        self._values_done = len(self.value_type)
+        self._values_done = len(self.value_depth)
 
 
 class _Gate:

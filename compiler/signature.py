@@ -55,7 +55,7 @@ def pack(plan: BatchPlan, program: Program) -> dict:
     """The packed arrays (numpy) of a batch planned with `grouped=True`."""
     arrays = dict(plan.feed.arrays)
     arrays["metric_bounds"] = plan.metric_bounds(program).reshape(-1)
-    arrays["batch_size"] = np.array([len(plan.examples)], np.int32)
+    arrays["batch_size"] = np.array([plan.size], np.int32)
     return arrays
 
 

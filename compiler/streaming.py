@@ -304,6 +304,13 @@ class StreamFeeder:
         if workers is None:
             compiler = self.pipeline.compiler
             for raw in raws:
+                if compiler.expands_batches:  # no cache to fill: one graph a batch
+                    arrays, kept, skipped, error = plan_in_worker(
+                        compiler, (raw.inputs, self.skip))
+                    raw = self._kept(raw, kept, skipped, error)
+                    if raw.inputs:
+                        yield arrays, self._labels(raw), raw
+                    continue
                 examples, kept, skipped, error = expand_skipping(
                     lambda xs: compiler.expand(xs, 0, in_workers=False), raw.inputs,
                     self.skip)
@@ -380,19 +387,23 @@ def expand_skipping(expand: Callable[[list], list], inputs: list, skip: bool) ->
 
 
 def plan_in_worker(compiler, payload: tuple) -> tuple:
-    """What a stream's worker process does with a batch (`Compiler.stream_workers`):
-    `(arrays, kept, skipped, error)`, the packed arrays of the inputs that fit
-    (None if none does) and what `expand_skipping` says about the others. Inputs
-    arrive pickled, so the compiler's cache (keyed by the object) is not used."""
-    from compiler.expansion import expand_all
+    """What a stream's worker process does with a batch (`Compiler.stream_workers`),
+    and a stream's thread for a model without cache: `(arrays, kept, skipped,
+    error)`, the packed arrays of the inputs that fit (None if none does) and, as
+    `expand_skipping` says them, the inputs left out or the error of the first bad
+    one. The batch is expanded as one graph (`compiler.expansion.expand_batch`):
+    inputs that arrive pickled never hit the compiler's cache (keyed by the object)."""
+    from compiler.expansion import expand_batch
     from compiler.pipeline import InputPipeline
     inputs, skip = payload
-    examples, kept, skipped, error = expand_skipping(
-        lambda xs: expand_all(compiler.program, xs, 0), inputs, skip)
-    if error is not None or not kept:
-        return None, kept, skipped, error
-    plan = compiler.plan_expanded(examples, grouped=True)
-    return InputPipeline(compiler).arrays(plan), kept, skipped, None
+    try:
+        batch = expand_batch(compiler.program, inputs, skip)
+    except InputError as e:
+        return None, list(range(len(inputs))), [], e
+    if not batch.kept:
+        return None, batch.kept, batch.skipped, None
+    plan = compiler.plan_batch(batch)
+    return InputPipeline(compiler).arrays(plan), batch.kept, batch.skipped, None
 
 
 class _Ahead:

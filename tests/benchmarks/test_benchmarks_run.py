@@ -14,7 +14,16 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks import ablations, bilstm, breakdown, engine, fit, handoff, treelstm
+from benchmarks import (
+    ablations,
+    bilstm,
+    breakdown,
+    engine,
+    fit,
+    handoff,
+    treelstm,
+    worker_cpu,
+)
 
 
 def _rate(x) -> bool:
@@ -99,8 +108,15 @@ def test_fit_against_the_bare_engine():
 
 def test_fit_times_expansion_alone():
     out = fit.main(["--expansion", "--trees", "6", "--batch", "3", "--rounds", "1"])
-    assert sorted(out) == ["expand_ms", "nodes_per_s", "plan_ms"]
+    assert sorted(out) == ["example_expand_ms", "example_plan_ms", "expand_ms", "nodes_per_s",
+                           "plan_ms"]
     assert all(map(_rate, out.values()))
+
+
+def test_a_worker_times_this_checkout_against_another_taking_turns():
+    out = worker_cpu.main(["--trees", "6", "--batch", "3", "--rounds", "2"])  # itself
+    assert sorted(out) == ["other_ms", "ratio", "this_ms"]
+    assert all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in out.values())
 
 
 def test_the_cpu_model_of_a_stream_against_the_cached_list():

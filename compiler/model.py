@@ -118,6 +118,11 @@ class Model(keras.Model):
     `td.ScopedLayer`, Keras layers in `td.Function`) and of `td.FromTensor`
     variables; they are shared with the blocks, so `block.eval` sees training.
 
+    `model.weight_grads` (a `compiler.steps.WeightGradsChoice`) decides per training
+    batch whether the loop's weight gradients are taken once per step (batches of
+    small loop launches, batch 1 say) or in every backward iteration; its
+    `max_rows` (rows per launch on average, `0`: never) changes the threshold.
+
     Mixed precision: under a `"mixed_float16"` or `"mixed_bfloat16"` policy (the
     global one, or that of the block's layers) layers compute in the low dtype, the
     engine holds float32-typed values in it, and variables, losses and metrics stay

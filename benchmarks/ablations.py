@@ -327,17 +327,24 @@ def weightgrads(batch_sizes: list, rounds: int, instances: int = 2) -> dict:
                 bounds = plan.metric_bounds(tagger.compiler.program)[tagger.loss_id]
                 fns[("tagger", name, i)] = \
                     lambda e=tagger, a=plan.feed.arrays, bd=bounds: e.train_fn(a, bd).numpy()
-        raw = _rounds(fns, rounds)
-        for work in ("TreeLSTM", "tagger"):
-            t = {n: np.mean([raw[(work, n, i)] for i in range(instances)], axis=0)
-                 for n in variants}
-            once, every = t["once per step"], t["every iteration (default)"]
-            ratio = float(np.median(every / once))
-            out[(work, b)] = {"once": float(np.median(once)), "every": float(np.median(every)),
-                              "every / once": ratio}
-            print(f"| {work} | {b} | {np.median(once):.2f} | {np.median(every):.2f} | "
-                  f"{ratio:.3f} |", flush=True)
+        _once_every_rows(_rounds(fns, rounds), list(variants), instances, b, 1, out)
     return out
+
+
+def _once_every_rows(raw: dict, variants: list, instances: int, b: int, per: int,
+                     out: dict) -> None:
+    """The weight-gradient ablations' rows at batch `b`: per workload, each variant's
+    (`variants`: once per step, then every iteration) ms per call over `per` (averaged
+    over its instances, median over rounds) and the median of per-round ratios."""
+    for work in ("TreeLSTM", "tagger"):
+        t = {v: np.mean([raw[(work, v, i)] for i in range(instances)], axis=0) / per
+             for v in variants}
+        once, every = t[variants[0]], t[variants[1]]
+        ratio = float(np.median(every / once))
+        out[(work, b)] = {"once": float(np.median(once)), "every": float(np.median(every)),
+                          "every / once": ratio}
+        print(f"| {work} | {b} | {np.median(once):.2f} | {np.median(every):.2f} | "
+              f"{ratio:.3f} |", flush=True)
 
 
 def _autodiff_nary_call(self, *args):
@@ -532,16 +539,8 @@ def fit_weightgrads(batch_sizes: list, rounds: int, instances: int = 2,
                     tree.fit, trees, labels, batch_size=b, epochs=1, verbose=0, shuffle=False)
                 fns[("tagger", name, i)] = functools.partial(
                     tagger.fit, sentences, batch_size=b, epochs=1, verbose=0, shuffle=False)
-        raw = _rounds(fns, rounds)  # its first calls (untimed) trace (and compile)
-        for work in ("TreeLSTM", "tagger"):
-            t = {v: np.mean([raw[(work, v, i)] for i in range(instances)], axis=0) / n
-                 for v in variants}
-            once, every = t["once per step"], t["every iteration"]
-            ratio = float(np.median(every / once))
-            out[(work, b)] = {"once": float(np.median(once)), "every": float(np.median(every)),
-                              "every / once": ratio}
-            print(f"| {work} | {b} | {np.median(once):.2f} | {np.median(every):.2f} | "
-                  f"{ratio:.3f} |", flush=True)
+        # the first calls (untimed) trace (and compile)
+        _once_every_rows(_rounds(fns, rounds), list(variants), instances, b, n, out)
     return out
 
 

@@ -363,21 +363,9 @@ class Executor:
     def _weight_tap(self, deferred: dict, final: dict, seg):
         """The tap whose gradient adds the deferred weights' gradients (`final`:
         per loop type, its buffer after the loop, filled in by `_after_loop`)."""
-        import tensorflow as tf
-
-        from scheduler.weight_grads import WeightTap
-        variables = list({v.ref(): v for vs in deferred.values() for v in vs}.values())
-        types = self._tapped_types()
-
-        def weight_grads(g_pads: list) -> list:
-            grads = {v.ref(): [] for v in variables}
-            for o, vs in deferred.items():
-                for v, g in zip(vs, self._op_weight_grads(o, vs, final,
-                                                          dict(zip(types, g_pads)), seg)):
-                    grads[v.ref()].append(g)
-            return [tf.add_n(grads[v.ref()]) for v in variables]
-
-        return WeightTap(variables, weight_grads)
+        from scheduler.weight_grads import tap_of
+        return tap_of(deferred, self._tapped_types(),
+                      lambda o, vs, g_pad: self._op_weight_grads(o, vs, final, g_pad, seg))
 
     def _op_weight_grads(self, o: int, variables: list, final: dict, g_pad: dict, seg) -> list:
         """Gradients of loop op o's `variables` over all its launches in the loop:

@@ -97,6 +97,24 @@ def variables_of(fn: Callable, arg_types: Sequence) -> list | None:
     return list(tape.watched_variables())
 
 
+def tap_of(deferred: dict, types: Sequence, op_grads: Callable) -> WeightTap:
+    """The `WeightTap` of the loop ops' `deferred` weights (op -> its variables) on
+    tensors of value `types`: its weight gradients sum, per variable,
+    `op_grads(o, variables, {type: total gradient})` over the ops (the executors'
+    ways of running an op once more on all its nodes)."""
+    variables = list({v.ref(): v for vs in deferred.values() for v in vs}.values())
+
+    def weight_grads(g_taps: list) -> list:
+        by_type = dict(zip(types, g_taps))
+        grads = {v.ref(): [] for v in variables}
+        for o, vs in deferred.items():
+            for v, g in zip(vs, op_grads(o, vs, by_type)):
+                grads[v.ref()].append(g)
+        return [tf.add_n(grads[v.ref()]) for v in variables]
+
+    return WeightTap(variables, weight_grads)
+
+
 class WeightTap:
     """An identity on the loop's padding rows whose gradient adds the weights'.
 

@@ -458,21 +458,9 @@ class XlaExecutor:
     def _weight_tap(self, deferred: dict, final: dict, arrays: dict):
         """The tap on the loop types' buffers whose gradient adds the deferred
         weights' gradients (`final`: per loop type, its buffer after the loop)."""
-        import tensorflow as tf
-
-        from scheduler.weight_grads import WeightTap
-        variables = list({v.ref(): v for vs in deferred.values() for v in vs}.values())
-        types = self.executor._tapped_types()
-
-        def weight_grads(g_bufs: list) -> list:
-            grads = {v.ref(): [] for v in variables}
-            for o, vs in deferred.items():
-                for v, g in zip(vs, self._op_weight_grads(o, vs, final,
-                                                          dict(zip(types, g_bufs)), arrays)):
-                    grads[v.ref()].append(g)
-            return [tf.add_n(grads[v.ref()]) for v in variables]
-
-        return WeightTap(variables, weight_grads)
+        from scheduler.weight_grads import tap_of
+        return tap_of(deferred, self.executor._tapped_types(),
+                      lambda o, vs, g_buf: self._op_weight_grads(o, vs, final, g_buf, arrays))
 
     def _op_weight_grads(self, o: int, variables: list, final: dict, g_buf: dict,
                          arrays: dict) -> list:

@@ -42,9 +42,8 @@ Weight gradients once per step (`batched_weight_grads`, `scheduler.weight_grads`
 work as in `Executor`: the tap sits on the loop types' buffers before the loop,
 and each loop op runs once more after it on all its nodes, padded to a bucket
 (`wgrad_*` arrays; padded rows read a copy of a real row and get zero output
-gradient). Under XLA, where the loop's small kernels cost little, what the
-per-iteration gradients cost is memory: each backward iteration writes a whole
-weight-sized outer product and adds it to a weight-sized sum. Not supported under
+gradient). It is off unless asked for: at batch 1 it measured no clear gain under
+XLA (BENCHMARKS.md, "Small batches, 2026-11-27"). Not supported under
 XLA: blocks that read computed values (`compiler.rounds`). `tf.debugging`
 assertions in user functions are compiled away by XLA, so they do not stop a
 compiled step.

@@ -117,6 +117,19 @@ class WeightGradsChoice:
         self.executor = executor
         self.max_rows = ONCE_PER_STEP_ROWS if max_rows is None else max_rows
 
+    @property
+    def max_rows(self) -> float:
+        """Rows per loop launch, on average, up to which a batch takes its weight
+        gradients once per step (0: never; `float("inf")`: always)."""
+        return self._max_rows
+
+    @max_rows.setter
+    def max_rows(self, value) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"weight_grads.max_rows must be a number >= 0 (rows per loop "
+                             f"launch), got {value!r}")
+        self._max_rows = value
+
     def key(self, arrays: dict) -> bool:
         """Whether batch `arrays` (packed) takes its weight gradients once per step."""
         from scheduler.weight_grads import once_per_step_pays

@@ -167,6 +167,10 @@ def test_weight_gradients_once_per_step_train_as_every_iteration_does():
 
     for a, b in zip(trained(0), trained(float("inf")), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    model = Model(factories.tree_sign())
+    for bad in ("4", -1, float("nan"), True):
+        with pytest.raises(ValueError, match="weight_grads.max_rows must be a number >= 0"):
+            model.weight_grads.max_rows = bad
 
 
 def test_shuffling_changes_per_epoch_and_is_reproducible():

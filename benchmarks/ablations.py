@@ -2,7 +2,7 @@
 
 Run: `python -m benchmarks.ablations
 [--only rowlists,conds,cells,bidirectional,weightgrads,fusedcells,xla,
-fitweightgrads,xlaweightgrads]
+fitweightgrads,xlaweightgrads,replay]
 [--rounds N]
 [--batch-sizes 16,64]`.
 Every variant is built on the same weights and batch; the calls of all variants
@@ -61,6 +61,13 @@ time per call counts, so the machine's load drifts over all of them alike.
   models per variant; the ratio column is the median of per-round ratios.
   `xlaweightgrads`: the same under XLA (`jit_compile=True`,
   `XlaExecutor(batched_weight_grads=...)`), after warm-up calls that compile.
+- `replay`: a training batch's loop backward pass replayed by the engine
+  (`scheduler.reverse`, with the weight gradients once per step: what `Model`
+  chooses for batches of small launches) against TensorFlow's gradient of the
+  loop with the weight gradients once per step (`Model.weight_grads.replay =
+  False`) and with them in every backward iteration (`max_rows = 0`), each forced
+  for every batch; whole `Model.fit` calls as in `fitweightgrads`; the ratio
+  columns are medians of per-round ratios to the replayed variant.
 - `bidirectional`: the bilstm tagger with `encoders.bidirectional` (both cells as
   one `rnn_cells.CellPair`) against the same encoder written as two RNNs, and the
   padded Keras BiLSTM, train and inference steps (planning included).
@@ -544,6 +551,65 @@ def fit_weightgrads(batch_sizes: list, rounds: int, instances: int = 2,
     return out
 
 
+REPLAY_VARIANTS = {"replayed": (float("inf"), True), "TF backward, once": (float("inf"), False),
+                   "TF backward, every": (0, False)}
+
+
+def fit_replay(batch_sizes: list, rounds: int, instances: int = 2,
+               items: int | None = None, workloads=("TreeLSTM", "tagger")) -> dict:
+    """ms per item of whole `Model.fit` calls with the loop's backward pass replayed
+    by the engine, against TensorFlow's with the weight gradients once per step and
+    in every iteration (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
+    import keras
+
+    from benchmarks import bilstm
+    from benchmarks.peers.refold_side import tagger_models
+    from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+    from compiler import Model
+    names = list(REPLAY_VARIANTS)
+    print(f"\n## The loop's backward pass, ms per item of whole Model.fit calls (median of "
+          f"{rounds}, {instances} models each)")
+    ratios = " | ".join(f"{v} ÷ replayed" for v in names[1:])
+    print(f"| workload | B | {' | '.join(names)} | {ratios} |")
+    print("|---|---|" + "---|" * (2 * len(names) - 1))
+    out = {}
+    for b in batch_sizes:
+        n = items or {1: 32, 16: 128}.get(b, 256)
+        rng = np.random.default_rng(0)
+        trees = [sst_synth_tree(rng) for _ in range(n)]
+        labels = rng.integers(0, CLASSES, n).astype(np.int32)
+        sentences = [bilstm.sentence(rng) for _ in range(n)]
+        fns = {}
+        for i in range(instances):
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                if "TreeLSTM" in workloads:
+                    tree = Model(TreeLSTMModel(seed=0).block)
+                    tree.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.
+                                 SparseCategoricalCrossentropy(from_logits=True))
+                    fns[("TreeLSTM", name, i)] = functools.partial(
+                        tree.fit, trees, labels, batch_size=b, epochs=1, verbose=0,
+                        shuffle=False)
+                if "tagger" in workloads:
+                    tagger, _ = tagger_models()
+                    tagger.compile(optimizer=keras.optimizers.SGD(0.01))
+                    fns[("tagger", name, i)] = functools.partial(
+                        tagger.fit, sentences, batch_size=b, epochs=1, verbose=0,
+                        shuffle=False)
+                for key in [k for k in fns if k[1:] == (name, i)]:  # read when traced
+                    weight_grads = fns[key].func.__self__.weight_grads
+                    weight_grads.max_rows, weight_grads.replay = REPLAY_VARIANTS[name]
+        raw = _rounds(fns, rounds)  # the first calls (untimed) trace
+        for work in workloads:
+            t = {v: np.mean([raw[(work, v, i)] for i in range(instances)], axis=0) / n
+                 for v in names}
+            ratios = {v: float(np.median(t[v] / t[names[0]])) for v in names[1:]}
+            out[(work, b)] = {**{v: float(np.median(t[v])) for v in names},
+                              **{f"{v} / replayed": r for v, r in ratios.items()}}
+            print(f"| {work} | {b} | " + " | ".join(f"{np.median(t[v]):.2f}" for v in names)
+                  + " | " + " | ".join(f"{r:.3f}" for r in ratios.values()) + " |", flush=True)
+    return out
+
+
 def _fetch(outputs):
     return [np.asarray(o) for o in outputs] if isinstance(outputs, (list, tuple)) \
         else np.asarray(outputs)
@@ -552,8 +618,8 @@ def _fetch(outputs):
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="rowlists,conds,cells,bidirectional,weightgrads",
-                        help="also: fitweightgrads; xla, xlaweightgrads (not run by "
-                             "default: they compile for minutes)")
+                        help="also: fitweightgrads, replay; xla, xlaweightgrads (not run "
+                             "by default: they compile for minutes)")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--batch", type=int, default=64, help="for rowlists, conds and cells")
     parser.add_argument("--batch-sizes", default="16,64",
@@ -586,6 +652,9 @@ def main(argv=None) -> dict:
         if name in only:
             out[name] = fit_weightgrads([int(b) for b in args.batch_sizes.split(",")],
                                         args.rounds, args.instances, jit)
+    if "replay" in only:
+        out["replay"] = fit_replay([int(b) for b in args.batch_sizes.split(",")], args.rounds,
+                                   args.instances)
     return out
 
 

@@ -119,8 +119,10 @@ class Model(keras.Model):
     variables; they are shared with the blocks, so `block.eval` sees training.
 
     `model.weight_grads` (a `compiler.steps.WeightGradsChoice`) decides per training
-    batch whether the loop's weight gradients are taken once per step (batches of
-    small loop launches, batch 1 say) or in every backward iteration; its
+    batch how the loop is differentiated: for batches of small loop launches (batch
+    1, say) the engine replays the loop backward itself and takes the weight
+    gradients once per step (`scheduler.reverse`), for the others TensorFlow
+    differentiates the loop with a weight gradient in every backward iteration; its
     `max_rows` (rows per launch on average, `0`: never) changes the threshold.
 
     Mixed precision: under a `"mixed_float16"` or `"mixed_bfloat16"` policy (the

@@ -109,13 +109,17 @@ class WeightGradsChoice:
     step where the batch's loop launches average at most `max_rows` rows
     (`scheduler.weight_grads.once_per_step_pays`), in every backward iteration
     otherwise; always once per step if the executor says so (`Executor(
-    batched_weight_grads=True)`). `max_rows=0` never chooses it.
+    batched_weight_grads=True)`). `max_rows=0` never chooses it. A batch that takes
+    them once per step also gets the loop's backward pass replayed by the engine
+    (`scheduler.reverse`) unless `replay` is False (then TensorFlow's gradient of
+    the loop, its weights' part cut off: `scheduler.weight_grads`).
     """
 
-    def __init__(self, executor, max_rows: float | None = None):
+    def __init__(self, executor, max_rows: float | None = None, replay: bool = True):
         from scheduler.weight_grads import ONCE_PER_STEP_ROWS
         self.executor = executor
         self.max_rows = ONCE_PER_STEP_ROWS if max_rows is None else max_rows
+        self.replay = replay
 
     @property
     def max_rows(self) -> float:
@@ -139,13 +143,16 @@ class WeightGradsChoice:
 
     @contextlib.contextmanager
     def tracing(self, once: bool):
-        """A step traced in this scope takes its weight gradients as `once` says."""
-        before = self.executor.batched_weight_grads
-        self.executor.batched_weight_grads = once
+        """A step traced in this scope takes its weight gradients as `once` says; once
+        per step, it also replays the loop backward itself (`scheduler.reverse`),
+        which measured faster than TensorFlow's backward loop for such batches."""
+        ex = self.executor
+        before = ex.batched_weight_grads, ex.replay_backward
+        ex.batched_weight_grads, ex.replay_backward = once, once and self.replay
         try:
             yield
         finally:
-            self.executor.batched_weight_grads = before
+            ex.batched_weight_grads, ex.replay_backward = before
 
 
 class StepFunction:

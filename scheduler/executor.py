@@ -112,6 +112,12 @@ class Executor:
             loop's ops once more (`scheduler.weight_grads`; BENCHMARKS.md,
             "Weight gradients once per step"; `python -m benchmarks.ablations
             --only weightgrads`).
+        replay_backward: under a gradient tape, give the loop a backward loop
+            of the engine's own that replays each launch in reverse order from the
+            value buffers (`scheduler.reverse`), with the weight gradients once per
+            step, rather than TensorFlow's gradient of the `tf.while_loop` (the
+            default, False). Falls back to the latter when a loop op's weights
+            cannot be found (an op that fails on zero rows).
         output_dtypes: per value type, the dtype `compute` returns its rows in (a
             cast where it differs from the type's); under a mixed policy the
             values are held in a low dtype and returned in the declared one
@@ -119,15 +125,17 @@ class Executor:
     """
 
     def __init__(self, ops: Sequence[Any], value_types: Sequence[Any], row_lists: bool = True,
-                 batched_weight_grads: bool = False,
+                 batched_weight_grads: bool = False, replay_backward: bool = False,
                  output_dtypes: Sequence[str] | None = None):
         for name, flag in (("row_lists", row_lists),
-                           ("batched_weight_grads", batched_weight_grads)):
+                           ("batched_weight_grads", batched_weight_grads),
+                           ("replay_backward", replay_backward)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True or False, got {flag!r}")
         self.ops = list(ops)
         self.row_lists = row_lists
         self.batched_weight_grads = batched_weight_grads
+        self.replay_backward = replay_backward
         self.layout = Layout.build(self.ops, value_types)
         self.output_dtypes = None if output_dtypes is None else tuple(map(str, output_dtypes))
 
@@ -161,12 +169,20 @@ class Executor:
             return parts[segment_id[name]]
 
         made = [[c] for c in self._constants(arrays, seg)]
-        deferred = self._deferred_weights()
+        replay = self._replays()
+        deferred = self._deferred_weights(True if replay else None)
         final: dict = {}  # loop type -> its buffer as the loop left it (for the tap)
         tap = self._weight_tap(deferred, final, seg) if deferred else None
         bufs = self._before_loop(made, seg, tap)
-        carried, ys, g_end = self._loop(bufs, seg, deferred)
-        outs = self._after_loop(bufs, carried, ys, g_end, seg, final if tap else None)
+        if replay:
+            from scheduler.reverse import replay_loop
+            post, ends = replay_loop(self, [bufs[k] for k in self.layout.loop_types], seg)
+            final.update(zip(self.layout.loop_types, ends))
+            post = dict(zip(self.layout.loop_types, post))
+        else:
+            carried, ys, g_end = self._loop(bufs, seg, deferred)
+            post = self._loop_reads(carried, ys, g_end, seg, final if tap else None)
+        outs = self._after_loop(bufs, post, seg)
         if self.output_dtypes is None:
             return outs
         return [o if o.dtype.name == d else tf.cast(o, d)
@@ -302,31 +318,35 @@ class Executor:
                                          for k in loop_types], invariants))
         return carried, ys, g_end
 
-    def _after_loop(self, bufs: list, carried: list, ys: list, g_end, seg,
-                    final: dict | None = None) -> list:
-        """Gathers the rows the tail and the results need, runs the tail; returns,
-        per value type, the rows asked for. With `final`, also keeps there each
-        loop type's buffer as the loop left it, for the weight gradients: it holds
-        every row a loop launch read (the last launch's outputs, not yet written,
-        are read by no launch)."""
+    def _loop_reads(self, carried: list, ys: list, g_end, seg, final: dict | None = None
+                    ) -> dict:
+        """Per loop type, the rows the tail and the results need, read from the
+        buffers the loop left (the last launch's outputs written first). With
+        `final`, also keeps there each loop type's buffer as the loop left it, for
+        the weight gradients: it holds every row a loop launch read (the last
+        launch's outputs, not yet written, are read by no launch)."""
         import tensorflow as tf
 
         from scheduler.inplace import final_read
-        lay = self.layout
         _, n_out = self._row_lists()
-        slot = {k: i for i, k in enumerate(lay.loop_types)}
-        post = []
-        for k in range(lay.n_types):
-            rows = seg(f"post_rows_{k}")
-            if k in slot:
-                bounds = seg(f"out_bounds_{k}")
-                written = tf.range(bounds[g_end], bounds[g_end + 1])
-                post.append(final_read(carried[slot[k]], ys[slot[k]],
-                                       _parts(written, n_out[k]), rows))
-                if final is not None:  # every row a loop launch reads is written
-                    final[k] = carried[slot[k]]
-            else:  # never touched by the loop: a plain read
-                post.append(tf.gather(bufs[k], rows))
+        post = {}
+        for i, k in enumerate(self.layout.loop_types):
+            bounds = seg(f"out_bounds_{k}")
+            written = tf.range(bounds[g_end], bounds[g_end + 1])
+            post[k] = final_read(carried[i], ys[i], _parts(written, n_out[k]),
+                                 seg(f"post_rows_{k}"))
+            if final is not None:
+                final[k] = carried[i]
+        return post
+
+    def _after_loop(self, bufs: list, post: dict, seg) -> list:
+        """Runs the tail on the rows read after the loop (`post`: the loop types',
+        the others read here from `bufs`); returns, per value type, the rows asked
+        for."""
+        import tensorflow as tf
+        lay = self.layout
+        post = [post[k] if k in post else tf.gather(bufs[k], seg(f"post_rows_{k}"))
+                for k in range(lay.n_types)]
         if not lay.tail_ops:
             return post
         made = [[p] for p in post]
@@ -334,6 +354,17 @@ class Executor:
         return [tf.gather(_joined(made[k]), seg(f"read_rows_{k}")) for k in range(lay.n_types)]
 
     # --- weight gradients once per step (scheduler.weight_grads) -----------------------
+
+    def _replays(self) -> bool:
+        """Whether this call's loop gets the replayed backward pass (`scheduler.reverse`):
+        under a gradient tape, with `replay_backward`, when every loop op's weights
+        can be deferred to the tap."""
+        from tensorflow.python.eager import record
+        if not (self.replay_backward and self.layout.loop_ops
+                and record.could_possibly_record()):
+            return False
+        self._deferred_weights(True)
+        return self._all_deferrable
 
     def _deferred_weights(self, enabled: bool | None = None) -> dict:
         """Loop op -> the weights whose gradients it defers to the tap (only under a
@@ -346,9 +377,10 @@ class Executor:
         if not hasattr(self, "_loop_weights"):
             from scheduler.weight_grads import variables_of
             lay, tapped = self.layout, set(self._tapped_types())
-            self._loop_weights = {}
+            self._loop_weights, self._all_deferrable = {}, True
             for o in lay.loop_ops:
                 found = variables_of(self.ops[o].fn, [lay.value_types[k] for k in lay.op_in[o]])
+                self._all_deferrable &= found is not None
                 if found and tapped & set(lay.op_out[o]):
                     self._loop_weights[o] = found
         return self._loop_weights

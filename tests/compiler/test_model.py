@@ -155,22 +155,43 @@ def test_training_is_traced_once_for_every_batch_shape_and_weight_gradient_choic
 
 
 def test_weight_gradients_once_per_step_train_as_every_iteration_does():
-    # the choice made per batch changes no weight: forced either way, same training
+    # the choice made per batch changes no weight: forced either way (once per step
+    # with the replayed backward loop or TensorFlow's), same training
     trees, y = sign_data(24, seed=6)
 
-    def trained(max_rows: float) -> list:
+    def trained(max_rows: float, replay: bool = True) -> list:
         model = compiled(Model(factories.tree_sign(), seed=1))
-        model.weight_grads.max_rows = max_rows
+        model.weight_grads.max_rows, model.weight_grads.replay = max_rows, replay
         model.fit(trees, y, batch_size=1, epochs=1, verbose=0, shuffle=False)
         model.fit(trees, y, batch_size=5, epochs=1, verbose=0, shuffle=False)
         return [w.numpy() for w in model.weights]
 
-    for a, b in zip(trained(0), trained(float("inf")), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    every = trained(0)
+    for once in (trained(float("inf")), trained(float("inf"), replay=False)):
+        for a, b in zip(every, once, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     model = Model(factories.tree_sign())
     for bad in ("4", -1, float("nan"), True):
         with pytest.raises(ValueError, match="weight_grads.max_rows must be a number >= 0"):
             model.weight_grads.max_rows = bad
+
+
+def test_batches_of_small_launches_replay_the_loop_backward(monkeypatch):
+    import scheduler.reverse
+    traced = []
+    replay_loop = scheduler.reverse.replay_loop
+    monkeypatch.setattr(scheduler.reverse, "replay_loop",
+                        lambda *args: traced.append(1) or replay_loop(*args))
+    trees, y = sign_data(40, seed=6)
+    model = compiled(Model(factories.tree_sign(), seed=1))
+    model.fit(trees, y, batch_size=20, epochs=1, verbose=0)
+    assert traced == []  # wide launches: TensorFlow's backward loop
+    model.fit(trees[:4], y[:4], batch_size=1, epochs=1, verbose=0)
+    assert traced == [1]  # traced once, replayed at every step
+    model = compiled(Model(factories.tree_sign(), seed=1))
+    model.weight_grads.replay = False
+    model.fit(trees[:4], y[:4], batch_size=1, epochs=1, verbose=0)
+    assert traced == [1]
 
 
 def test_shuffling_changes_per_epoch_and_is_reproducible():

@@ -128,10 +128,12 @@ class OpSet:
     """The ops one executor runs, with their specs for drawing graphs and the traced
     functions (values; values and gradients) of its executor."""
 
-    def __init__(self, ops: list, row_lists: bool = True, batched_weight_grads: bool = False):
+    def __init__(self, ops: list, row_lists: bool = True, batched_weight_grads: bool = False,
+                 replay_backward: bool = False):
         self.ops = list(ops)
         self.row_lists = row_lists
         self.batched_weight_grads = batched_weight_grads
+        self.replay_backward = replay_backward
         self.specs = [OpSpec(tuple(TYPES.index(t) for t in op.input_types),
                              tuple(TYPES.index(t) for t in op.output_types))
                       for op in self.ops]
@@ -140,7 +142,8 @@ class OpSet:
     @functools.cached_property
     def executor(self) -> Executor:
         return Executor(self.ops, TYPES, row_lists=self.row_lists,
-                        batched_weight_grads=self.batched_weight_grads)
+                        batched_weight_grads=self.batched_weight_grads,
+                        replay_backward=self.replay_backward)
 
     @functools.cached_property
     def planner(self) -> Planner:
@@ -192,6 +195,10 @@ ONCE_PER_STEP = OpSet(OPS, batched_weight_grads=True)
 ONE_LOOP_OP_ONCE_PER_STEP = OpSet(ONE_LOOP_OP.ops, batched_weight_grads=True)
 ONE_LOOP_OP_STACKED_ONCE_PER_STEP = OpSet(ONE_LOOP_OP.ops, row_lists=False,
                                           batched_weight_grads=True)
+# The backward loop replayed by the engine (scheduler.reverse)
+REPLAYED = OpSet(OPS, replay_backward=True)
+ONE_LOOP_OP_REPLAYED = OpSet(ONE_LOOP_OP.ops, replay_backward=True)
+ONE_LOOP_OP_STACKED_REPLAYED = OpSet(ONE_LOOP_OP.ops, row_lists=False, replay_backward=True)
 # Every op said to work on zero rows (they all do): launches outside the loop run unconditionally
 NO_CONDS = OpSet([dataclasses.replace(op, handles_empty=True) for op in OPS])
 
@@ -403,6 +410,19 @@ def test_gradients_with_weight_gradients_once_per_step_equal_the_oracle(name, op
     reads = draw_reads(data.draw, graph.num_values)
     check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
                     opset=opset)
+
+
+@pytest.mark.parametrize("opset", [REPLAYED, ONE_LOOP_OP_REPLAYED, ONE_LOOP_OP_STACKED_REPLAYED],
+                         ids=["several", "one", "one-stacked"])
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=20)
+@given(data=st.data())
+def test_gradients_with_the_replayed_backward_loop_equal_the_oracle(name, opset, data):
+    graph, raw = random_batch(data.draw, opset=opset, hub=None)
+    reads = draw_reads(data.draw, graph.num_values)
+    check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
+                    opset=opset)
+    assert opset.with_gradients.experimental_get_tracing_count() == 1
 
 
 GRADIENT_RUNS: list = []

@@ -1,0 +1,171 @@
+"""The loop's backward pass written by the engine: each launch replayed in reverse.
+
+Differentiating the forward `tf.while_loop` makes TensorFlow push every
+intermediate of every iteration onto a stack in the forward loop and pop it in
+the backward one (about two dozen stack operations an iteration for an LSTM
+cell), besides the gradient of each op. The engine needs none of that: every
+value owns one row of its type's buffer and is written once, so after the loop
+the buffers hold every value any launch read. `replay_loop` runs the forward
+loop with no gradient recorded and gives it a gradient of its own, a second
+`tf.while_loop` over the launches from the last to the first that, per launch,
+
+1. gathers the launch's inputs from the final buffers and its outputs' total
+   gradients from the gradient buffers (complete by then: every reader of those
+   outputs is a later launch, already replayed);
+2. runs the op again on them and differentiates it with respect to its inputs
+   only (`tf.gradients`, inside the body);
+3. adds the inputs' gradients into the gradient buffers in place (`InplaceAdd`,
+   which sums duplicate reads).
+
+The weights' gradients are taken once per step after it (`scheduler.weight_grads`),
+from the outputs' total gradients that the gradient buffers hold at the end. The
+values are the same sums in another order (tested against the oracle). Per
+iteration this costs one more forward run of the op and saves the stacks and the
+per-iteration weight gradients: it pays where launches are small (batch 1);
+`compiler.Model` chooses per training batch. Figures: BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from scheduler.layout import dtype_name
+
+
+def _parts(rows, m: int) -> list:
+    return [rows] if m == 1 else tf.split(rows, m) if m else []
+
+
+def _is_float(value_type) -> bool:
+    return tf.as_dtype(dtype_name(value_type)).is_floating
+
+
+def _reverse_table(layout, seg):
+    """Per launch: op branch, size, then per loop type the start and length of its
+    gather rows and the bounds of its own outputs' rows."""
+    cols = [seg("group_op"), seg("group_size")]
+    for k in layout.loop_types:
+        s, out_bounds = seg(f"in_splits_{k}"), seg(f"out_bounds_{k}")
+        cols += [s[:-1], s[1:] - s[:-1], out_bounds[1:-1], out_bounds[2:]]
+    return tf.stack(cols, axis=1)
+
+
+def replay_loop(executor, bufs: list, seg) -> tuple[list, list]:
+    """The loop of `executor` on its loop types' starting buffers `bufs` (in
+    `layout.loop_types` order), with the replayed backward pass.
+
+    Returns `(post, final)`, per loop type: the rows the tail and the results
+    read (`post_rows_k`), and the buffer as the loop left it (every value written).
+    Only for executors whose loop ops' weights are all deferred to the tap
+    (`Executor._replays`): the weights get no gradient here.
+    """
+    lay = executor.layout
+    loop_types = list(lay.loop_types)
+    n = len(loop_types)
+    post_rows = [seg(f"post_rows_{k}") for k in loop_types]
+
+    @tf.custom_gradient
+    def loop(*starts):
+        by_type = dict(zip(loop_types, starts))
+        carried, ys, g_end = executor._loop([by_type.get(k) for k in range(lay.n_types)],
+                                            seg, {})
+        _, n_out = executor._row_lists()
+        final = []
+        for i, k in enumerate(loop_types):
+            bounds = seg(f"out_bounds_{k}")
+            written = _parts(tf.range(bounds[g_end], bounds[g_end + 1]), n_out[k])
+            buf = carried[i]
+            for y, rows in zip(ys[i], written):
+                buf = tf.raw_ops.InplaceUpdate(x=buf, i=rows, v=y)
+            final.append(buf)
+        post = [tf.gather(b, r) for b, r in zip(final, post_rows)]
+
+        def grad(*g_outs, variables=None):
+            g_post, g_final = g_outs[:n], g_outs[n:]
+            g_starts = _backward(executor, final, g_post, g_final, post_rows, seg)
+            return (g_starts, [None] * len(variables)) if variables else g_starts
+
+        return post + final, grad
+
+    outs = loop(*bufs)
+    return list(outs[:n]), list(outs[n:])
+
+
+def _backward(executor, final: list, g_post: list, g_final: list, post_rows: list,
+              seg) -> list:
+    """The gradients of the loop's starting buffers, from those of its outputs."""
+    lay = executor.layout
+    loop_types = list(lay.loop_types)
+    floats = [i for i, k in enumerate(loop_types) if _is_float(lay.value_types[k])]
+    g_bufs = []
+    for i in floats:
+        g = tf.raw_ops.InplaceAdd(x=tf.zeros(tf.shape(final[i]), final[i].dtype),
+                                  i=post_rows[i], v=g_post[i])
+        g_bufs.append(g if g_final[i] is None else g + g_final[i])
+    if not lay.loop_ops:
+        return _starts(loop_types, floats, g_bufs)
+    table = _reverse_table(lay, seg)
+    in_rows = {k: seg(f"in_rows_{k}") for k in loop_types}
+    branches_of = list(lay.loop_ops)
+
+    def body(j, g_bufs):
+        row = tf.gather(table, j)
+        rows, written = {}, {}
+        for i, k in enumerate(loop_types):
+            f = 2 + 4 * i
+            rows[k] = tf.slice(in_rows[k], row[f:f + 1], row[f + 1:f + 2])
+            written[k] = tf.range(row[f + 2], row[f + 3])
+        branches = [lambda o=o: _replay(executor, o, final, g_bufs, rows, written, row[1],
+                                        floats)
+                    for o in branches_of]
+        g_rows = tf.switch_case(row[0], branches) if len(branches) > 1 else branches[0]()
+        new = []
+        for slot, i in enumerate(floats):
+            k = loop_types[i]
+            new.append(tf.raw_ops.InplaceAdd(x=g_bufs[slot], i=rows[k], v=g_rows[slot]))
+        return j - 1, new
+
+    j0 = tf.shape(table)[0] - 1
+    _, g_bufs = tf.while_loop(lambda j, *_: j >= 0, body, (j0, g_bufs))
+    return _starts(loop_types, floats, g_bufs)
+
+
+def _starts(loop_types: list, floats: list, g_bufs: list) -> list:
+    by_slot = dict(zip(floats, g_bufs))
+    return [by_slot.get(i) for i in range(len(loop_types))]
+
+
+def _replay(executor, o: int, final: list, g_bufs: list, rows: dict, written: dict, n,
+            floats: list) -> list:
+    """Launch of op o replayed: per float loop type, its arguments' gradients, in the
+    order of that type's gather rows (zeros where none flows)."""
+    lay = executor.layout
+    loop_types = list(lay.loop_types)
+    slot = {k: i for i, k in enumerate(loop_types)}
+    ins, outs = lay.op_in[o], lay.op_out[o]
+    in_parts = {k: _parts(rows[k], ins.count(k)) for k in set(ins)}
+    out_parts = {k: _parts(written[k], outs.count(k)) for k in set(outs)}
+    args = [tf.gather(final[slot[k]], in_parts[k][int(lay.arg_typepos[o, a])])
+            for a, k in enumerate(ins)]
+    ys = executor._call(o, args, n)
+    g_slot = {i: s for s, i in enumerate(floats)}
+    diff_ys, g_ys = [], []
+    for s, k in enumerate(outs):
+        if slot[k] in g_slot:
+            diff_ys.append(ys[s])
+            g_ys.append(tf.gather(g_bufs[g_slot[slot[k]]],
+                                  out_parts[k][int(lay.slot_typepos[o, s])]))
+    diff = [a for a, k in enumerate(ins) if slot[k] in g_slot]
+    got = tf.gradients(diff_ys, [args[a] for a in diff], grad_ys=g_ys) if diff_ys else \
+        [None] * len(diff)
+    g_args = dict(zip(diff, got))
+    result = []
+    for i in floats:
+        k = loop_types[i]
+        pieces = [g_args[a] if g_args.get(a) is not None else tf.zeros_like(args[a])
+                  for a in sorted((a for a, kk in enumerate(ins) if kk == k),
+                                  key=lambda a: int(lay.arg_typepos[o, a]))]
+        shape = (0, *lay.value_types[k].shape)
+        result.append(tf.concat(pieces, 0) if len(pieces) > 1 else pieces[0] if pieces
+                      else tf.zeros(shape, dtype_name(lay.value_types[k])))
+    return result

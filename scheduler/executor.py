@@ -81,6 +81,17 @@ def _parts(rows, m: int) -> list:
     return tf.split(rows, m) if m else []
 
 
+def _rows_shaped(y, shape):
+    """`y` with the static shape `[None, *shape]`: as it is when its static shape
+    says so already (a runtime check would cost an op per launch), through
+    `tf.ensure_shape` otherwise."""
+    import tensorflow as tf
+    if y.shape.rank == len(shape) + 1 and y.shape[1:].is_fully_defined() \
+            and tuple(y.shape[1:]) == tuple(shape):
+        return y
+    return tf.ensure_shape(y, (None, *shape))
+
+
 def _joined(pieces: list):
     """The pieces concatenated (rows); joins them once and keeps the result."""
     if len(pieces) > 1:
@@ -159,6 +170,8 @@ class Executor:
 
         Call it inside a `tf.function` (or under a `GradientTape` there): it builds
         graph code. `arrays` holds tensors for the keys of `input_signature()`.
+        Traced with no gradient tape active, the loop leaves out what its gradient
+        would need, so trace a step that is to be differentiated under its tape.
         """
         import tensorflow as tf
         index, bounds = arrays["index"], arrays["layout"]
@@ -180,7 +193,8 @@ class Executor:
             final.update(zip(self.layout.loop_types, ends))
             post = dict(zip(self.layout.loop_types, post))
         else:
-            carried, ys, g_end = self._loop(bufs, seg, deferred)
+            from tensorflow.python.eager import record
+            carried, ys, g_end = self._loop(bufs, seg, deferred, record.could_possibly_record())
             post = self._loop_reads(carried, ys, g_end, seg, final if tap else None)
         outs = self._after_loop(bufs, post, seg)
         if self.output_dtypes is None:
@@ -272,9 +286,10 @@ class Executor:
             cols += [s[:-1], s[1:] - s[:-1], out_bounds[:-2], out_bounds[1:-1]]
         return tf.stack(cols, axis=1)
 
-    def _loop(self, bufs: list, seg, deferred: dict):
+    def _loop(self, bufs: list, seg, deferred: dict, differentiable: bool = True):
         """The loop, one launch per iteration; returns the loop types' buffers, the
-        last launch's outputs (not yet written) and the number of launches."""
+        last launch's outputs (not yet written) and the number of launches
+        (`differentiable=False`: for a loop no gradient goes through)."""
         import tensorflow as tf
 
         from scheduler.inplace import write_read
@@ -294,14 +309,13 @@ class Executor:
                 rows = tf.slice(in_rows[k], row[f:f + 1], row[f + 1:f + 2])
                 written = tf.range(row[f + 2], row[f + 3])
                 b, x = write_read(bufs[i], ys[i], _parts(written, n_out[k]),
-                                  _parts(rows, n_in[k]))
+                                  _parts(rows, n_in[k]), differentiable)
                 new_bufs.append(b)
                 xs.append(x)
             branches = [lambda o=o: self._branch(o, xs, row[1], stacked, deferred)
                         for o in lay.loop_ops]
             ys = tf.switch_case(row[0], branches) if len(branches) > 1 else branches[0]()
-            ys = [[tf.ensure_shape(y, (None, *shapes[k])) for y in ys_k]
-                  for k, ys_k in zip(loop_types, ys)]
+            ys = [[_rows_shaped(y, shapes[k]) for y in ys_k] for k, ys_k in zip(loop_types, ys)]
             return g + 1, new_bufs, ys
 
         g0 = tf.constant(0, tf.int32)
@@ -483,5 +497,5 @@ class Executor:
                     y.shape.rank is not None and tuple(y.shape[1:]) != tuple(t.shape)):
                 raise ValueError(f"op {lay.op_names[o]!r} output {s}: expected "
                                  f"{t} per row, got shape {y.shape[1:]} dtype {y.dtype.name}")
-            result.append(tf.ensure_shape(y, (None, *t.shape)))
+            result.append(_rows_shaped(y, t.shape))
         return result

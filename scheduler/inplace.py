@@ -88,15 +88,24 @@ def _write(buf, ys, out_rows):
     return new_buf
 
 
-def write_read(buf: tf.Tensor, ys: list, out_rows: list, in_rows: list):
+def write_read(buf: tf.Tensor, ys: list, out_rows: list, in_rows: list,
+               differentiable: bool = True):
     """Writes each `ys[s]` to rows `out_rows[s]` of `buf` in place, then gathers
     each `in_rows[a]`.
 
     Returns `(buf, [gathered per in_rows])`. Several row lists rather than one
     stacked list spare a concat of the outputs and a split of the gathered rows,
     each a copy forward and backward (TensorFlow splits rows without copying only
-    when a row's size in bytes is a multiple of 64).
+    when a row's size in bytes is a multiple of 64). `differentiable=False` (a
+    loop no gradient goes through: inference, or the forward loop of
+    `scheduler.reverse`) leaves out the gradient's bookkeeping, an op per row list
+    and iteration; differentiating the result then fails (`InplaceUpdate` has no
+    gradient).
     """
+    if not differentiable:
+        for y, rows in zip(ys, out_rows):
+            buf = tf.raw_ops.InplaceUpdate(x=buf, i=rows, v=y)
+        return buf, [tf.gather(buf, rows) for rows in in_rows]
     if _is_float(buf.dtype):
         return _write_read_float(buf, list(ys), list(out_rows), list(in_rows))
     new_buf = _write(buf, ys, out_rows)

@@ -13,7 +13,8 @@ loop with no gradient recorded and gives it a gradient of its own, a second
    gradients from the gradient buffers (complete by then: every reader of those
    outputs is a later launch, already replayed);
 2. runs the op again on them and differentiates it with respect to its inputs
-   only (`tf.gradients`, inside the body);
+   only (a `tf.GradientTape` inside the body, so ops with a gradient of their own
+   under a tape use it);
 3. adds the inputs' gradients into the gradient buffers in place (`InplaceAdd`,
    which sums duplicate reads).
 
@@ -68,7 +69,7 @@ def replay_loop(executor, bufs: list, seg) -> tuple[list, list]:
     def loop(*starts):
         by_type = dict(zip(loop_types, starts))
         carried, ys, g_end = executor._loop([by_type.get(k) for k in range(lay.n_types)],
-                                            seg, {})
+                                            seg, {}, differentiable=False)
         _, n_out = executor._row_lists()
         final = []
         for i, k in enumerate(loop_types):
@@ -147,7 +148,11 @@ def _replay(executor, o: int, final: list, g_bufs: list, rows: dict, written: di
     out_parts = {k: _parts(written[k], outs.count(k)) for k in set(outs)}
     args = [tf.gather(final[slot[k]], in_parts[k][int(lay.arg_typepos[o, a])])
             for a, k in enumerate(ins)]
-    ys = executor._call(o, args, n)
+    # under a tape, as when TensorFlow differentiates the loop: ops that carry their
+    # own gradient under one (`models.gates.lstm_memory`) use it
+    with tf.GradientTape(watch_accessed_variables=False) as tape:
+        tape.watch(args)
+        ys = executor._call(o, args, n)
     g_slot = {i: s for s, i in enumerate(floats)}
     diff_ys, g_ys = [], []
     for s, k in enumerate(outs):
@@ -156,9 +161,9 @@ def _replay(executor, o: int, final: list, g_bufs: list, rows: dict, written: di
             g_ys.append(tf.gather(g_bufs[g_slot[slot[k]]],
                                   out_parts[k][int(lay.slot_typepos[o, s])]))
     diff = [a for a, k in enumerate(ins) if slot[k] in g_slot]
-    got = tf.gradients(diff_ys, [args[a] for a in diff], grad_ys=g_ys) if diff_ys else \
-        [None] * len(diff)
-    g_args = dict(zip(diff, got))
+    got = tape.gradient(diff_ys, [args[a] for a in diff], output_gradients=g_ys) \
+        if diff_ys else [None] * len(diff)
+    g_args = {a: None if g is None else tf.convert_to_tensor(g) for a, g in zip(diff, got)}
     result = []
     for i in floats:
         k = loop_types[i]

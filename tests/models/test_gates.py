@@ -107,3 +107,36 @@ def test_fused_cells_equal_the_reference_with_weight_gradients_once_per_step(
     reference.check_case_batch(case, scheduler, inputs, built)
     # filled in when the step was traced under its tape: some loop op deferred
     assert getattr(built[0].executor, "_loop_weights", None), "no weights deferred"
+
+
+
+@pytest.mark.parametrize("scheduler", ["agenda", "depth"])
+@pytest.mark.parametrize("name", ["tree_lstm", "bidirectional_tagger"])
+@settings(max_examples=2, deadline=None)
+@given(data=st.data())
+def test_fused_cells_equal_the_reference_with_the_replayed_backward_loop(name, scheduler, data):
+    """The cells' own gradient in the engine's replayed backward loop
+    (`Executor(replay_backward=True)`, `scheduler.reverse`): each launch is
+    differentiated there under a tape of its own, so the fused update is used."""
+    from models import gates
+    from scheduler import reverse
+    case = reference.case(name)
+    built = reference.engine_for(case, scheduler)
+    built[0].executor.replay_backward = True  # read when the step is traced
+    inputs = data.draw(st.lists(case.inputs, min_size=1, max_size=6))
+    replaying, fused = [], []
+    fused_memory, replay = gates._fused_memory, reverse._replay
+
+    def replayed(*args):
+        replaying.append(1)
+        try:
+            return replay(*args)
+        finally:
+            replaying.pop()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gates, "_fused_memory", lambda *a: fused.extend(replaying[:1])
+                      or fused_memory(*a))
+        patch.setattr(reverse, "_replay", replayed)
+        reference.check_case_batch(case, scheduler, inputs, built)
+    assert fused, "the backward loop did not replay the fused update with its gradient"

@@ -475,6 +475,18 @@ def test_inference_traces_no_weight_tap():
     assert tap_ops(ALL.with_gradients) == []  # the default: TensorFlow's gradients
 
 
+def test_a_loop_traced_without_a_tape_keeps_no_gradient_bookkeeping():
+    def body_ops(fn) -> set:
+        graph = fn.get_concrete_function().graph
+        return {op.type for name, f in graph._functions.items() if "body" in name
+                for op in f.graph.get_operations()}
+    # the custom gradient of the fused write and read (an IdentityN around it)
+    assert "IdentityN" not in body_ops(ONE_LOOP_OP.forward)
+    assert "IdentityN" in body_ops(ONE_LOOP_OP.with_gradients)
+    # and no runtime shape check where the static shape is known
+    assert "EnsureShape" not in body_ops(ONE_LOOP_OP.forward)
+
+
 def _conds(fn) -> int:
     graph = fn.get_concrete_function().graph
     return sum(op.type in ("If", "StatelessIf") for op in graph.get_operations())

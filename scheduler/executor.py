@@ -24,9 +24,13 @@ How a batch runs (`compute`, one method per stage):
    through `tf.switch_case` when the loop has several ops, directly when it has
    one. With one loop op every argument and output travels as its own row list;
    with several, a value type's rows travel stacked and are split in the branch.
-4. **After the loop** (`_after_loop`): `final_read` writes the last launch's
-   outputs and gathers, per type, the rows the tail and the results need; the
-   tail ops run on them, then the results are gathered.
+4. **After the loop** (`_loop_reads`, `_after_loop`): `final_read` writes the
+   last launch's outputs and gathers, per type, the rows the tail and the results
+   need; the tail ops run on them, then the results are gathered.
+
+Under a gradient tape TensorFlow differentiates the loop, unless the executor
+replays it backward itself (`replay_backward`, `scheduler.reverse`; `Model`
+chooses it for batches of small launches).
 
 Why this design, in short (figures: BENCHMARKS.md, "Why the executor looks as it does"):
 per-type buffers updated in place are the one storage scheme measured linear in

@@ -23,7 +23,35 @@ from the outputs' total gradients that the gradient buffers hold at the end. The
 values are the same sums in another order (tested against the oracle). Per
 iteration this costs one more forward run of the op and saves the stacks and the
 per-iteration weight gradients: it pays where launches are small (batch 1);
-`compiler.Model` chooses per training batch. Figures: BENCHMARKS.md.
+`compiler.Model` chooses per training batch. Figures: BENCHMARKS.md, "The loop's
+backward pass replayed".
+
+Where things run: as in the forward loop (`scheduler.executor`), each iteration
+reads its launch's scalars from a table built before the loop (int32, on the
+host on a GPU) and the data stays on the device. Graph mode only: the XLA step
+(`scheduler.xla`) keeps TensorFlow's gradient of its loop.
+
+>>> import numpy as np, tensorflow as tf
+>>> from collections import namedtuple
+>>> from types import SimpleNamespace as Op
+>>> from scheduler.executor import Executor
+>>> from scheduler.graph import OpGraph
+>>> from scheduler.planner import Planner
+>>> from scheduler.schedules import SCHEDULERS
+>>> t = namedtuple("ValueType", "shape dtype")((), "float32")
+>>> w = tf.Variable(3.0)
+>>> scale = Op(name="scale", input_types=[t], output_types=[t], fn=lambda x: [w * x])
+>>> ex = Executor([scale], [t], replay_backward=True)
+>>> g = OpGraph.build([0, 0], [1, 1], [0, 1], [0, 0, 0], [-1, 0, 1], [0, 0, 0],
+...                   [np.ones(1, np.float32)])   # scale(scale(1.0)) = w * w
+>>> feed = Planner(ex.layout).feed(g, SCHEDULERS["agenda"](g), [2])
+>>> @tf.function(input_signature=[ex.input_signature()], autograph=False)
+... def value_and_grad(arrays):
+...     with tf.GradientTape() as tape:
+...         y = tf.reduce_sum(ex.compute(arrays)[0])
+...     return y, tape.gradient(y, w)
+>>> [float(v) for v in value_and_grad(feed.arrays)]   # w * w, 2 * w
+[9.0, 6.0]
 """
 
 from __future__ import annotations

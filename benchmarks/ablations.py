@@ -116,21 +116,22 @@ def _interleaved(fns: dict, rounds: int) -> dict:
     return {k: float(np.median(v)) for k, v in _rounds(fns, rounds).items()}
 
 
-def _treelstm_batch(batch: int):
-    """(shape tree, same-shape trees, labels) of the sst-synth TreeLSTM ablations."""
+def _treelstm_batch(batch: int, leaves: int = 19):
+    """(shape tree, same-shape trees, labels) of the sst-synth TreeLSTM ablations
+    (`leaves`: of the one shape; fewer make a smoke test's hand-batched trace cheaper)."""
     from benchmarks.treelstm import _reshape_like
     from benchmarks.workloads import CLASSES, sst_synth_tree
     rng = np.random.default_rng(0)
-    shape = sst_synth_tree(np.random.default_rng(1), 19)
+    shape = sst_synth_tree(np.random.default_rng(1), leaves)
     trees = [_reshape_like(shape, None, rng) for _ in range(batch)]
     return shape, trees, rng.integers(0, CLASSES, batch).astype(np.int32)
 
 
-def rowlists(batch: int, rounds: int) -> dict:
+def rowlists(batch: int, rounds: int, leaves: int = 19) -> dict:
     """ms per step of the engine's loop with row lists and with stacked rows."""
     from benchmarks.treelstm import EngineVariant, HandBatched
     from benchmarks.workloads import TreeLSTMModel
-    shape, trees, labels = _treelstm_batch(batch)
+    shape, trees, labels = _treelstm_batch(batch, leaves)
     model = TreeLSTMModel(seed=0)
     hand = HandBatched(model, shape)
     words = hand.words(trees)
@@ -159,7 +160,7 @@ def rowlists(batch: int, rounds: int) -> dict:
     return {f"{n} / {m}": v for (n, m), v in ms.items()}
 
 
-def conds(batch: int, rounds: int, instances: int = 3) -> dict:
+def conds(batch: int, rounds: int, instances: int = 3, leaves: int = 19) -> dict:
     """ms per step of the engine with and without the conds around its launches
     outside the loop.
 
@@ -172,7 +173,7 @@ def conds(batch: int, rounds: int, instances: int = 3) -> dict:
 
     from benchmarks.treelstm import EngineVariant
     from benchmarks.workloads import TreeLSTMModel
-    _, trees, labels = _treelstm_batch(batch)
+    _, trees, labels = _treelstm_batch(batch, leaves)
     model = TreeLSTMModel(seed=0)
 
     def guard(ex, which):
@@ -234,12 +235,12 @@ def gate_cuts() -> dict:
             "slices, concat gradient": slices_concat_gradient}
 
 
-def cells(batch: int, rounds: int) -> dict:
+def cells(batch: int, rounds: int, leaves: int = 19) -> dict:
     """ms per step of engine and hand-batched TreeLSTM with each gate cut."""
     from benchmarks.treelstm import EngineVariant, HandBatched
     from benchmarks.workloads import TreeLSTMModel
     from models import gates
-    shape, trees, labels = _treelstm_batch(batch)
+    shape, trees, labels = _treelstm_batch(batch, leaves)
     fns = {}
     for name, cut in gate_cuts().items():
         # the cells look the cut up when traced: trace every step under the patch

@@ -189,6 +189,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--eager-max-batch", type=int, default=16,
                         help="skip eager above this batch size (it is per-sentence anyway)")
     parser.add_argument("--quick", action="store_true", help="short run (1 s each)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds per measurement, the best counts (a smoke test: 1)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     seconds = 1.0 if args.quick else args.seconds
@@ -213,7 +215,7 @@ def main(argv=None) -> dict:
             # from the second epoch on, the method BENCHMARKS.md states); the baselines
             # cache nothing, so one warm-up call is enough for them.
             kw = {"min_calls": 2, "warm_up": "all" if name == "engine" else "first",
-                  "rounds": 3}
+                  "rounds": args.rounds}
             tr = throughput(runner.train, batches, seconds, **kw)
             inf = throughput(runner.infer, batches, seconds, **kw)
             results["train"].setdefault(name, {})[b] = tr

@@ -164,24 +164,24 @@ def _paired_rates(fns: dict, batches, reps: int) -> dict:
 # --- sections --------------------------------------------------------------------------
 
 
-def section_schedules(reps: int) -> dict:
+def section_schedules(reps: int, batch: int = 64) -> dict:
     from blocks.types import TensorType
     from compiler import Compiler
     rng = np.random.default_rng(0)
     model = TreeLSTMModel(seed=0)
     out = {}
     cases = {
-        "(a) TreeLSTM, loss at every node, B=64":
+        f"(a) TreeLSTM, loss at every node, B={batch}":
             (tree_lstm_all_nodes_block(model), TensorType((CLASSES,)),
-             [[sst_synth_tree(rng) for _ in range(64)] for _ in range(4)]),
-        "(b) LSTM sequences, loss at the end, B=64":
-            (None, None, [sequences(rng, 64) for _ in range(4)]),
+             [[sst_synth_tree(rng) for _ in range(batch)] for _ in range(4)]),
+        f"(b) LSTM sequences, loss at the end, B={batch}":
+            (None, None, [sequences(rng, batch) for _ in range(4)]),
     }
     for name, (block, rtype, batches) in cases.items():
         if block is None:
             block = sequence_block()
         row, fns = {}, {}
-        labels = np.zeros(64, np.int32)
+        labels = np.zeros(batch, np.int32)
         for sched in ("depth", "agenda"):
             c = Compiler.create(block, scheduler=sched)
             first = c.schedule(batches[0])
@@ -247,14 +247,14 @@ def section_memory(sizes=(256, 1024)) -> dict:
     return {"rows": rows}
 
 
-def section_sharing(reps: int) -> dict:
+def section_sharing(reps: int, batch: int = 64) -> dict:
     from blocks.types import TensorType
     from compiler import Compiler
     rng = np.random.default_rng(0)
     model = TreeLSTMModel(seed=0)
     block = two_kind_block(model)
-    batches = [[two_kind_tree(rng) for _ in range(64)] for _ in range(4)]
-    labels = rng.integers(0, CLASSES, 64).astype(np.int32)
+    batches = [[two_kind_tree(rng) for _ in range(batch)] for _ in range(4)]
+    labels = rng.integers(0, CLASSES, batch).astype(np.int32)
     out, fns = {}, {}
     for share in (True, False):
         c = Compiler.create(block, share_layers=share)
@@ -356,21 +356,24 @@ def main(argv=None) -> dict:
     parser.add_argument("--only", default="schedules,memory,sharing,expansion,plan")
     parser.add_argument("--quick", action="store_true", help="short run (1 s each)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=64, help="for schedules and sharing")
+    parser.add_argument("--reps", type=int, help="paired calls per variant, schedules and "
+                        "sharing (default 40; 12 with --quick)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     seconds = 1.0 if args.quick else 4.0
-    reps = 12 if args.quick else 40  # paired calls per variant
+    reps = args.reps or (12 if args.quick else 40)  # paired calls per variant
     only = args.only.split(",")
     results = {}
     if "schedules" in only:
         print("\n## agenda vs depth")
-        results["schedules"] = section_schedules(reps)
+        results["schedules"] = section_schedules(reps, args.batch)
     if "memory" in only:
         print("\n## memory of one TreeLSTM training step")
         results["memory"] = section_memory()
     if "sharing" in only:
         print("\n## batching across blocks that share a layer")
-        results["sharing"] = section_sharing(reps)
+        results["sharing"] = section_sharing(reps, args.batch)
     if "expansion" in only:
         print("\n## expansion")
         results["expansion"] = section_expansion(1024 if args.quick else 4096, args.workers)

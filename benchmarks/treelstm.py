@@ -281,6 +281,9 @@ def main(argv=None) -> dict:
                         help="skip eager above this batch size (it runs ~10 trees/s)")
     parser.add_argument("--paired", type=int, default=0, metavar="REPS",
                         help="instead: engine vs hand-batched, call after call, REPS pairs")
+    parser.add_argument("--leaves", type=int, default=19,
+                        help="leaves of the one shape of the same-shape trees (hand-batched, "
+                             "engine-same); fewer make a smoke test's trace cheaper")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     seconds = 1.5 if args.quick else args.seconds
@@ -289,7 +292,7 @@ def main(argv=None) -> dict:
     tf = _tf()
     rng = np.random.default_rng(0)
     model = TreeLSTMModel(seed=0)
-    shape = sst_synth_tree(np.random.default_rng(1), 19)
+    shape = sst_synth_tree(np.random.default_rng(1), args.leaves)
     if args.paired:
         return paired(sizes, args.paired, model, shape, rng)
     runners = {}
@@ -310,7 +313,7 @@ def main(argv=None) -> dict:
         n_batches = max(1, min(8, 1024 // b))
         rand = [random_trees[(i * b) % len(random_trees):][:b] for i in range(n_batches)]
         rand = [r if len(r) == b else random_trees[:b] for r in rand]
-        same = [same_shape_trees(rng, b) for _ in range(min(n_batches, 4))]
+        same = [same_shape_trees(rng, b, args.leaves) for _ in range(min(n_batches, 4))]
         for i in range(len(same)):  # one shape for all same-shape batches
             same[i] = [_reshape_like(shape, t, rng) for t in same[i]]
         labels = [rng.integers(0, CLASSES, b).astype(np.int32) for _ in range(n_batches)]

@@ -46,7 +46,7 @@ def _table(text: str, header: str) -> list[str]:
 def test_treelstm_throughput_runs_every_variant(tmp_path, capsys):
     path = tmp_path / "treelstm.json"
     variants = ["engine-agenda", "engine-depth", "engine-same", "hand-batched", "eager"]
-    out = treelstm.main(["--batch-sizes", "1,2", "--seconds", "0.03",
+    out = treelstm.main(["--batch-sizes", "1,2", "--seconds", "0.03", "--leaves", "5",
                          "--variants", ",".join(variants), "--json", str(path)])
     for mode in ("train", "infer"):
         assert sorted(out[mode]) == sorted(variants)
@@ -67,7 +67,8 @@ def test_treelstm_paired_reports_both_modes():
 
 
 def test_engine_schedules_and_sharing_keep_their_launch_counts(capsys):
-    out = engine.main(["--only", "schedules,sharing", "--quick"])
+    out = engine.main(["--only", "schedules,sharing", "--quick", "--batch", "16",
+                       "--reps", "2"])
     (a, tree_lstm), (b, sequences) = out["schedules"].items()
     assert "loss at every node" in a and "loss at the end" in b
     assert tree_lstm["agenda"]["launches"] <= tree_lstm["depth"]["launches"]
@@ -130,7 +131,8 @@ def test_the_cpu_model_of_a_stream_against_the_cached_list():
 
 def test_bilstm_throughput_runs_every_variant(tmp_path, capsys):
     path = tmp_path / "bilstm.json"
-    out = bilstm.main(["--batch-sizes", "2", "--seconds", "0.03", "--json", str(path)])
+    out = bilstm.main(["--batch-sizes", "2", "--seconds", "0.03", "--rounds", "1",
+                       "--json", str(path)])
     for mode in ("train", "infer"):
         assert sorted(out[mode]) == ["eager", "engine", "keras-padded"]
         assert all(_rate(r[2]) for r in out[mode].values())
@@ -155,8 +157,10 @@ def test_ablations_time_every_variant(section, header, n_rows, n_times, capsys):
         out = (ablations.weightgrads([2], 1, instances=1) if section == "weightgrads"
                else ablations.fit_weightgrads([2], 1, instances=1, items=4))
         out = {f"{k} {v}": out[k][v] for k in out for v in ("once", "every")}
+    elif section == "conds":  # one engine per variant, one 5-leaf shape: a cheap trace
+        out = ablations.conds(2, 1, instances=1, leaves=5)
     else:
-        out = getattr(ablations, section)(2, 1)
+        out = getattr(ablations, section)(2, 1, leaves=5)
     assert len(out) == n_times and all(_rate(ms) for ms in out.values())
     assert len(_table(capsys.readouterr().out, header)) == n_rows
 

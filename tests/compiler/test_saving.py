@@ -45,10 +45,13 @@ def tf_sum3(a, b, c):
     return a + b + c
 
 
-def trained_quickstart(tmp_path, epochs: int = 1) -> Model:
+@pytest.fixture(scope="module")
+def trained_quickstart() -> Model:
+    """The quick-start model after one epoch (4 steps), trained once for the tests that
+    only save it, load it back or predict with it (none of them changes it)."""
     xs, ys = saving_jobs.trees(32, seed=4)
     model = saving_jobs.quickstart_model(seed=1)
-    model.fit(xs, ys, batch_size=8, epochs=epochs, verbose=0)
+    model.fit(xs, ys, batch_size=8, epochs=1, verbose=0)
     return model
 
 
@@ -126,8 +129,8 @@ def test_model_checkpoint_keeps_the_best_epoch(tmp_path, filename):
     assert sorted(os.listdir(tmp_path)) == [filename]  # no temporary file left
 
 
-def test_the_quick_start_model_round_trips_and_safe_mode_explains(tmp_path):
-    model = trained_quickstart(tmp_path)
+def test_the_quick_start_model_round_trips_and_safe_mode_explains(tmp_path, trained_quickstart):
+    model = trained_quickstart
     xs, _ = saving_jobs.trees(8, seed=5)
     path = tmp_path / "m.keras"
     model.save(path)
@@ -169,8 +172,8 @@ def test_a_block_variable_and_a_shared_layer_come_back_with_their_values(tmp_pat
     assert config["config"]["block"]["format"] == "refold.blocks"
 
 
-def test_a_failed_save_leaves_the_previous_file_whole(tmp_path, monkeypatch):
-    model = trained_quickstart(tmp_path)
+def test_a_failed_save_leaves_the_previous_file_whole(tmp_path, monkeypatch, trained_quickstart):
+    model = trained_quickstart
     path = tmp_path / "m.keras"
     model.save(path)
     before = path.read_bytes()
@@ -197,9 +200,9 @@ def test_a_block_that_cannot_be_saved_fails_before_anything_is_written(tmp_path)
     assert not os.listdir(tmp_path)
 
 
-def test_bad_model_files_get_clear_errors(tmp_path):
+def test_bad_model_files_get_clear_errors(tmp_path, trained_quickstart):
     good = tmp_path / "good.keras"
-    trained_quickstart(tmp_path).save(good)
+    trained_quickstart.save(good)
     data = good.read_bytes()
     cases = {
         "missing.keras": (None, "no such file"),

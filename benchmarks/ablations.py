@@ -508,6 +508,18 @@ def xla(batch_sizes: list, rounds: int) -> dict:
     return out
 
 
+def _fit_items(b: int, items: int | None) -> tuple:
+    """`(n, trees, labels, sentences)`: the items of one `Model.fit` call at batch `b`
+    (`items`, or 32 at batch 1, 128 at 16, 256 otherwise), seeded."""
+    from benchmarks import bilstm
+    from benchmarks.workloads import CLASSES, sst_synth_tree
+    n = items or {1: 32, 16: 128}.get(b, 256)
+    rng = np.random.default_rng(0)
+    trees = [sst_synth_tree(rng) for _ in range(n)]
+    labels = rng.integers(0, CLASSES, n).astype(np.int32)
+    return n, trees, labels, [bilstm.sentence(rng) for _ in range(n)]
+
+
 def fit_weightgrads(batch_sizes: list, rounds: int, instances: int = 2,
                     jit: bool = False, items: int | None = None) -> dict:
     """ms per item of whole `Model.fit` calls (graph mode, or XLA with `jit`), the
@@ -515,9 +527,8 @@ def fit_weightgrads(batch_sizes: list, rounds: int, instances: int = 2,
     (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise, by default)."""
     import keras
 
-    from benchmarks import bilstm
     from benchmarks.peers.refold_side import tagger_models
-    from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+    from benchmarks.workloads import TreeLSTMModel
     from compiler import Model
     variants = {"once per step": True, "every iteration": False}
     print(f"\n## {'XLA' if jit else 'graph mode'}: the loop's weight gradients, ms per item "
@@ -526,11 +537,7 @@ def fit_weightgrads(batch_sizes: list, rounds: int, instances: int = 2,
     print("|---|---|---|---|---|")
     out = {}
     for b in batch_sizes:
-        n = items or {1: 32, 16: 128}.get(b, 256)
-        rng = np.random.default_rng(0)
-        trees = [sst_synth_tree(rng) for _ in range(n)]
-        labels = rng.integers(0, CLASSES, n).astype(np.int32)
-        sentences = [bilstm.sentence(rng) for _ in range(n)]
+        n, trees, labels, sentences = _fit_items(b, items)
         fns = {}
         for i in range(instances):
             for name in list(variants)[i % 2:] + list(variants)[:i % 2]:
@@ -563,9 +570,8 @@ def fit_replay(batch_sizes: list, rounds: int, instances: int = 2,
     in every iteration (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
     import keras
 
-    from benchmarks import bilstm
     from benchmarks.peers.refold_side import tagger_models
-    from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
+    from benchmarks.workloads import TreeLSTMModel
     from compiler import Model
     names = list(REPLAY_VARIANTS)
     print(f"\n## The loop's backward pass, ms per item of whole Model.fit calls (median of "
@@ -575,11 +581,7 @@ def fit_replay(batch_sizes: list, rounds: int, instances: int = 2,
     print("|---|---|" + "---|" * (2 * len(names) - 1))
     out = {}
     for b in batch_sizes:
-        n = items or {1: 32, 16: 128}.get(b, 256)
-        rng = np.random.default_rng(0)
-        trees = [sst_synth_tree(rng) for _ in range(n)]
-        labels = rng.integers(0, CLASSES, n).astype(np.int32)
-        sentences = [bilstm.sentence(rng) for _ in range(n)]
+        n, trees, labels, sentences = _fit_items(b, items)
         fns = {}
         for i in range(instances):
             for name in names[i % len(names):] + names[:i % len(names)]:

@@ -137,8 +137,9 @@ def worker_results(out: str, n: int = 2):
     return results
 
 
-def check_against_reference(out: str, history_too: bool = True):
-    weights, history, preds = reference()
+def check_against_reference(out: str, history_too: bool = True, ref: tuple | None = None):
+    """The workers' results against `ref` (`reference()`'s, computed here if not given)."""
+    weights, history, preds = ref or reference()
     for got_weights, got_history, got_preds, _ in worker_results(out):
         assert len(got_weights) == len(weights)
         for a, b in zip(got_weights, weights):
@@ -159,8 +160,9 @@ def test_two_workers_stopped_and_resumed_train_as_one_process_each_expanding_its
     run_workers(str(tmp_path))   # restores epoch 1's backup and trains epoch 2 only
     # equal to an uninterrupted run on one device, and the rerun's history is its
     # second epoch
-    check_against_reference(str(tmp_path), history_too=False)
-    _, history, _ = reference()
+    ref = reference()  # trained once, for both checks
+    check_against_reference(str(tmp_path), history_too=False, ref=ref)
+    _, history, _ = ref
     for _, got, _, _ in worker_results(str(tmp_path)):
         assert sorted(got) == sorted(history)
         for k in history:

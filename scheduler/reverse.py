@@ -58,15 +58,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from scheduler.executor import _parts
 from scheduler.layout import dtype_name
-
-
-def _parts(rows, m: int) -> list:
-    return [rows] if m == 1 else tf.split(rows, m) if m else []
-
-
-def _is_float(value_type) -> bool:
-    return tf.as_dtype(dtype_name(value_type)).is_floating
 
 
 def _reverse_table(layout, seg):
@@ -125,7 +118,8 @@ def _backward(executor, final: list, g_post: list, g_final: list, post_rows: lis
     """The gradients of the loop's starting buffers, from those of its outputs."""
     lay = executor.layout
     loop_types = list(lay.loop_types)
-    floats = [i for i, k in enumerate(loop_types) if _is_float(lay.value_types[k])]
+    tapped = set(executor._tapped_types())  # the float loop types
+    floats = [i for i, k in enumerate(loop_types) if k in tapped]
     g_bufs = []
     for i in floats:
         g = tf.raw_ops.InplaceAdd(x=tf.zeros(tf.shape(final[i]), final[i].dtype),

@@ -134,6 +134,18 @@ class WeightGradsChoice:
                              f"launch), got {value!r}")
         self._max_rows = value
 
+    @property
+    def replay(self) -> bool:
+        """Whether a batch taking its weight gradients once per step also gets the
+        loop's backward pass replayed by the engine (`scheduler.reverse`)."""
+        return self._replay
+
+    @replay.setter
+    def replay(self, value) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"weight_grads.replay must be True or False, got {value!r}")
+        self._replay = value
+
     def key(self, arrays: dict) -> bool:
         """Whether batch `arrays` (packed) takes its weight gradients once per step."""
         from scheduler.weight_grads import once_per_step_pays

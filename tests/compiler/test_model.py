@@ -174,6 +174,9 @@ def test_weight_gradients_once_per_step_train_as_every_iteration_does():
     for bad in ("4", -1, float("nan"), True):
         with pytest.raises(ValueError, match="weight_grads.max_rows must be a number >= 0"):
             model.weight_grads.max_rows = bad
+    for bad in (1, "no", None):
+        with pytest.raises(ValueError, match="weight_grads.replay must be True or False"):
+            model.weight_grads.replay = bad
 
 
 def test_batches_of_small_launches_replay_the_loop_backward(monkeypatch):

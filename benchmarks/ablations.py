@@ -2,7 +2,7 @@
 
 Run: `python -m benchmarks.ablations
 [--only rowlists,conds,cells,bidirectional,weightgrads,fusedcells,xla,
-fitweightgrads,xlaweightgrads,replay]
+fitweightgrads,xlaweightgrads,replay,projection]
 [--rounds N]
 [--batch-sizes 16,64]`.
 Every variant is built on the same weights and batch; the calls of all variants
@@ -71,6 +71,10 @@ time per call counts, so the machine's load drifts over all of them alike.
 - `bidirectional`: the bilstm tagger with `encoders.bidirectional` (both cells as
   one `rnn_cells.CellPair`) against the same encoder written as two RNNs, and the
   padded Keras BiLSTM, train and inference steps (planning included).
+- `projection`: the bilstm tagger with its LSTMs' input projection `x W + b` run
+  before the loop over every word of the batch (`rnn_cells.InputProjection`, what
+  `encoders.bidirectional` builds) against the cells whole in the loop; whole
+  `Model.fit` and `Model.predict` calls; ratios are medians of per-round ratios.
 """
 
 from __future__ import annotations
@@ -384,7 +388,8 @@ def _two_workloads(b: int) -> tuple:
 
 def _autodiff_lstm_call(self, x, state):
     """`LSTMCell._call` before `lstm_memory`: the cell's op-by-op path for any activation."""
-    return self._op_by_op(*self._in_compute_dtype(x, *state))
+    x, h, c, kernel, recurrent_kernel, bias = self._in_compute_dtype(x, *state)
+    return self._op_by_op(x @ kernel + h @ recurrent_kernel + bias, c)
 
 
 def _treelstm_fit_predict(b: int) -> tuple:
@@ -613,6 +618,53 @@ def fit_replay(batch_sizes: list, rounds: int, instances: int = 2,
     return out
 
 
+def fit_projection(batch_sizes: list, rounds: int, instances: int = 2,
+                   items: int | None = None) -> dict:
+    """ms per sentence of whole tagger `Model.fit` and `Model.predict` calls with the
+    LSTMs' input projection before the loop and in it (`items` sentences per call:
+    32 at batch 1, 128 at 16, 256 otherwise)."""
+    import keras
+
+    from benchmarks.peers.refold_side import tagger_models
+    from models import encoders
+    variants = {"projected first": encoders.projects_input, "whole cells in the loop":
+                lambda cell: False}
+    names = list(variants)
+    print(f"\n## The tagger's input projection, ms per sentence of whole Model.fit / "
+          f"Model.predict calls (median of {rounds}, {instances} models each)")
+    print(f"| B | {' | '.join(f'{v}, fit / predict' for v in names)} | "
+          f"{names[1]} ÷ {names[0]}, fit / predict |")
+    print("|---|" + "---|" * (len(names) + 1))
+    out = {}
+    for b in batch_sizes:
+        n, _, _, sentences = _fit_items(b, items)
+        words = [{"words": s["words"]} for s in sentences]
+        fns, head = {}, {}
+        for i in range(instances):
+            for name in names[i % 2:] + names[:i % 2]:
+                with _patched(encoders, "projects_input", variants[name]):
+                    tagger, logits = tagger_models()
+                lay = tagger.compiler.executor.layout
+                head[name] = [lay.op_names[o] for o in lay.head_ops]
+                tagger.compile(optimizer=keras.optimizers.SGD(0.01))
+                fns[("fit", name, i)] = functools.partial(
+                    tagger.fit, sentences, batch_size=b, epochs=1, verbose=0, shuffle=False)
+                fns[("predict", name, i)] = functools.partial(
+                    logits.predict, words, batch_size=b, verbose=0)
+        raw = _rounds(fns, rounds)  # the first calls (untimed) trace
+        row = {"ops before the loop": head}
+        for call in ("fit", "predict"):
+            t = {v: np.mean([raw[(call, v, i)] for i in range(instances)], axis=0) / n
+                 for v in names}
+            row[call] = {v: float(np.median(t[v])) for v in names}
+            row[call]["ratio"] = float(np.median(t[names[1]] / t[names[0]]))
+        out[b] = row
+        print(f"| {b} | " + " | ".join(f"{row['fit'][v]:.2f} / {row['predict'][v]:.2f}"
+                                       for v in names)
+              + f" | {row['fit']['ratio']:.3f} / {row['predict']['ratio']:.3f} |", flush=True)
+    return out
+
+
 def _fetch(outputs):
     return [np.asarray(o) for o in outputs] if isinstance(outputs, (list, tuple)) \
         else np.asarray(outputs)
@@ -621,8 +673,8 @@ def _fetch(outputs):
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="rowlists,conds,cells,bidirectional,weightgrads",
-                        help="also: fitweightgrads, replay; xla, xlaweightgrads (not run "
-                             "by default: they compile for minutes)")
+                        help="also: fitweightgrads, replay, projection; xla, xlaweightgrads "
+                             "(not run by default: they compile for minutes)")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--batch", type=int, default=64, help="for rowlists, conds and cells")
     parser.add_argument("--batch-sizes", default="16,64",
@@ -658,6 +710,9 @@ def main(argv=None) -> dict:
     if "replay" in only:
         out["replay"] = fit_replay([int(b) for b in args.batch_sizes.split(",")], args.rounds,
                                    args.instances)
+    if "projection" in only:
+        out["projection"] = fit_projection([int(b) for b in args.batch_sizes.split(",")],
+                                           args.rounds, args.instances)
     return out
 
 

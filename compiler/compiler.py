@@ -26,6 +26,7 @@ import numpy as np
 
 from blocks.precision import compute_dtype, held_program
 from blocks.types import TensorType
+from compiler.dataflow import op_feeds
 from compiler.expansion import BatchGraph, ExampleGraph, expand_all, expand_batch
 from compiler.lowering import Program, lower
 from compiler.rounds import expand_in_rounds
@@ -146,7 +147,8 @@ class Compiler:
         ops, types = held_program(self.program.ops, self.program.value_types,
                                   self.compute_dtype, self.program.metric_types)
         self.executor = Executor(ops, types, output_dtypes=[
-            t.dtype for t in self.program.value_types] if self.compute_dtype else None)
+            t.dtype for t in self.program.value_types] if self.compute_dtype else None,
+            feeds=op_feeds(self.program))
         self.planner = Planner(self.executor.layout, scheduler, len(self.program.metric_names))
         self.cache_size = _cache_size(cache)
         self._cache: OrderedDict[int, tuple[Any, ExampleGraph]] | None = \

@@ -36,7 +36,7 @@ import blocks as td
 from blocks.block import Block, block_factory
 from blocks.layers import Layer
 from blocks.types import TupleType
-from models.rnn_cells import CellPair
+from models.rnn_cells import CellPair, InputProjection, ProjectedCell, projects_input
 
 
 @block_factory
@@ -53,9 +53,8 @@ def bidirectional(forward_cell: Any, backward_cell: Any) -> Block:
     if isinstance(forward_cell, Layer) and isinstance(backward_cell, Layer):
         # Both directions in one RNN over (x_t, x_{n+1-t}): one op per step, so the
         # engine batches the two directions together (rnn_cells.CellPair).
-        pair = CellPair(forward_cell, backward_cell)
-        outputs = (td.AllOf(td.Identity(), td.Slice(step=-1)) >> td.Zip() >> td.RNN(pair)
-                   >> td.GetItem(0))
+        inputs, pair = _paired_inputs(forward_cell, backward_cell)
+        outputs = inputs >> td.RNN(pair) >> td.GetItem(0)
         forward = td.Map(td.GetItem(0))
         backward = td.Map(td.GetItem(1)) >> td.Slice(step=-1)
         return outputs >> td.AllOf(forward, backward) >> td.Zip() >> td.Map(td.Concat())
@@ -77,16 +76,32 @@ def sequence_encoder(cell: Any, backward_cell: Any = None) -> Block:
     reverse, as in `bidirectional`: one launch per step for both directions (a
     character BiLSTM over every rare word of a batch, say, takes half the steps).
     """
-    forward = td.RNN(cell) >> td.GetItem(1) >> _StateH()
     if backward_cell is None:
-        return forward
+        if projects_input(cell):
+            return (td.Map(InputProjection(cell)) >> td.RNN(ProjectedCell(cell))
+                    >> td.GetItem(1) >> _StateH())
+        return td.RNN(cell) >> td.GetItem(1) >> _StateH()
     if isinstance(cell, Layer) and isinstance(backward_cell, Layer):
-        states = (td.AllOf(td.Identity(), td.Slice(step=-1)) >> td.Zip()
-                  >> td.RNN(CellPair(cell, backward_cell)) >> td.GetItem(1))
+        inputs, pair = _paired_inputs(cell, backward_cell)
+        states = inputs >> td.RNN(pair) >> td.GetItem(1)
         return states >> td.AllOf(td.GetItem(0) >> _StateH(),
                                   td.GetItem(1) >> _StateH()) >> td.Concat()
+    forward = td.RNN(cell) >> td.GetItem(1) >> _StateH()
     backward = td.Slice(step=-1) >> td.RNN(backward_cell) >> td.GetItem(1) >> _StateH()
     return td.AllOf(forward, backward) >> td.Concat()
+
+
+def _paired_inputs(first: Layer, second: Layer) -> tuple[Block, Layer]:
+    """`(block, pair)`: the block makes the sequence of `(x_t, x_{n+1-t})` the cell
+    pair reads; for the library's cells, both inputs projected first, over the
+    whole sequence (`rnn_cells.InputProjection`), so that the loop runs only the
+    recurrent half of each cell."""
+    if projects_input(first) and projects_input(second):
+        projected = td.Map(InputProjection(first, second))
+        inputs = projected >> td.AllOf(td.Map(td.GetItem(0)),
+                                       td.Map(td.GetItem(1)) >> td.Slice(step=-1))
+        return inputs >> td.Zip(), CellPair(ProjectedCell(first), ProjectedCell(second))
+    return td.AllOf(td.Identity(), td.Slice(step=-1)) >> td.Zip(), CellPair(first, second)
 
 
 class _StateH(Block):

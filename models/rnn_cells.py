@@ -113,6 +113,20 @@ class _RecurrentCell(Layer):
     def _keras_layer(self):
         return self._weights
 
+    @property
+    def projected_type(self) -> TensorType:
+        """The type of `x W + b_x`, the input's part of the gates (`InputProjection`)."""
+        return TensorType((self._gates * self.units,))
+
+    def _project(self, x):
+        """`x W + b_x`: all of the cell that does not depend on the state."""
+        x, kernel, _, bias = self._in_compute_dtype(x)
+        return x @ kernel + (bias[0] if len(self._bias_shape()) == 2 else bias)
+
+    def _recur(self, z_x, state):
+        """`(output, state')` from the projected input `z_x` (see `_project`)."""
+        raise NotImplementedError
+
     def _in_compute_dtype(self, *xs) -> list:
         """`xs`, the kernel, recurrent kernel and bias in the cell's compute dtype:
         float32, or the low dtype of a mixed policy it was built under (its
@@ -127,14 +141,20 @@ class _RecurrentCell(Layer):
             label = self._label()
             if not isinstance(t, TupleType) or len(t) != 2:
                 raise TypeError(f"{label}: expected an (input, state) pair, got {t}")
-            x = t[0]
-            if not isinstance(x, TensorType) or x.ndim != 1 or x.dtype != "float32":
-                raise TypeError(f"{label}: the input must be a float32 vector, got {x}")
+            self._check_input(t[0], label)
             if t[1] != self.state_type:
                 raise TypeError(f"{label}: the state must be {self.state_type}, got {t[1]}")
-            if not self._weights.built:
-                self._weights.build(x.shape[0])
         super()._infer()
+
+    def _check_input(self, x, label: str) -> None:
+        """Checks an input type `x` and builds the weights for its size."""
+        if not isinstance(x, TensorType) or x.ndim != 1 or x.dtype != "float32":
+            raise TypeError(f"{label}: the input must be a float32 vector, got {x}")
+        if not self._weights.built:
+            self._weights.build(x.shape[0])
+        elif self.kernel.shape[0] != x.shape[0]:
+            raise TypeError(f"{label}: the input must have {self.kernel.shape[0]} items (the "
+                            f"kernel's rows), got {x}")
 
 
 class SimpleRNNCell(_RecurrentCell):
@@ -150,6 +170,11 @@ class SimpleRNNCell(_RecurrentCell):
     def _call(self, x, h):
         x, h, kernel, recurrent_kernel, bias = self._in_compute_dtype(x, h)
         h = self.activation(x @ kernel + h @ recurrent_kernel + bias)
+        return h, h
+
+    def _recur(self, z_x, h):
+        z_x, h, _, recurrent_kernel, _ = self._in_compute_dtype(z_x, h)
+        h = self.activation(z_x + h @ recurrent_kernel)
         return h, h
 
 
@@ -177,14 +202,24 @@ class LSTMCell(_RecurrentCell):
         if self.activation is keras.activations.tanh:
             # AddN and bias_add: gradients with no broadcasting machinery; the
             # memory update with its own gradient (`gates.lstm_memory`)
-            z = tf.nn.bias_add(tf.add_n([x @ kernel, h @ recurrent_kernel]), bias)
+            return self._memory(tf.nn.bias_add(tf.add_n([x @ kernel, h @ recurrent_kernel]),
+                                               bias), c)
+        return self._op_by_op(x @ kernel + h @ recurrent_kernel + bias, c)
+
+    def _recur(self, z_x, state):
+        z_x, h, c, _, recurrent_kernel, _ = self._in_compute_dtype(z_x, *state)
+        return self._memory(z_x + h @ recurrent_kernel, c)
+
+    def _memory(self, z, c):
+        """`(h', (h', c'))` from the gates' inputs `z`."""
+        if self.activation is keras.activations.tanh:
             h, c = gates.lstm_memory(z, [c], "ifuo")
             return h, (h, c)
-        return self._op_by_op(x, h, c, kernel, recurrent_kernel, bias)
+        return self._op_by_op(z, c)
 
-    def _op_by_op(self, x, h, c, kernel, recurrent_kernel, bias):
-        """The cell op by op, differentiated by autodiff (any activation)."""
-        z = x @ kernel + h @ recurrent_kernel + bias
+    def _op_by_op(self, z, c):
+        """The cell op by op from its gates' inputs `z`, differentiated by autodiff
+        (any activation)."""
         i, f, g, o = gates.cut_gates(z, 4)
         i, f, g, o = tf.sigmoid(i), tf.sigmoid(f), self.activation(g), tf.sigmoid(o)
         c = f * c + i * g
@@ -214,7 +249,14 @@ class GRUCell(_RecurrentCell):
 
     def _call(self, x, h):
         x, h, kernel, recurrent_kernel, bias = self._in_compute_dtype(x, h)
-        from_x = x @ kernel + bias[0]
+        return self._update(x @ kernel + bias[0], h, recurrent_kernel, bias)
+
+    def _recur(self, from_x, h):
+        from_x, h, _, recurrent_kernel, bias = self._in_compute_dtype(from_x, h)
+        return self._update(from_x, h, recurrent_kernel, bias)
+
+    def _update(self, from_x, h, recurrent_kernel, bias):
+        """The new state from the input's part of the gates, `x W + b_x`."""
         from_h = h @ recurrent_kernel + bias[1]
         x_z, x_r, x_n = gates.cut_gates(from_x, 3)
         h_z, h_r, h_n = gates.cut_gates(from_h, 3)
@@ -291,6 +333,85 @@ class CellPair(Layer):
         return (out_1, out_2), (state_1, state_2)
 
 
+class InputProjection(Layer):
+    """The input's part of one or more cells' gates, `x -> (x W_1 + b_1, ...)`.
+
+    It does not depend on the state, so an encoder runs it on every element
+    before the recurrence (`encoders.bidirectional`, `encoders.sequence_encoder`):
+    one launch over all the batch's elements instead of one product per step in
+    the loop, where the cells then read it (`ProjectedCell`). It uses the cells'
+    own weights.
+
+    >>> import numpy as np
+    >>> import blocks as td
+    >>> cell = LSTMCell(2, input_size=3)
+    >>> project = td.Vector(3) >> InputProjection(cell)
+    >>> step = td.Record((td.Vector(8), (td.Vector(2), td.Vector(2)))) >> ProjectedCell(cell)
+    >>> x, h, c = [1.0, 2.0, 3.0], [0.5, 0.5], [0.0, 1.0]
+    >>> whole = td.Record((td.Vector(3), (td.Vector(2), td.Vector(2)))) >> cell
+    >>> out, _ = step.eval((project.eval(x), (h, c)))
+    >>> bool(np.allclose(out, whole.eval((x, (h, c)))[0], atol=1e-6))
+    True
+    """
+
+    handles_empty = True
+
+    def __init__(self, *cells: Layer, name: str | None = None):
+        if not cells or not all(projects_input(c) for c in cells):
+            raise TypeError(f"InputProjection: cells must be SimpleRNNCell, LSTMCell or "
+                            f"GRUCell layers, got {cells!r}")
+        self.cells = cells
+        outs = [c.projected_type for c in cells]
+        super().__init__(output_type=outs[0] if len(cells) == 1 else TupleType(*outs),
+                         name=name)
+
+    def _keras_layers(self) -> list:
+        return [w for c in self.cells for w in c._keras_layers()]
+
+    def _infer(self):
+        t = self.input_type
+        if t is not None:
+            for c in self.cells:
+                c._check_input(t, self._label())
+        super()._infer()
+
+    def _call(self, x):
+        outs = tuple(c._project(x) for c in self.cells)
+        return outs[0] if len(outs) == 1 else outs
+
+
+class ProjectedCell(Layer):
+    """A cell reading its input projected (`InputProjection`):
+    `(x W + b_x, state) -> (output, state)`, with the cell's weights.
+
+    Args:
+        cell: a `SimpleRNNCell`, `LSTMCell` or `GRUCell`.
+    """
+
+    handles_empty = True
+
+    def __init__(self, cell: Layer, name: str | None = None):
+        if not projects_input(cell):
+            raise TypeError(f"ProjectedCell: cell must be a SimpleRNNCell, LSTMCell or "
+                            f"GRUCell layer, got {cell!r}")
+        self.cell = cell
+        super().__init__(input_type=TupleType(cell.projected_type, cell.state_type),
+                         output_type=cell.output_type, name=name)
+
+    def _keras_layers(self) -> list:
+        return self.cell._keras_layers()
+
+    def _call(self, z_x, state):
+        return self.cell._recur(z_x, state)
+
+
+def projects_input(cell: Any) -> bool:
+    """Whether `cell` can run as `InputProjection` and `ProjectedCell`: one of the
+    library's cells, computing as its class does (a subclass or a patch that
+    changes `_call` keeps the whole cell)."""
+    return isinstance(cell, _RecurrentCell) and type(cell)._call in _OWN_CALLS
+
+
 @block_factory
 def fold_step(cell: Any) -> td.Block:
     """A `td.Fold` combine block from a cell: `(state, x) -> cell((x, state))[1]`.
@@ -307,4 +428,7 @@ def rnn_outputs(cell: Any) -> td.Block:
     return td.RNN(cell) >> td.GetItem(0)
 
 
-__all__ = ["SimpleRNNCell", "LSTMCell", "GRUCell", "fold_step", "rnn_outputs"]
+_OWN_CALLS = frozenset((SimpleRNNCell._call, LSTMCell._call, GRUCell._call))
+
+__all__ = ["SimpleRNNCell", "LSTMCell", "GRUCell", "CellPair", "InputProjection",
+           "ProjectedCell", "projects_input", "fold_step", "rnn_outputs"]

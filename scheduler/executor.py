@@ -137,11 +137,13 @@ class Executor:
             cast where it differs from the type's); under a mixed policy the
             values are held in a low dtype and returned in the declared one
             (`blocks.precision`). Default: each type's own dtype.
+        feeds: optional bool `[ops, ops]`, False where op a never feeds op b
+            (`compiler.dataflow`): fewer ops in the loop (`Layout.build`).
     """
 
     def __init__(self, ops: Sequence[Any], value_types: Sequence[Any], row_lists: bool = True,
                  batched_weight_grads: bool = False, replay_backward: bool = False,
-                 output_dtypes: Sequence[str] | None = None):
+                 output_dtypes: Sequence[str] | None = None, feeds=None):
         for name, flag in (("row_lists", row_lists),
                            ("batched_weight_grads", batched_weight_grads),
                            ("replay_backward", replay_backward)):
@@ -151,7 +153,8 @@ class Executor:
         self.row_lists = row_lists
         self.batched_weight_grads = batched_weight_grads
         self.replay_backward = replay_backward
-        self.layout = Layout.build(self.ops, value_types)
+        self.feeds = feeds
+        self.layout = Layout.build(self.ops, value_types, feeds)
         self.output_dtypes = None if output_dtypes is None else tuple(map(str, output_dtypes))
 
     @property

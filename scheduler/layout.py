@@ -38,7 +38,7 @@ def dtype_name(value_type) -> str:
 
 # Why a batch cannot be planned: error codes of the compiled planner, and the
 # messages both planning paths raise.
-OK, NOT_CONSTANT, LOOKUP_IN_LOOP, TOO_LARGE = 0, 1, 2, 3
+OK, NOT_CONSTANT, LOOKUP_IN_LOOP, TOO_LARGE, OUT_OF_ORDER = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,9 +107,15 @@ class Layout:
     segment_id: dict
 
     @classmethod
-    def build(cls, ops: Sequence[Any], value_types: Sequence[Any]) -> Layout:
+    def build(cls, ops: Sequence[Any], value_types: Sequence[Any],
+              feeds: np.ndarray | None = None) -> Layout:
         """The layout of `ops` over `value_types` (each with `shape` and `dtype`);
-        every input and output type of an op must be among `value_types`."""
+        every input and output type of an op must be among `value_types`.
+
+        `feeds`, optional bool `[ops, ops]`: `[a, b]` False when no output of op a
+        is ever an input of op b (the block expression's dataflow,
+        `compiler.dataflow`); by default every op whose output type is an input
+        type of b may feed it."""
         value_types = tuple(value_types)
         index = {t: k for k, t in enumerate(value_types)}
         try:
@@ -123,7 +129,7 @@ class Layout:
                       value_types=value_types, op_in=op_in, op_out=op_out,
                       prelude_only=prelude_only)
         fields.update(_slot_tables(op_in, op_out, len(value_types)))
-        fields.update(_stage_tables(op_in, op_out, prelude_only, len(value_types)))
+        fields.update(_stage_tables(op_in, op_out, prelude_only, len(value_types), feeds))
         dtypes = tuple(sorted({dtype_name(t) for t in value_types}))
         type_dtype = tuple(dtype_name(t) for t in value_types)
         fields.update(
@@ -155,7 +161,7 @@ class Layout:
     def max_outputs(self) -> int:
         return self.out_type_table.shape[1]
 
-    def planning_error(self, code: int, op: int = -1) -> ValueError:
+    def planning_error(self, code: int, op: int = -1) -> Exception:
         """The error for a batch the executor cannot run (`code` as the planner
         reports it; `op`: the op concerned, where there is one)."""
         if code == NOT_CONSTANT:
@@ -167,6 +173,12 @@ class Layout:
                 "constants or come from ops outside the recursion")
         if code == TOO_LARGE:
             return ValueError("the batch is too large for int32 indices")
+        if code == OUT_OF_ORDER:
+            from blocks.errors import InternalError
+            return InternalError(
+                f"a node of op {self.op_names[op]!r} reads a value computed after it: the "
+                "layout's stages say an op cannot feed it that does (an op feeds another "
+                "that its `feeds` matrix, from compiler.dataflow, says it never feeds)")
         raise AssertionError(f"unknown planning error code {code}")
 
 
@@ -195,10 +207,11 @@ def _slot_tables(op_in: tuple, op_out: tuple, n_types: int) -> dict:
     return t
 
 
-def _stage_tables(op_in: tuple, op_out: tuple, prelude_only: tuple, n_types: int) -> dict:
+def _stage_tables(op_in: tuple, op_out: tuple, prelude_only: tuple, n_types: int,
+                  feeds: np.ndarray | None) -> dict:
     """The stages, the launches outside the loop and the loop's ops (see `Layout`)."""
     n_ops = len(op_in)
-    head, tail = _stages(op_in, op_out)
+    head, tail = _stages(op_in, op_out, feeds)
     middle = tuple(o for o in range(n_ops) if o not in head and o not in tail)
     outer = middle + head
     # Only middle ops get a branch in the loop, and of them only those that can run
@@ -228,10 +241,11 @@ def _stage_tables(op_in: tuple, op_out: tuple, prelude_only: tuple, n_types: int
         tail_arity=tail_arity, tail_in_type=tail_in_type, tail_type_mask=tail_type_mask)
 
 
-def _stages(op_in: tuple, op_out: tuple) -> tuple[tuple, tuple]:
+def _stages(op_in: tuple, op_out: tuple, dataflow: np.ndarray | None) -> tuple[tuple, tuple]:
     """The head and tail ops, each in an order where producers come first.
 
-    Op a *feeds* op b when an output type of a is an input type of b. A *head* op
+    Op a *feeds* op b when an output type of a is an input type of b (and
+    `dataflow[a, b]`, where given). A *head* op
     is on no cycle of this relation and is fed by head ops only: all its nodes
     can run before the loop. A *tail* op is on no cycle, is not a head op and
     feeds tail ops only: all its nodes can run after the loop. The rest, the
@@ -240,6 +254,11 @@ def _stages(op_in: tuple, op_out: tuple) -> tuple[tuple, tuple]:
     n = len(op_in)
     feeds = np.array([[bool(set(op_out[a]) & set(op_in[b])) for b in range(n)]
                       for a in range(n)], bool).reshape(n, n)
+    if dataflow is not None:
+        if np.shape(dataflow) != (n, n):
+            raise ValueError(f"feeds must be a [{n}, {n}] bool matrix, got shape "
+                             f"{np.shape(dataflow)}")
+        feeds &= np.asarray(dataflow, bool)
     reach = feeds.copy()  # reach[a, b]: a path a -> ... -> b
     while True:
         wider = reach | ((reach.astype(np.int64) @ feeds.astype(np.int64)) > 0)

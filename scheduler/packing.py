@@ -44,6 +44,7 @@ class Packed(NamedTuple):
         within a launch, argument (among the op's arguments of that type), then node.
     arg_start [N]: where node j's arguments start in the graph's `node_args`.
     const_only_ok: whether every node of launches `< const_only` reads constants only.
+    out_of_order: -1, or the first node that reads a value of a launch not before its own.
     """
 
     group_size: np.ndarray
@@ -57,6 +58,7 @@ class Packed(NamedTuple):
     gathered: np.ndarray
     arg_start: np.ndarray
     const_only_ok: bool
+    out_of_order: int
 
 
 def pack_rows(node_op, node_arity, node_args, value_type, value_node, value_index,
@@ -68,7 +70,8 @@ def pack_rows(node_op, node_arity, node_args, value_type, value_node, value_inde
     the constant rows of type k; and per op, `out_count[o, k]` / `in_count[o, k]`
     (outputs / arguments of type k), `slot_typepos[o, s]` (output s's position among
     the op's outputs of its type), `arg_typepos[o, a]` (the same for argument a).
-    The nodes of launches `< const_only` are checked to read constants only.
+    The nodes of launches `< const_only` are checked to read constants only, and
+    every node to read values of earlier launches only (`Packed.out_of_order`).
     """
     return Packed(*_pack(*(_ints(a) for a in (
         node_op, node_arity, node_args, value_type, value_node, value_index, node_launch,
@@ -127,19 +130,23 @@ def _pack(node_op, node_arity, node_args, value_type, value_node, value_index, n
     arg_start = np.empty(n, np.int64)
     p = 0
     const_only_ok = True
+    out_of_order = -1
     for j in range(n):
         arg_start[j] = p
         g, o = node_launch[j], node_op[j]
         for a in range(node_arity[j]):
             v = node_args[p]
-            if g < const_only and value_node[v] >= 0:
-                const_only_ok = False
+            if value_node[v] >= 0:
+                if g < const_only:
+                    const_only_ok = False
+                if node_launch[value_node[v]] >= g and out_of_order < 0:
+                    out_of_order = j
             t = value_type[v]
             gathered[type_base[t] + in_cum[g, t] + arg_typepos[o, a] * group_size[g]
                      + pos[j]] = value_row[v]
             p += 1
     return (group_size, group_start, order, pos, out_cum, in_cum, type_base, value_row,
-            gathered, arg_start, const_only_ok)
+            gathered, arg_start, const_only_ok, out_of_order)
 
 
 def pack_segments(packed: Packed, lo: int, hi: int, branch, loop_types, const_counts,

@@ -41,7 +41,7 @@ import numpy as np
 
 from scheduler.executor import Feed
 from scheduler.graph import OpGraph, _merge_records
-from scheduler.layout import LOOKUP_IN_LOOP, NOT_CONSTANT, OK, TOO_LARGE, Layout
+from scheduler.layout import LOOKUP_IN_LOOP, NOT_CONSTANT, OK, OUT_OF_ORDER, TOO_LARGE, Layout
 from scheduler.packing import _pack, _segments, pack_rows, pack_segments
 from scheduler.schedules import SCHEDULERS, Schedule, Scheduler, ScheduleStats, schedule_stats
 
@@ -216,6 +216,8 @@ class Planner:
                            lay.arg_typepos, const_only=lay.n_middle)
         if not packed.const_only_ok:
             raise lay.planning_error(NOT_CONSTANT)
+        if packed.out_of_order >= 0:
+            raise lay.planning_error(OUT_OF_ORDER, int(graph.node_op[packed.out_of_order]))
         branch = lay.branch_of[g_op[lo:hi]]
         if np.any(branch < 0):
             raise lay.planning_error(LOOKUP_IN_LOOP, int(g_op[lo:hi][np.argmax(branch < 0)]))
@@ -403,13 +405,15 @@ def _pack_plan(node_op, node_arity, sdepth, node_args, value_type, value_node, v
         group_step, group_op, node_group, stage, outer_pos, tail_pos, outer_ops, tail_ops)
     lo, hi = n_outer, n_outer + n_loop
     (group_size, group_start, order, pos, out_cum, in_cum, type_base, value_row, gathered,
-     arg_start, const_only_ok) = _pack(
+     arg_start, const_only_ok, out_of_order) = _pack(
         node_op, node_arity, node_args, value_type, value_node, value_index, node_launch,
         launch_op, const_counts, out_count, in_count, slot_typepos, arg_typepos, n_middle)
     empty = np.zeros(0, np.int32)
     z = np.zeros(0, np.int64)
     if not const_only_ok:
         return empty, empty, z, z, NOT_CONSTANT, -1
+    if out_of_order >= 0:
+        return empty, empty, z, z, OUT_OF_ORDER, node_op[out_of_order]
     branch = np.empty(n_loop, np.int64)
     for i in range(n_loop):
         branch[i] = branch_of[launch_op[lo + i]]

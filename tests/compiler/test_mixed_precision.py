@@ -336,7 +336,7 @@ def test_weight_gradients_once_per_step_match_the_loop_s_own(policy):
     comp = Compiler.create(c.block)
     ex = comp.executor
     batched = Executor(ex.ops, ex.value_types, batched_weight_grads=True,
-                       output_dtypes=ex.output_dtypes)
+                       output_dtypes=ex.output_dtypes, feeds=ex.feeds)
     inputs = _inputs("tree_lstm", np.random.default_rng(1))
     arrays = {k: tf.constant(v) for k, v in comp.plan(inputs).feed.arrays.items()}
 

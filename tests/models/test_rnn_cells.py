@@ -59,6 +59,45 @@ def test_cell_equals_keras_cell_in_eval_and_batched(ours, theirs, stateful_c):
                 np.testing.assert_allclose(s, w, atol=1e-5)
 
 
+@pytest.mark.parametrize("dim", [DIM, UNITS], ids=["narrow", "as_wide_as_the_state"])
+@pytest.mark.parametrize("ours, theirs, stateful_c", CASES, ids=["simple", "lstm", "gru"])
+def test_cell_with_its_input_projected_first_equals_keras_cell(ours, theirs, stateful_c, dim):
+    cell = ours(UNITS)
+    block = (td.Map(td.Vector(dim) >> rnn_cells.InputProjection(cell))
+             >> td.RNN(rnn_cells.ProjectedCell(cell)))
+    random_weights(cell, seed=2)
+    ref = theirs(UNITS)
+    ref.build((None, dim))
+    ref.set_weights([np.asarray(w) for w in cell.weights])
+    seqs = [[list(np.linspace(-1, 1, dim) * (t + 1)) for t in range(n)] for n in (0, 1, 4)]
+    compiler = Compiler.create(block)
+    lay = compiler.executor.layout
+    assert [lay.op_names[o] for o in lay.head_ops] == ["InputProjection"]  # before the loop
+    for seq, got_batched in zip(seqs, compiler.run(seqs)):
+        want_outs, want_state = keras_run(ref, seq, stateful_c)
+        for outs, state in (block.eval(seq), got_batched):
+            np.testing.assert_allclose(np.reshape(outs, (-1, UNITS)),
+                                       np.reshape(want_outs, (-1, UNITS)), atol=1e-5)
+            for s, w in zip(list(state) if stateful_c else [state], want_state):
+                np.testing.assert_allclose(s, w, atol=1e-5)
+
+
+def test_projection_names_a_cell_it_cannot_split_and_a_wrong_input():
+    with pytest.raises(TypeError, match="InputProjection: cells must be"):
+        rnn_cells.InputProjection(td.FC(3))
+    with pytest.raises(TypeError, match="ProjectedCell: cell must be"):
+        rnn_cells.ProjectedCell(rnn_cells.CellPair(rnn_cells.GRUCell(2), rnn_cells.GRUCell(2)))
+    cell = rnn_cells.GRUCell(UNITS, input_size=DIM)
+    with pytest.raises(TypeError, match="must have 2 items"):
+        td.Vector(DIM + 1) >> rnn_cells.InputProjection(cell)
+
+    class Peephole(rnn_cells.LSTMCell):  # computes its own way: never split
+        def _call(self, x, state):
+            return super()._call(x, state)
+    assert not rnn_cells.projects_input(Peephole(UNITS))
+    assert rnn_cells.projects_input(rnn_cells.LSTMCell(UNITS))
+
+
 def test_lstm_state_is_h_c_and_output_is_h():
     cell = rnn_cells.LSTMCell(UNITS, input_size=DIM)
     vec = td.TensorType((UNITS,))

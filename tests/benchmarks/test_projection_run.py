@@ -1,0 +1,25 @@
+"""`python -m benchmarks.ablations --only projection` runs, at a tiny size, and prints its
+table."""
+
+from __future__ import annotations
+
+import math
+
+from benchmarks import ablations
+
+
+def test_projection_ablation_times_both_taggers_and_prints_their_ratios(capsys):
+    out = ablations.fit_projection([1], 1, instances=1, items=2)
+    assert sorted(out) == [1]
+    row = out[1]
+    first, whole = "projected first", "whole cells in the loop"
+    assert row["ops before the loop"][first] == ["embedding", "InputProjection"]
+    assert "InputProjection" not in row["ops before the loop"][whole]
+    for call in ("fit", "predict"):
+        assert sorted(row[call]) == sorted([first, whole, "ratio"])
+        assert all(isinstance(x, float) and math.isfinite(x) and x > 0
+                   for x in row[call].values())
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| B | "))
+    assert lines[header].count("|") == 5
+    assert lines[header + 2].startswith("| 1 | ")

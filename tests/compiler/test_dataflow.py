@@ -1,0 +1,104 @@
+"""Which op feeds which (`compiler.dataflow`), and what the layout makes of it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import blocks as td
+from blocks.errors import InternalError
+from compiler import Compiler
+from compiler.dataflow import op_feeds
+from compiler.expansion import expand
+from compiler.lowering import lower
+from scheduler.graph import OpGraph
+from scheduler.layout import Layout
+from scheduler.planner import Planner
+from scheduler.schedules import SCHEDULERS
+from tests.compiler import models
+
+EXPANDED = [f for f in models.ALL if not lower(f().block).reads_values]
+
+
+def observed_feeds(program, graph: OpGraph) -> set:
+    """The `(producer op, consumer op)` pairs a graph's nodes actually have."""
+    consumer = np.repeat(np.arange(graph.num_nodes), graph.node_arity)
+    producer = graph.value_node[graph.node_args]
+    made = producer >= 0
+    return set(zip(graph.node_op[producer[made]].tolist(),
+                   graph.node_op[consumer[made]].tolist()))
+
+
+@pytest.mark.parametrize("make", EXPANDED, ids=lambda f: f.__name__[5:])
+def test_every_feed_an_input_makes_is_one_the_analysis_found(make):
+    case = make()
+    program = lower(case.block)
+    feeds = op_feeds(program)
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.lists(case.inputs, min_size=1, max_size=3))
+    def check(inputs):
+        graph = OpGraph.concatenate([expand(program, x).graph for x in inputs])
+        missed = [(program.ops[a].name, program.ops[b].name)
+                  for a, b in observed_feeds(program, graph) if not feeds[a, b]]
+        assert not missed
+
+    check()
+
+
+def projected_rnn():
+    """An RNN whose input projection reads vectors as wide as the state it writes."""
+    project, cell = td.FC(3, name="project"), td.FC(3, name="cell")
+    return td.Map(td.Vector(3) >> project) >> td.Fold(td.Concat() >> cell, td.Zeros(3))
+
+
+def test_a_pipe_feeds_forward_only_and_a_fold_feeds_itself():
+    program = lower(projected_rnn())
+    names = [op.name for op in program.ops]
+    feeds = {(names[a], names[b]) for a, b in zip(*np.nonzero(op_feeds(program)))}
+    assert feeds == {("project", "concat"), ("concat", "cell"), ("cell", "concat")}
+
+
+def test_an_op_fed_only_from_outside_the_recursion_runs_before_the_loop():
+    program = lower(projected_rnn())
+    names = [op.name for op in program.ops]
+    by_types = Layout.build(program.ops, program.value_types)
+    by_flow = Layout.build(program.ops, program.value_types, op_feeds(program))
+    assert [names[o] for o in by_types.loop_ops] == ["project", "concat", "cell"]
+    assert [names[o] for o in by_flow.head_ops] == ["project"]
+    assert [names[o] for o in by_flow.loop_ops] == ["concat", "cell"]
+    assert Compiler.create(projected_rnn()).executor.layout.head_ops == by_flow.head_ops
+
+
+def test_a_block_that_evaluates_its_own_way_gets_the_cautious_rule():
+    class Twice(td.Map):  # feeds each element's output back into the element block
+        def _evaluate(self, ctx, x):
+            elem = self._children[0]
+            return [elem._eval(ctx, elem._eval(ctx, item)) for item in x]
+
+    twice = lower(td.Map(td.Vector(3)) >> Twice(td.FC(3)))
+    once = lower(td.Map(td.Vector(3)) >> td.Map(td.FC(3)))
+    assert op_feeds(twice).tolist() == [[True]]
+    assert op_feeds(once).tolist() == [[False]]
+
+
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_a_layout_that_misses_a_feed_is_an_internal_error_not_a_wrong_result(scheduler):
+    program = lower(projected_rnn())
+    wrong = op_feeds(program)
+    wrong[:, :] = False  # claims no op feeds another: everything runs before the loop
+    planner = Planner(Layout.build(program.ops, program.value_types, wrong), scheduler)
+    example = expand(program, [[1.0, 2.0, 3.0], [0.5, 0.5, 0.5]])
+    graph, record = example.graph, example.plan_record(program.root.output_type)
+    with pytest.raises(InternalError, match="'concat' reads a value computed after it"):
+        planner.plan([record], [graph.constants])
+    with pytest.raises(InternalError, match="'concat' reads a value computed after it"):
+        planner.feed(graph, SCHEDULERS[scheduler](graph), example.result_values(
+            program.root.output_type))
+    right = Planner(Layout.build(program.ops, program.value_types, op_feeds(program)),
+                    scheduler)
+    right.plan([record], [graph.constants])
+    right.feed(graph, SCHEDULERS[scheduler](graph), example.result_values(
+        program.root.output_type))

@@ -1,7 +1,8 @@
-"""The layout: what the ops' types alone fix about every batch they will run.
+"""The layout: what the ops' types and dataflow fix about every batch they will run.
 
-`Layout.build(ops, value_types)` reads each op's signature (its `input_types`,
-`output_types`, `prelude_only` flag and `name`) once and derives the integer
+`Layout.build(ops, value_types, feeds)` reads each op's signature (its `input_types`,
+`output_types`, `prelude_only` flag and `name`), and optionally which op can feed
+which (`compiler.dataflow`: finer than the types), once and derives the integer
 tables that planning (`scheduler.planner`) and the traced program
 (`scheduler.executor`) share: value type ids per op slot, the *stages* (head ops
 run before the loop, tail ops after it, the middle in it), the static launches

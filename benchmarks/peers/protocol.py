@@ -62,12 +62,14 @@ def serve(handler, reply, hello: dict) -> None:
 
 
 class Worker:
-    """A worker process started from `command`; `run(request)` returns its answer."""
+    """A worker process started from `command` (with `env` added to this process's
+    environment); `run(request)` returns its answer."""
 
-    def __init__(self, name: str, command: list):
+    def __init__(self, name: str, command: list, env: dict | None = None):
         self.name = name
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True, bufsize=1)
+                                        text=True, bufsize=1,
+                                        env=None if env is None else {**os.environ, **env})
         self.hello = self._read()
 
     def _read(self) -> dict:

@@ -171,9 +171,11 @@ def main(argv=None) -> None:
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     data = protocol.load_data(args.data, tuples=True)
     side = RefoldSide(data, args.workloads.split(","), args.lr, args.scheduler)
+    from tensorflow.python.util import _pywrap_util_port
     protocol.serve(side.run, reply, {"system": "refold", "threads": args.threads,
                                      "scheduler": args.scheduler,
-                                     "tensorflow": tf.__version__})
+                                     "tensorflow": tf.__version__,
+                                     "onednn": bool(_pywrap_util_port.IsMklEnabled())})
 
 
 if __name__ == "__main__":

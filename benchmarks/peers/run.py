@@ -11,7 +11,10 @@ same round, and the table gives their median [min-max].
     python -m benchmarks.peers --jit --tf-threads default --batch-sizes 1,16
 
 `--jit` adds a side "Refold jit": the same models, every call with `jit_compile=True`
-(`compiler.xla`; its untimed pass compiles the buckets the items meet).
+(`compiler.xla`; its untimed pass compiles the buckets the items meet). `--onednn` adds
+a side "Refold oneDNN": a worker process whose TensorFlow runs with oneDNN's kernels
+(`TF_ENABLE_ONEDNN_OPTS=1`, which TensorFlow leaves off by default on CPUs without
+AVX-512), TensorFlow's default threads.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ PARSER_SIZES = dict(embed=100, tag_embed=25, hidden=125, mlp=100)
 EXPLORE = 0.9
 """The explore workload's probability of following a wrong prediction (both sides)."""
 LABELS = {"dynet": "DyNet", "refold": "Refold", "refold-1t": "Refold 1t",
-          "refold-depth": "Refold depth", "refold-jit": "Refold jit"}
+          "refold-depth": "Refold depth", "refold-jit": "Refold jit",
+          "refold-onednn": "Refold oneDNN"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
@@ -164,6 +168,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--dynet-gates", choices=["fused", "split"], default="fused")
     parser.add_argument("--jit", action="store_true",
                         help="also Refold with jit_compile=True (XLA), default threads")
+    parser.add_argument("--onednn", action="store_true",
+                        help="also Refold with oneDNN's kernels (TF_ENABLE_ONEDNN_OPTS=1, a "
+                             "worker process), default threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
@@ -205,6 +212,10 @@ def main(argv=None) -> dict:
                 workers["refold-1t"] = protocol.Worker("refold-1t", [
                     sys.executable, "-m", "benchmarks.peers.refold_side", *common,
                     "--threads", "1", "--workloads", ",".join(workloads)])
+            if args.onednn:
+                workers["refold-onednn"] = protocol.Worker("refold-onednn", [
+                    sys.executable, "-m", "benchmarks.peers.refold_side", *common,
+                    "--workloads", ",".join(workloads)], env={"TF_ENABLE_ONEDNN_OPTS": "1"})
             if "default" in threads:
                 from benchmarks.peers.refold_side import RefoldSide
                 workers["refold"] = RefoldSide(protocol.load_data(data_path, tuples=True),
@@ -218,8 +229,8 @@ def main(argv=None) -> dict:
                 workers["refold-jit"] = RefoldSide(
                     protocol.load_data(data_path, tuples=True), workloads, args.lr,
                     jit_compile=True)
-            order = [n for n in ("dynet", "refold", "refold-1t", "refold-depth", "refold-jit")
-                     if n in workers]
+            order = [n for n in ("dynet", "refold", "refold-1t", "refold-depth", "refold-jit",
+                                 "refold-onednn") if n in workers]
             sides = {n: workers[n] for n in order}
             results: dict = {}
             for w in workloads:
@@ -247,7 +258,9 @@ def main(argv=None) -> dict:
          "refold": "Refold, TensorFlow's default threads",
          "refold-1t": "Refold, TensorFlow on 1 thread",
          "refold-depth": "Refold, depth scheduler, TensorFlow's default threads",
-         "refold-jit": "Refold, jit_compile=True (XLA), TensorFlow's default threads"}[n]
+         "refold-jit": "Refold, jit_compile=True (XLA), TensorFlow's default threads",
+         "refold-onednn": "Refold, oneDNN's kernels (TF_ENABLE_ONEDNN_OPTS=1), TensorFlow's "
+                          "default threads"}[n]
         for n in order))
     print("train = one Model.fit(epochs=1) call over the items / DyNet's minibatch loop; "
           "infer = one Model.predict call / a forward per minibatch; parse = greedy parsing, "

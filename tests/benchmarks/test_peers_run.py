@@ -156,3 +156,13 @@ def test_the_jit_side_runs_the_same_models_under_xla(capsys):
     for mode in ("train", "infer"):
         assert all(map(_rate, out["results"]["treelstm"][4][mode]["rates"]["refold-jit"]))
     assert "train Refold / Refold jit" in capsys.readouterr().out
+
+
+def test_the_onednn_side_runs_in_a_worker_with_onednn_on(capsys):
+    out = run.main(["--peer", "none", "--tf-threads", "default", "--onednn", "--workloads",
+                    "bilstm", "--batch-sizes", "2", "--items", "2", "--rounds", "1"])
+    assert out["meta"]["sides"] == ["refold", "refold-onednn"]
+    assert out["meta"]["workers"]["refold-onednn"]["onednn"] is True
+    for mode in ("train", "infer"):
+        assert _rate(out["results"]["bilstm"][2][mode]["median"]["refold-onednn"])
+    assert "oneDNN's kernels (TF_ENABLE_ONEDNN_OPTS=1)" in capsys.readouterr().out

@@ -281,16 +281,20 @@ class Executor:
             ys.append(mine)
         return ys
 
-    def _launch_table(self, seg):
+    def _launch_table(self, seg, own_outputs: bool = False):
         """Every per-launch scalar the loop reads, one row per launch: op branch,
         size, then per loop type the start and length of its gather rows and the
-        bounds of its written rows. One gather per iteration reads a row (indexing
-        a dozen vectors at g and g + 1 cost several ops each, and their gradients)."""
+        bounds of the rows it writes: the previous launch's outputs (the forward
+        loop writes a launch's outputs one iteration late), or with `own_outputs`
+        its own (the replayed backward loop). One gather per iteration reads a row
+        (indexing a dozen vectors at g and g + 1 cost several ops each, and their
+        gradients)."""
         import tensorflow as tf
         cols = [seg("group_op"), seg("group_size")]
         for k in self.layout.loop_types:
-            s, out_bounds = seg(f"in_splits_{k}"), seg(f"out_bounds_{k}")
-            cols += [s[:-1], s[1:] - s[:-1], out_bounds[:-2], out_bounds[1:-1]]
+            s, bounds = seg(f"in_splits_{k}"), seg(f"out_bounds_{k}")
+            written = (bounds[1:-1], bounds[2:]) if own_outputs else (bounds[:-2], bounds[1:-1])
+            cols += [s[:-1], s[1:] - s[:-1], *written]
         return tf.stack(cols, axis=1)
 
     def _loop(self, bufs: list, seg, deferred: dict, differentiable: bool = True):

@@ -62,16 +62,6 @@ from scheduler.executor import _parts
 from scheduler.layout import dtype_name
 
 
-def _reverse_table(layout, seg):
-    """Per launch: op branch, size, then per loop type the start and length of its
-    gather rows and the bounds of its own outputs' rows."""
-    cols = [seg("group_op"), seg("group_size")]
-    for k in layout.loop_types:
-        s, out_bounds = seg(f"in_splits_{k}"), seg(f"out_bounds_{k}")
-        cols += [s[:-1], s[1:] - s[:-1], out_bounds[1:-1], out_bounds[2:]]
-    return tf.stack(cols, axis=1)
-
-
 def replay_loop(executor, bufs: list, seg) -> tuple[list, list]:
     """The loop of `executor` on its loop types' starting buffers `bufs` (in
     `layout.loop_types` order), with the replayed backward pass.
@@ -127,7 +117,7 @@ def _backward(executor, final: list, g_post: list, g_final: list, post_rows: lis
         g_bufs.append(g if g_final[i] is None else g + g_final[i])
     if not lay.loop_ops:
         return _starts(loop_types, floats, g_bufs)
-    table = _reverse_table(lay, seg)
+    table = executor._launch_table(seg, own_outputs=True)
     in_rows = {k: seg(f"in_rows_{k}") for k in loop_types}
     branches_of = list(lay.loop_ops)
 

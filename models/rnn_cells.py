@@ -120,7 +120,7 @@ class _RecurrentCell(Layer):
 
     def _project(self, x):
         """`x W + b_x`: all of the cell that does not depend on the state."""
-        x, kernel, _, bias = self._in_compute_dtype(x)
+        x, kernel, bias = self._computed(x, self.kernel, self.bias)
         return x @ kernel + (bias[0] if len(self._bias_shape()) == 2 else bias)
 
     def _recur(self, z_x, state):
@@ -128,12 +128,17 @@ class _RecurrentCell(Layer):
         raise NotImplementedError
 
     def _in_compute_dtype(self, *xs) -> list:
-        """`xs`, the kernel, recurrent kernel and bias in the cell's compute dtype:
-        float32, or the low dtype of a mixed policy it was built under (its
-        variables stay float32; reading them cast is how Keras layers compute)."""
+        """`xs`, the kernel, recurrent kernel and bias in the cell's compute dtype
+        (`_computed`)."""
+        return self._computed(*xs, self.kernel, self.recurrent_kernel, self.bias)
+
+    def _computed(self, *ts) -> list:
+        """Tensors and variables `ts` in the cell's compute dtype: float32, or the
+        low dtype of a mixed policy it was built under (its variables stay float32;
+        reading them cast is how Keras layers compute). Only the variables a call
+        uses are read: inside the engine's loop each read is an op per iteration."""
         dtype = self._weights.compute_dtype
-        return [tf.cast(t, dtype) for t in (*xs, self.kernel, self.recurrent_kernel,
-                                            self.bias)]
+        return [tf.cast(t, dtype) for t in ts]
 
     def _infer(self):
         t = self.input_type
@@ -173,7 +178,7 @@ class SimpleRNNCell(_RecurrentCell):
         return h, h
 
     def _recur(self, z_x, h):
-        z_x, h, _, recurrent_kernel, _ = self._in_compute_dtype(z_x, h)
+        z_x, h, recurrent_kernel = self._computed(z_x, h, self.recurrent_kernel)
         h = self.activation(z_x + h @ recurrent_kernel)
         return h, h
 
@@ -207,7 +212,7 @@ class LSTMCell(_RecurrentCell):
         return self._op_by_op(x @ kernel + h @ recurrent_kernel + bias, c)
 
     def _recur(self, z_x, state):
-        z_x, h, c, _, recurrent_kernel, _ = self._in_compute_dtype(z_x, *state)
+        z_x, h, c, recurrent_kernel = self._computed(z_x, *state, self.recurrent_kernel)
         return self._memory(z_x + h @ recurrent_kernel, c)
 
     def _memory(self, z, c):
@@ -252,7 +257,8 @@ class GRUCell(_RecurrentCell):
         return self._update(x @ kernel + bias[0], h, recurrent_kernel, bias)
 
     def _recur(self, from_x, h):
-        from_x, h, _, recurrent_kernel, bias = self._in_compute_dtype(from_x, h)
+        from_x, h, recurrent_kernel, bias = self._computed(from_x, h, self.recurrent_kernel,
+                                                            self.bias)
         return self._update(from_x, h, recurrent_kernel, bias)
 
     def _update(self, from_x, h, recurrent_kernel, bias):

@@ -283,19 +283,34 @@ class Executor:
 
     def _launch_table(self, seg, own_outputs: bool = False):
         """Every per-launch scalar the loop reads, one row per launch: op branch,
-        size, then per loop type the start and length of its gather rows and the
-        bounds of the rows it writes: the previous launch's outputs (the forward
-        loop writes a launch's outputs one iteration late), or with `own_outputs`
-        its own (the replayed backward loop). One gather per iteration reads a row
-        (indexing a dozen vectors at g and g + 1 cost several ops each, and their
-        gradients)."""
+        size, then per loop type the start and length of its gather rows and of
+        the rows it writes: the previous launch's outputs (the forward loop writes
+        a launch's outputs one iteration late), or with `own_outputs` its own (the
+        replayed backward loop). An iteration reads its row with one gather and
+        cuts it with one split (`_launch_fields`): indexing a dozen vectors at g
+        and g + 1, or slicing the row item by item, cost an op each."""
         import tensorflow as tf
         cols = [seg("group_op"), seg("group_size")]
         for k in self.layout.loop_types:
             s, bounds = seg(f"in_splits_{k}"), seg(f"out_bounds_{k}")
-            written = (bounds[1:-1], bounds[2:]) if own_outputs else (bounds[:-2], bounds[1:-1])
-            cols += [s[:-1], s[1:] - s[:-1], *written]
+            start = bounds[1:-1] if own_outputs else bounds[:-2]
+            end = bounds[2:] if own_outputs else bounds[1:-1]
+            cols += [s[:-1], s[1:] - s[:-1], start, end - start]
         return tf.stack(cols, axis=1)
+
+    def _launch_fields(self, table, g, in_rows: dict, row_ids: dict) -> tuple:
+        """Launch g's `(op branch, size, gathered rows, written rows)` from row g of
+        `_launch_table`: the branch and size as scalars, the rows per loop type
+        (`row_ids[k]`: `tf.range` of type k's buffer rows, made before the loop)."""
+        import tensorflow as tf
+        loop_types = self.layout.loop_types
+        parts = tf.split(tf.gather(table, g), 2 + 4 * len(loop_types))
+        rows, written = {}, {}
+        for i, k in enumerate(loop_types):
+            f = 2 + 4 * i
+            rows[k] = tf.slice(in_rows[k], parts[f], parts[f + 1])
+            written[k] = tf.slice(row_ids[k], parts[f + 2], parts[f + 3])
+        return tf.reshape(parts[0], []), tf.reshape(parts[1], []), rows, written
 
     def _loop(self, bufs: list, seg, deferred: dict, differentiable: bool = True):
         """The loop, one launch per iteration; returns the loop types' buffers, the
@@ -311,21 +326,19 @@ class Executor:
         stacked = len(lay.loop_ops) > 1 or not self.row_lists
         table = self._launch_table(seg)
         in_rows = {k: seg(f"in_rows_{k}") for k in loop_types}
+        row_ids = {k: tf.range(tf.shape(bufs[k])[0]) for k in loop_types}
 
         def body(g, bufs, ys):
-            row = tf.gather(table, g)
+            op, size, rows, written = self._launch_fields(table, g, in_rows, row_ids)
             new_bufs, xs = [], []
             for i, k in enumerate(loop_types):
-                f = 2 + 4 * i
-                rows = tf.slice(in_rows[k], row[f:f + 1], row[f + 1:f + 2])
-                written = tf.range(row[f + 2], row[f + 3])
-                b, x = write_read(bufs[i], ys[i], _parts(written, n_out[k]),
-                                  _parts(rows, n_in[k]), differentiable)
+                b, x = write_read(bufs[i], ys[i], _parts(written[k], n_out[k]),
+                                  _parts(rows[k], n_in[k]), differentiable)
                 new_bufs.append(b)
                 xs.append(x)
-            branches = [lambda o=o: self._branch(o, xs, row[1], stacked, deferred)
+            branches = [lambda o=o: self._branch(o, xs, size, stacked, deferred)
                         for o in lay.loop_ops]
-            ys = tf.switch_case(row[0], branches) if len(branches) > 1 else branches[0]()
+            ys = tf.switch_case(op, branches) if len(branches) > 1 else branches[0]()
             ys = [[_rows_shaped(y, shapes[k]) for y in ys_k] for k, ys_k in zip(loop_types, ys)]
             return g + 1, new_bufs, ys
 

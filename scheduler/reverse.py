@@ -119,19 +119,15 @@ def _backward(executor, final: list, g_post: list, g_final: list, post_rows: lis
         return _starts(loop_types, floats, g_bufs)
     table = executor._launch_table(seg, own_outputs=True)
     in_rows = {k: seg(f"in_rows_{k}") for k in loop_types}
+    row_ids = {k: tf.range(tf.shape(final[i])[0]) for i, k in enumerate(loop_types)}
     branches_of = list(lay.loop_ops)
 
     def body(j, g_bufs):
-        row = tf.gather(table, j)
-        rows, written = {}, {}
-        for i, k in enumerate(loop_types):
-            f = 2 + 4 * i
-            rows[k] = tf.slice(in_rows[k], row[f:f + 1], row[f + 1:f + 2])
-            written[k] = tf.range(row[f + 2], row[f + 3])
-        branches = [lambda o=o: _replay(executor, o, final, g_bufs, rows, written, row[1],
+        op, size, rows, written = executor._launch_fields(table, j, in_rows, row_ids)
+        branches = [lambda o=o: _replay(executor, o, final, g_bufs, rows, written, size,
                                         floats)
                     for o in branches_of]
-        g_rows = tf.switch_case(row[0], branches) if len(branches) > 1 else branches[0]()
+        g_rows = tf.switch_case(op, branches) if len(branches) > 1 else branches[0]()
         new = []
         for slot, i in enumerate(floats):
             k = loop_types[i]

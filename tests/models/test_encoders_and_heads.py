@@ -65,6 +65,19 @@ def test_bidirectional_runs_its_cells_as_one_pair_with_the_gradients_of_two_rnns
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+def test_the_loop_of_a_bidirectional_lstm_reads_only_the_recurrent_kernels():
+    import collections
+    fw, bw = rnn_cells.LSTMCell(U), rnn_cells.LSTMCell(U)
+    compiler = Compiler.create(td.Map(td.Vector(D)) >> encoders.bidirectional(fw, bw))
+    arrays = {k: tf.constant(v) for k, v in compiler.plan(SEQS).feed.arrays.items()}
+    graph = tf.function(compiler.executor.compute, autograph=False).get_concrete_function(
+        arrays).graph
+    body = collections.Counter(op.type for name, f in graph._functions.items()
+                               if "body" in name for op in f.graph.get_operations())
+    # per iteration one matmul per direction, on the recurrent kernel, the one it reads
+    assert body["MatMul"] == 2 and body["ReadVariableOp"] == 2
+
+
 def test_sequence_encoder_gives_final_h_of_both_directions():
     fw, bw = rnn_cells.LSTMCell(U), rnn_cells.SimpleRNNCell(U)
     block = td.Map(td.Vector(D)) >> encoders.sequence_encoder(fw, bw)

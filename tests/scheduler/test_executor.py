@@ -487,6 +487,20 @@ def test_a_loop_traced_without_a_tape_keeps_no_gradient_bookkeeping():
     assert "EnsureShape" not in body_ops(ONE_LOOP_OP.forward)
 
 
+def test_an_iteration_cuts_its_launch_row_with_one_split():
+    graph = ONE_LOOP_OP.forward.get_concrete_function().graph
+    body = [op for name, f in graph._functions.items() if "body" in name
+            for op in f.graph.get_operations()]
+    fields = 2 + 4 * len(ONE_LOOP_OP.executor.layout.loop_types)
+    row_splits = [op for op in body if op.type == "Split" and op.get_attr("num_split") == fields]
+    assert len(row_splits) == 1  # the row of the launch table: one gather, one split
+    row = row_splits[0].inputs[1]
+    assert row.op.type == "GatherV2"
+    # and no op per field: nothing else reads the row, and no Range makes written rows
+    assert [c.type for c in row.consumers()] == ["Split"]
+    assert "Range" not in [op.type for op in body]
+
+
 def _conds(fn) -> int:
     graph = fn.get_concrete_function().graph
     return sum(op.type in ("If", "StatelessIf") for op in graph.get_operations())

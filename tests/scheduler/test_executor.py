@@ -346,7 +346,7 @@ def check_gradients(graph, raw, name, reads, seed, opset=ALL):
 # --- values and gradients on random graphs ---------------------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=40)
+@settings(max_examples=30)
 @given(data=st.data())
 def test_values_of_random_graphs_equal_the_oracle(name, data):
     graph, raw = random_batch(data.draw)
@@ -355,7 +355,7 @@ def test_values_of_random_graphs_equal_the_oracle(name, data):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=40)
+@settings(max_examples=30)
 @given(data=st.data())
 def test_gradients_of_random_graphs_equal_the_oracle(name, data):
     graph, raw = random_batch(data.draw)
@@ -375,7 +375,7 @@ def test_gradients_sum_over_values_read_by_many_nodes(name, data):
 
 @pytest.mark.parametrize("opset", [ONE_LOOP_OP, ONE_LOOP_OP_STACKED], ids=["lists", "stacked"])
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=25)
+@settings(max_examples=20)
 @given(data=st.data())
 def test_values_and_gradients_with_one_loop_op_equal_the_oracle(name, opset, data):
     graph, raw = random_batch(data.draw, opset=opset)
@@ -388,7 +388,7 @@ def test_values_and_gradients_with_one_loop_op_equal_the_oracle(name, opset, dat
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=25)
+@settings(max_examples=20)
 @given(data=st.data())
 def test_values_and_gradients_without_conds_equal_the_oracle(name, data):
     # random batches leave most of the 14 ops without nodes, outside the loop too
@@ -403,7 +403,7 @@ def test_values_and_gradients_without_conds_equal_the_oracle(name, data):
                                    ONE_LOOP_OP_STACKED_ONCE_PER_STEP],
                          ids=["several", "one", "one-stacked"])
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=20)
+@settings(max_examples=15)
 @given(data=st.data())
 def test_gradients_with_weight_gradients_once_per_step_equal_the_oracle(name, opset, data):
     graph, raw = random_batch(data.draw, opset=opset)
@@ -415,7 +415,7 @@ def test_gradients_with_weight_gradients_once_per_step_equal_the_oracle(name, op
 @pytest.mark.parametrize("opset", [REPLAYED, ONE_LOOP_OP_REPLAYED, ONE_LOOP_OP_STACKED_REPLAYED],
                          ids=["several", "one", "one-stacked"])
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=20)
+@settings(max_examples=15)
 @given(data=st.data())
 def test_gradients_with_the_replayed_backward_loop_equal_the_oracle(name, opset, data):
     graph, raw = random_batch(data.draw, opset=opset, hub=None)

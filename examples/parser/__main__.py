@@ -122,8 +122,9 @@ def label_by_direction(heads: Sequence[int], labels: dict[str, str]) -> list[str
 def scores(predicted: Sequence[Sequence[int]], sentences: Sequence[Sentence],
            relations: Sequence[Sequence[str | None]] | None = None) -> dict:
     """UAS over all words, over the words whose head is more than one word away (the
-    root counts as position 0), and the share of sentences with every head right;
-    with predicted `relations`, also LAS (head and label right) over all words."""
+    root counts as position 0; NaN when no word's is), and the share of sentences with
+    every head right; with predicted `relations`, also LAS (head and label right) over
+    all words."""
     hits, long_hits, exact, labelled = [], [], [], []
     for k, (heads, s) in enumerate(zip(predicted, sentences)):
         ok = [p == g for p, g in zip(heads, s.heads)]
@@ -132,7 +133,8 @@ def scores(predicted: Sequence[Sequence[int]], sentences: Sequence[Sentence],
         exact.append(all(ok))
         if relations is not None:
             labelled.extend(o and p == g for o, p, g in zip(ok, relations[k], s.relations))
-    out = {"uas": float(np.mean(hits)), "long_arcs": float(np.mean(long_hits)),
+    out = {"uas": float(np.mean(hits)),
+           "long_arcs": float(np.mean(long_hits)) if long_hits else float("nan"),
            "exact": float(np.mean(exact))}
     if relations is not None:
         out["las"] = float(np.mean(labelled))
@@ -144,7 +146,8 @@ def format_table(results: dict[str, dict]) -> str:
              "|---|---|---|---|---|"]
     for name, r in results.items():
         las = f"{100 * r['las']:.1f}" if "las" in r else "-"
-        lines.append(f"| {name} | {100 * r['uas']:.1f} | {las} | {100 * r['long_arcs']:.1f} | "
+        long_arcs = "-" if np.isnan(r["long_arcs"]) else f"{100 * r['long_arcs']:.1f}"
+        lines.append(f"| {name} | {100 * r['uas']:.1f} | {las} | {long_arcs} | "
                      f"{100 * r['exact']:.1f} |")
     return "\n".join(lines)
 

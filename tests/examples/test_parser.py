@@ -6,6 +6,7 @@ from __future__ import annotations
 import filecmp
 import math
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -491,6 +492,13 @@ def test_baselines_and_scores():
     r = parser_main.scores([parser_main.next_word(s), s.heads], [s, s])
     # next word: 2 of 4 right; arcs longer than one word: sleeps->root (3) only
     assert r == {"uas": (2 + 4) / 8, "long_arcs": 1 / 2, "exact": 1 / 2}
+    # no arc longer than one word: no share of them, and no warning computing it
+    short = Sentence(["sleep"], ["VERB"], [0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = parser_main.scores([short.heads], [short])
+    assert math.isnan(r["long_arcs"]) and r["uas"] == 1.0
+    assert "| baseline | 100.0 | - | - | 100.0 |" in parser_main.format_table({"baseline": r})
 
 
 def test_baseline_labels_are_the_most_frequent_of_each_direction():

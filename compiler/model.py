@@ -123,7 +123,9 @@ class Model(keras.Model):
     1, say) the engine replays the loop backward itself and takes the weight
     gradients once per step (`scheduler.reverse`), for the others TensorFlow
     differentiates the loop with a weight gradient in every backward iteration; its
-    `max_rows` (rows per launch on average, `0`: never) changes the threshold.
+    `max_rows` (rows per launch on average, `0`: never) changes the threshold. Each
+    choice is its own trace; a batch near the threshold (within a factor of 2) runs
+    on the other choice's trace if only that one exists.
 
     Mixed precision: under a `"mixed_float16"` or `"mixed_bfloat16"` policy (the
     global one, or that of the block's layers) layers compute in the low dtype, the
@@ -325,6 +327,18 @@ class Model(keras.Model):
             with self.distribute_strategy.scope():  # its slots mirrored, as the weights
                 optimizer.build(self.trainable_variables)
 
+    def _build_compiled_metrics(self, signature) -> None:
+        """Builds the metrics given to `compile` for steps of `signature` (packed
+        arrays, labels, sample weights), as Keras' `fit` does before its first step:
+        built inside a traced step, their variables would make TensorFlow trace the
+        step twice."""
+        metrics = self._compile_metrics
+        if metrics is None or metrics.built or len(signature) < 2 or self._out_type is None:
+            return
+        out = self.block.output_type
+        metrics.build(keras.KerasTensor(signature[1].shape, signature[1].dtype.name),
+                      keras.KerasTensor((None, *out.shape), out.dtype))
+
     def _update_metrics(self, x, y, y_pred, sample_weight, values, loss):
         n = tf.cast(x["batch_size"][0], tf.float32)
         if "global_batch_size" in x:
@@ -420,7 +434,8 @@ class Model(keras.Model):
         return StepFunction(step, lambda: self._feeders[role()],
                             lambda: bool(self.run_eagerly), lambda: self._epoch,
                             xla=lambda: self._xla_batches() if self.jit_compile else None,
-                            weight_grads=self.weight_grads if kind == "train" else None)
+                            weight_grads=self.weight_grads if kind == "train" else None,
+                            before_trace=self._build_compiled_metrics)
 
     def make_train_function(self, force=False):
         if self.train_function is None or force:

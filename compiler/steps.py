@@ -13,7 +13,8 @@ traced once per label layout.
 It runs in TensorFlow's graph mode by default. A training step is traced twice at
 most there: a batch whose loop launches are small (batch 1, say) takes the loop's
 weight gradients once per step rather than in every backward iteration
-(`WeightGradsChoice`, `scheduler.weight_grads`), each choice its own trace. With
+(`WeightGradsChoice`, `scheduler.weight_grads`), each choice its own trace (a batch
+near the threshold reuses the other choice's trace). With
 `Model.jit_compile` on, each batch is converted to its bucketed XLA form
 (`compiler.xla`) and the step is traced with static shapes under
 `jit_compile=True`, once per bucket key.
@@ -22,7 +23,7 @@ weight gradients once per step rather than in every backward iteration
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import tensorflow as tf
 
@@ -115,6 +116,8 @@ class WeightGradsChoice:
     the loop, its weights' part cut off: `scheduler.weight_grads`).
     """
 
+    NEAR = 2.0  # `key`: a batch this close to `max_rows` may take the other choice's trace
+
     def __init__(self, executor, max_rows: float | None = None, replay: bool = True):
         from scheduler.weight_grads import ONCE_PER_STEP_ROWS
         self.executor = executor
@@ -146,12 +149,24 @@ class WeightGradsChoice:
             raise ValueError(f"weight_grads.replay must be True or False, got {value!r}")
         self._replay = value
 
-    def key(self, arrays: dict) -> bool:
-        """Whether batch `arrays` (packed) takes its weight gradients once per step."""
-        from scheduler.weight_grads import once_per_step_pays
-        return bool(self.executor.batched_weight_grads) or (
-            self.max_rows > 0 and once_per_step_pays(self.executor.layout, arrays,
-                                                     self.max_rows))
+    def key(self, arrays: dict, traced: Collection[bool] = ()) -> bool:
+        """Whether batch `arrays` (packed) takes its weight gradients once per step.
+
+        `traced` holds the choices that have a trace for the batch's signature: a
+        batch within a factor `NEAR` of `max_rows` takes the one traced choice
+        rather than tracing its own, since near the threshold the two choices cost
+        about the same and a trace costs seconds."""
+        from scheduler.weight_grads import mean_loop_rows
+        if self.executor.batched_weight_grads or self.max_rows == float("inf"):
+            return True
+        rows = mean_loop_rows(self.executor.layout, arrays)
+        if rows is None or self.max_rows == 0:
+            return False
+        once = rows <= self.max_rows
+        near = self.max_rows / self.NEAR <= rows <= self.max_rows * self.NEAR
+        if near and len(traced) == 1 and once not in traced:
+            return not once
+        return once
 
     @contextlib.contextmanager
     def tracing(self, once: bool):
@@ -177,18 +192,25 @@ class StepFunction:
         xla: returns the model's `compiler.xla.XlaBatches` when its steps run under
             XLA, None otherwise.
         weight_grads: a training step's `WeightGradsChoice` (graph mode only).
+        before_trace: called with the signature of the batches about to be traced,
+            before the trace (to make the variables the step would otherwise make
+            in it, which makes TensorFlow trace it a second time).
     """
 
     def __init__(self, step: Callable, feeder: Callable[[], BatchFeeder],
                  eager: Callable[[], bool], epoch: Callable[[], int] | None = None,
                  xla: Callable[[], object] | None = None,
-                 weight_grads: WeightGradsChoice | None = None):
+                 weight_grads: WeightGradsChoice | None = None,
+                 before_trace: Callable | None = None):
         self._step, self._feeder, self._eager = step, feeder, eager
+        self._before_trace = before_trace or (lambda signature: None)
         self._weight_grads = weight_grads
         self._epoch = epoch
         self._xla = xla or (lambda: None)
         self._traced: dict = {}
-        self._last: tuple = (None, None, None)  # the last signature, its variant, its step
+        # the last signature, its variant, its step, its flat form
+        self._last: tuple = (None, None, None, None)
+        self._variants: dict = {}  # flat signature -> the weight-gradient choices traced
         self._pass: tuple = (None, None)  # the (feeder, Keras iterator) being read
         self._next = 0
         self.xla_traces = 0  # compiled (bucket) programs traced so far
@@ -210,12 +232,14 @@ class StepFunction:
             fn = self._traced.get(key)
             if fn is None:
                 self.xla_traces += 1
+                self._before_trace(feeder.signature)
                 fn = self._traced[key] = tf.function(
                     _expanding(self._step, xla, layout), input_signature=[xla.signature(data)],
                     autograph=False, jit_compile=True).get_concrete_function()
             outputs = fn(data)
         else:
-            once = None if self._weight_grads is None else self._weight_grads.key(data[0])
+            once = None if self._weight_grads is None else self._weight_grads.key(
+                data[0], self._choices(feeder.signature))
             handoff, fn = self._graph_step(feeder.signature, once)
             outputs = fn(*handoff.tensors(data))
         if isinstance(outputs, dict) and STEP_FINITE in outputs:
@@ -226,14 +250,22 @@ class StepFunction:
                 raise NonFiniteLossError(feeder.examples(i), float(loss), epoch, i)
         return outputs
 
+    def _choices(self, signature) -> set:
+        """The weight-gradient choices traced for batches of `signature`."""
+        flat = self._last[3] if signature is self._last[0] else tuple(
+            tf.nest.flatten(signature))
+        return self._variants.get(flat, set())
+
     def _graph_step(self, signature, once: bool | None = None) -> tuple[Handoff, Callable]:
         """The `Handoff` and the traced step of batches of `signature`, traced once
         (per weight-gradient choice `once`, if the step makes one)."""
         if signature is self._last[0] and once == self._last[1]:
             return self._last[2]
-        key = (tuple(tf.nest.flatten(signature)), once)
+        flat = tuple(tf.nest.flatten(signature))
+        key = (flat, once)
         got = self._traced.get(key)
         if got is None:
+            self._before_trace(signature)
             handoff = Handoff(signature)
             step = self._step
 
@@ -245,7 +277,8 @@ class StepFunction:
                 fn = tf.function(flat_step, input_signature=handoff.signature,
                                  autograph=False).get_concrete_function()
             got = self._traced[key] = (handoff, fn)
-        self._last = (signature, once, got)
+            self._variants.setdefault(flat, set()).add(once)
+        self._last = (signature, once, got, flat)
         return got
 
     def on_iterator(self, iterator, steps: int):

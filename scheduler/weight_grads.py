@@ -52,12 +52,26 @@ def once_per_step_pays(layout, arrays: dict, max_rows: float = ONCE_PER_STEP_ROW
     >>> once_per_step_pays(lay, feed), once_per_step_pays(lay, feed, max_rows=1)
     (True, False)
     """
+    rows = mean_loop_rows(layout, arrays)
+    return rows is not None and rows <= max_rows
+
+
+def mean_loop_rows(layout, arrays: dict) -> float | None:
+    """The mean rows per loop launch of a planned batch; None if it has none.
+
+    >>> from types import SimpleNamespace as Layout
+    >>> lay = Layout(loop_ops=[1], segment_id={"group_size": 1})
+    >>> mean_loop_rows(lay, {"index": np.array([9, 1, 2, 3, 7]),
+    ...                      "layout": np.array([0, 1, 4, 5])})
+    2.0
+    """
     if not layout.loop_ops:
-        return False
+        return None
     i = layout.segment_id["group_size"]
     bounds = arrays["layout"]
     sizes = np.asarray(arrays["index"][bounds[i]:bounds[i + 1]])
-    return 0 < int(sizes.sum()) <= max_rows * len(sizes)
+    total = int(sizes.sum())
+    return total / len(sizes) if total > 0 else None
 
 
 def inputs_only(fn: Callable, args: Sequence[tf.Tensor]) -> list:

@@ -145,13 +145,61 @@ def test_training_is_traced_once_for_every_batch_shape_and_weight_gradient_choic
     model.fit(trees[:4], y[:4], batch_size=1, epochs=1, verbose=0)
     # small launches take the weight gradients once per step, large ones per iteration
     assert set(Counting.traces) == {False, True}
-    # Keras traces a step twice when its first run creates variables (metrics' state)
+    # once each: the compiled metrics' variables are made before the first trace
+    # (made in it, TensorFlow would trace the step a second time)
     first = dict(Counting.traces)
-    assert all(n <= 2 for n in first.values())
+    assert first == {False: 1, True: 1}
     model.fit(trees, y, batch_size=30, epochs=2, verbose=0)
     model.fit(trees[:20], y[:20], batch_size=3, epochs=1, verbose=0)
     model.fit(trees[:5], y[:5], batch_size=1, epochs=1, verbose=0)
     assert Counting.traces == first  # every batch shape ran on its choice's trace
+    Counting.traces = {}
+    compiled(Counting(factories.tree_sign())).evaluate(trees, y, batch_size=45, verbose=0)
+    assert Counting.traces == {False: 1}  # evaluate first: its metrics made before, too
+
+
+def test_a_batch_near_the_threshold_runs_on_the_other_choices_trace():
+    from types import SimpleNamespace
+
+    from compiler.steps import WeightGradsChoice
+    layout = SimpleNamespace(loop_ops=[1], segment_id={"group_size": 1})
+    choice = WeightGradsChoice(SimpleNamespace(layout=layout, batched_weight_grads=False),
+                               max_rows=4)
+
+    def key(rows: list, traced=()):  # a batch whose loop launches have these rows
+        return choice.key({"index": np.array([0, *rows]),
+                           "layout": np.array([0, 1, 1 + len(rows)])}, set(traced))
+    assert (key([3, 3]), key([6, 6])) == (True, False)  # the threshold, with no trace
+    assert (key([3, 3], {False}), key([6, 6], {True})) == (False, True)  # near: reused
+    assert (key([1, 1], {False}), key([9, 9], {True})) == (True, False)  # far: its own
+    assert (key([3, 3], {False, True}), key([6, 6], {False, True})) == (True, False)
+    choice.max_rows = 0
+    assert key([1], {True}) is False  # never, however near
+    choice.max_rows = float("inf")
+    assert key([100], {False}) is True  # always
+
+    class Counting(Model):
+        traces: list = []
+
+        def _forward(self, x):  # Python runs only while tracing
+            Counting.traces.append(self.compiler.executor.batched_weight_grads)
+            return super()._forward(x)
+
+    trees, y = sign_data(24, seed=7)
+    model = compiled(Counting(factories.tree_sign()))
+    rows = [mean_loop_rows(model, trees[i:i + 2]) for i in range(0, 24, 2)]
+    # a threshold the batches of 2 sit near, on both sides of it
+    model.weight_grads.max_rows = t = 1.5
+    assert t / 2 <= min(rows) < t < max(rows) <= 2 * t
+    model.fit(trees, y, batch_size=2, epochs=1, verbose=0, shuffle=False)
+    first = rows[0] <= model.weight_grads.max_rows
+    assert set(Counting.traces) == {first}  # every batch ran on the first batch's trace
+
+
+def mean_loop_rows(model, trees) -> float:
+    from scheduler.weight_grads import mean_loop_rows
+    plan = model.compiler.plan(trees, grouped=True)
+    return mean_loop_rows(model.compiler.executor.layout, plan.feed.arrays)
 
 
 def test_weight_gradients_once_per_step_train_as_every_iteration_does():

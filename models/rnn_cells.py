@@ -121,7 +121,11 @@ class _RecurrentCell(Layer):
     def _project(self, x):
         """`x W + b_x`: all of the cell that does not depend on the state."""
         x, kernel, bias = self._computed(x, self.kernel, self.bias)
-        return x @ kernel + (bias[0] if len(self._bias_shape()) == 2 else bias)
+        return x @ kernel + self._input_bias(bias)
+
+    def _input_bias(self, bias):
+        """The part of `bias` added to `x W` (all of it, but for the GRU's)."""
+        return bias
 
     def _recur(self, z_x, state):
         """`(output, state')` from the projected input `z_x` (see `_project`)."""
@@ -252,9 +256,12 @@ class GRUCell(_RecurrentCell):
     def _bias_shape(self) -> tuple:
         return (2, 3 * self.units)  # input bias, recurrent bias
 
+    def _input_bias(self, bias):
+        return bias[0]  # the input bias; bias[1] is added to h U (`_update`)
+
     def _call(self, x, h):
         x, h, kernel, recurrent_kernel, bias = self._in_compute_dtype(x, h)
-        return self._update(x @ kernel + bias[0], h, recurrent_kernel, bias)
+        return self._update(x @ kernel + self._input_bias(bias), h, recurrent_kernel, bias)
 
     def _recur(self, from_x, h):
         from_x, h, recurrent_kernel, bias = self._computed(from_x, h, self.recurrent_kernel,

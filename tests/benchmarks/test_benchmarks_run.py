@@ -22,6 +22,7 @@ from benchmarks import (
     fit,
     handoff,
     treelstm,
+    warm_start,
     worker_cpu,
 )
 
@@ -118,6 +119,15 @@ def test_a_worker_times_this_checkout_against_another_taking_turns():
     out = worker_cpu.main(["--trees", "6", "--batch", "3", "--rounds", "2"])  # itself
     assert sorted(out) == ["other_ms", "ratio", "this_ms"]
     assert all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in out.values())
+
+
+def test_the_first_fit_of_this_checkout_against_another_in_fresh_processes(capsys):
+    out = warm_start.main(["--against", ".", "--rounds", "1", "--trees", "4",
+                           "--batch-size", "2", "--metrics", "accuracy"])  # itself
+    assert sorted(out) == ["fit other / this", "other", "this"]
+    assert all(0 < out[k]["fit"] < out[k]["total"] for k in ("this", "other"))
+    assert math.isfinite(out["fit other / this"])
+    assert "batch 2, metrics ['accuracy']" in capsys.readouterr().out
 
 
 def test_the_cpu_model_of_a_stream_against_the_cached_list():

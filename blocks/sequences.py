@@ -165,6 +165,14 @@ class RNN(Block):
     is zeros (default), `initial_state` (a block with no input), or, with
     `initial_state_from_input=True`, the second item of the input
     `(sequence, state)`.
+
+    A cell whose `split_recurrence()` returns two blocks, `(per_element,
+    recurrent)`, runs as them: `per_element` on every element first (`x ->
+    x'`, the part of the cell that does not read the state: the zoo's cells
+    give their input projection `x W + b`), then `recurrent` over the sequence
+    (`(x', state) -> (output, state)`). The compiler then runs `per_element` on
+    all the batch's elements at once before its loop, and only `recurrent` in
+    it (`compiler.dataflow`). The results are the cell's.
     """
 
     _expected_input_types = (SequenceType, TupleType, PyObjectType)
@@ -175,12 +183,17 @@ class RNN(Block):
         if initial_state is not None and initial_state_from_input:
             raise ValueError("Cannot specify initial_state if initial_state_from_input is True.")
         from blocks.tensors import Zeros
-        cell = convert_to_block(cell)
+        split = getattr(cell, "split_recurrence", None)
+        parts = split() if callable(split) else None
+        self.per_element_block = None if parts is None else convert_to_block(parts[0])
+        cell = convert_to_block(cell if parts is None else parts[1])
         self._from_input = initial_state_from_input
         children = [cell]
         if not initial_state_from_input:
             children.append(Zeros() if initial_state is None else
                             convert_to_block(initial_state))
+        if self.per_element_block is not None:
+            children.append(self.per_element_block)
         super().__init__(children, name=name)
         cell.set_input_type_classes(TupleType)
         cell.set_output_type_classes(TupleType)
@@ -190,6 +203,8 @@ class RNN(Block):
             self.set_input_type_classes(TupleType)
 
     def _child_key(self, child):
+        if child is self.per_element_block:
+            return ".per_element"
         return ".cell" if child is self._children[0] else ".initial_state"
 
     def _infer(self):
@@ -205,6 +220,9 @@ class RNN(Block):
         else:
             seq, init = t, None
         elem = _element_type(self, seq, "run an RNN on", allow_broadcast=False)
+        if self.per_element_block is not None and elem is not None:
+            self.per_element_block.set_input_type(elem)
+            elem = self.per_element_block.output_type
         out = cell.output_type
         if out is not None and (not isinstance(out, TupleType) or len(out) != 2):
             raise TypeError(f"{self.path}: RNN cell must have tuple output type "
@@ -232,8 +250,11 @@ class RNN(Block):
             seq, state = x
         else:
             seq, state = x, self._children[1]._eval(ctx, None)
+        items = _as_list(self, seq)
+        if self.per_element_block is not None:
+            items = [self.per_element_block._eval(ctx, item) for item in items]
         outputs = []
-        for item in _as_list(self, seq):
+        for item in items:
             out, state = cell._eval(ctx, (item, state))
             outputs.append(out)
         return outputs, state

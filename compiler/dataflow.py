@@ -17,6 +17,8 @@ flow into it (`IN`) and out of it (`OUT`), grown to a fixpoint over the rules:
   names; `Record`, `AllOf`, `Map`: each child reads `IN`; `OneOf`: as it is wired
   (the optional `pre_block` before the cases);
 - a forward-declaration reference: its target reads `IN`, `OUT` is the target's;
+- an `RNN` whose cell was split (`RNN.per_element_block`): that block reads `IN`,
+  the rest as the next rule;
 - any other block (`Fold`, `RNN`, a block written from scratch): each child and
   each op it declares may read `IN`, its own ops' outputs and every child's
   outputs, and all of that may flow out.
@@ -44,7 +46,7 @@ import numpy as np
 from blocks.block import Block
 from blocks.composition import AllOf, Composition, Pipe, Record
 from blocks.control import OneOf
-from blocks.sequences import Map
+from blocks.sequences import RNN, Map
 from blocks.tensors import FromTensor, Function
 from blocks.validation import iter_blocks
 
@@ -147,13 +149,22 @@ def _reference(flow: _Flow, b: Block) -> None:
     flow.out_of(b, flow.outflow[id(target)])
 
 
-def _anything(flow: _Flow, b: Block) -> None:
+def _rnn(flow: _Flow, b: RNN) -> None:
+    """An RNN whose cell was split (`RNN.per_element_block`): the per-element part
+    reads the input only; the rest as any block."""
+    if b.per_element_block is not None:
+        flow.into(b.per_element_block, flow.inflow[id(b)])
+    _anything(flow, b, reads_input_only=b.per_element_block)
+
+
+def _anything(flow: _Flow, b: Block, reads_input_only: Block | None = None) -> None:
     """Any block: children and ops may read whatever is in it; all of it may leave."""
     inside = flow.inflow[id(b)] | flow.own(b)
     for child in b._children:
         inside |= flow.outflow[id(child)]
     for child in b._children:
-        flow.into(child, inside)
+        if child is not reads_input_only:
+            flow.into(child, inside)
     if flow.ops_of[id(b)]:
         flow.ops_read(b, inside)
     flow.out_of(b, inside)
@@ -161,7 +172,7 @@ def _anything(flow: _Flow, b: Block) -> None:
 
 # (class, rule): a block gets the rule of the first class it is an instance of and
 # evaluates as (same `_evaluate`), else `_anything`
-_RULES = ((Function, _function), (FromTensor, _function), (OneOf, _one_of),
+_RULES = ((Function, _function), (FromTensor, _function), (OneOf, _one_of), (RNN, _rnn),
           (Record, _parallel), (AllOf, _parallel), (Map, _parallel),
           (Pipe, _composition), (Composition, _composition))
 

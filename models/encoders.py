@@ -76,10 +76,7 @@ def sequence_encoder(cell: Any, backward_cell: Any = None) -> Block:
     reverse, as in `bidirectional`: one launch per step for both directions (a
     character BiLSTM over every rare word of a batch, say, takes half the steps).
     """
-    if backward_cell is None:
-        if projects_input(cell):
-            return (td.Map(InputProjection(cell)) >> td.RNN(ProjectedCell(cell))
-                    >> td.GetItem(1) >> _StateH())
+    if backward_cell is None:  # td.RNN projects a zoo cell's inputs before its loop
         return td.RNN(cell) >> td.GetItem(1) >> _StateH()
     if isinstance(cell, Layer) and isinstance(backward_cell, Layer):
         inputs, pair = _paired_inputs(cell, backward_cell)

@@ -10,7 +10,9 @@ The weights are laid out as Keras lays out its own cells (`kernel` for the input
 gates z, r, h with separate input and recurrent biases, Keras's `reset_after=True`),
 so weights move between these cells and `keras.layers.*Cell` with `set_weights`.
 The input size is taken from the first input type the cell meets, or given as
-`input_size`.
+`input_size`. `td.RNN` runs a cell in two halves (`split_recurrence`): the input
+projection `x W + b` (`InputProjection`) on every element before the engine's loop,
+the rest (`ProjectedCell`) in it.
 
 >>> import blocks as td
 >>> cell = LSTMCell(4)
@@ -126,6 +128,12 @@ class _RecurrentCell(Layer):
     def _input_bias(self, bias):
         """The part of `bias` added to `x W` (all of it, but for the GRU's)."""
         return bias
+
+    def split_recurrence(self) -> tuple | None:
+        """`(InputProjection(self), ProjectedCell(self))`, which `td.RNN` runs in
+        place of the cell (the projection on every element before the loop); None
+        for a subclass that changes `_call` (`projects_input`)."""
+        return (InputProjection(self), ProjectedCell(self)) if projects_input(self) else None
 
     def _recur(self, z_x, state):
         """`(output, state')` from the projected input `z_x` (see `_project`)."""

@@ -126,6 +126,19 @@ def make_rnn_with_metric_per_step() -> Case:
     return Case("rnn_metric_per_step", block, seqs, variables)
 
 
+def make_rnn_of_a_library_cell() -> Case:
+    """td.RNN of a zoo GRU cell, which it runs split (the input projection on every
+    element, the recurrent half in the loop), its initial state from the input."""
+    cell = rnn_cells.GRUCell(H, name="gru")
+    block = (td.Record((td.Map(td.Vector(3)), td.Vector(H)))
+             >> td.RNN(cell, initial_state_from_input=True) >> td.GetItem(1))
+
+    def vec(n):
+        return st.lists(st.floats(-1, 1, width=32), min_size=n, max_size=n)
+    return Case("rnn_of_a_library_cell", block, st.tuples(st.lists(vec(3), max_size=6), vec(H)),
+                weights_of(cell))
+
+
 def make_bidirectional_tagger() -> Case:
     """A bidirectional RNN (an LSTM forward, a GRU backward, run as one `CellPair`)
     with a metric at every position; the sequence of encodings out."""
@@ -330,7 +343,8 @@ def make_zip_with_python_objects() -> Case:
 
 
 ALL = [make_tree_lstm, make_tree_lstm_loss_everywhere, make_fold_rnn,
-       make_rnn_with_metric_per_step, make_bidirectional_tagger, make_char_tagger,
+       make_rnn_with_metric_per_step, make_rnn_of_a_library_cell, make_bidirectional_tagger,
+       make_char_tagger,
        make_reduce_and_oneof, make_nested_records, make_custom_block, make_greedy_decoder,
        make_device_decoder, make_transition_system, make_zip_with_python_objects]
 

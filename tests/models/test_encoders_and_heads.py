@@ -21,6 +21,12 @@ def stages(block) -> tuple[list, list]:
     return [lay.op_names[o] for o in lay.head_ops], [lay.op_names[o] for o in lay.loop_ops]
 
 
+def whole(cell) -> td.Block:
+    """`cell` as a block that `td.RNN` runs whole (it splits the library's cells)."""
+    from blocks.composition import convert_to_block
+    return convert_to_block(cell)
+
+
 def outputs(cell, seq):
     return (td.Map(td.Vector(D)) >> td.RNN(cell) >> td.GetItem(0)).eval(seq)
 
@@ -45,10 +51,10 @@ def test_bidirectional_concatenates_forward_and_reversed_backward_outputs():
 def test_bidirectional_runs_its_cells_as_one_pair_with_the_gradients_of_two_rnns():
     fw, bw = rnn_cells.LSTMCell(U), rnn_cells.GRUCell(U)
     stacked = td.Map(td.Vector(D)) >> encoders.bidirectional(fw, bw)
-    # the same encoder written as two RNNs (what bidirectional builds for non-layer cells)
+    # the same encoder written as two RNNs of whole cells (as for non-layer cells)
     two_rnns = td.Map(td.Vector(D)) >> td.AllOf(
-        td.RNN(fw) >> td.GetItem(0),
-        td.Slice(step=-1) >> td.RNN(bw) >> td.GetItem(0) >> td.Slice(step=-1),
+        td.RNN(whole(fw)) >> td.GetItem(0),
+        td.Slice(step=-1) >> td.RNN(whole(bw)) >> td.GetItem(0) >> td.Slice(step=-1),
     ) >> td.Zip() >> td.Map(td.Concat())
     # one op runs both cells in the loop, one projects both inputs before it
     assert stages(stacked) == (["InputProjection"], ["CellPair"])
@@ -93,10 +99,10 @@ def test_sequence_encoder_gives_final_h_of_both_directions():
 def test_sequence_encoder_runs_two_layer_cells_as_one_pair_with_the_gradients_of_two():
     fw, bw = rnn_cells.LSTMCell(U), rnn_cells.GRUCell(U)
     paired = td.Map(td.Vector(D)) >> encoders.sequence_encoder(fw, bw)
-    # the same encoder written as two RNNs (what sequence_encoder builds for block cells)
+    # the same encoder written as two RNNs of whole cells (as for block cells)
     two_rnns = td.Map(td.Vector(D)) >> td.AllOf(
-        td.RNN(fw) >> td.GetItem(1) >> td.GetItem(0),
-        td.Slice(step=-1) >> td.RNN(bw) >> td.GetItem(1)) >> td.Concat()
+        td.RNN(whole(fw)) >> td.GetItem(1) >> td.GetItem(0),
+        td.Slice(step=-1) >> td.RNN(whole(bw)) >> td.GetItem(1)) >> td.Concat()
     assert stages(paired) == (["InputProjection"], ["CellPair"])  # one op runs both cells
     assert stages(two_rnns) == ([], ["LSTMCell", "GRUCell"])
     weights = tf.constant(np.random.default_rng(1).normal(size=(2 * U,)), tf.float32)
@@ -146,6 +152,7 @@ def test_classifier_loss_on_the_label():
     encoder = td.GetItem("seq") >> td.Map(td.Vector(D)) >> encoders.sequence_encoder(
         rnn_cells.LSTMCell(U))
     model = heads.classifier(encoder, 3, label="label", logits_layer=fc)
+    assert stages(model) == (["InputProjection"], ["ProjectedCell"])  # td.RNN splits it
     inputs = [{"seq": s, "label": i % 3} for i, s in enumerate(SEQS)]
     for x, (logits, metrics) in zip(inputs, Compiler.create(model).run(inputs)):
         assert logits.shape == (3,)

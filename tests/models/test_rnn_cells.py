@@ -82,6 +82,58 @@ def test_cell_with_its_input_projected_first_equals_keras_cell(ours, theirs, sta
                 np.testing.assert_allclose(s, w, atol=1e-5)
 
 
+@pytest.mark.parametrize("scheduler, dim", [("agenda", DIM), ("depth", UNITS)],
+                         ids=["agenda-narrow", "depth-as_wide_as_the_state"])
+@pytest.mark.parametrize("ours, theirs, stateful_c", CASES, ids=["simple", "lstm", "gru"])
+def test_an_rnn_runs_a_library_cell_split_with_the_whole_cells_results(ours, theirs,
+                                                                     stateful_c, scheduler,
+                                                                     dim):
+    import tensorflow as tf
+
+    from blocks.composition import convert_to_block
+    from blocks.evaluation import ReferenceContext
+    from blocks.serialization import deserialize, serialize
+    cell = ours(UNITS)
+    split = td.Map(td.Vector(dim)) >> td.RNN(cell)
+    whole = td.Map(td.Vector(dim)) >> td.RNN(convert_to_block(cell))  # a block: not split
+    random_weights(cell, seed=3)
+    name = type(cell).__name__
+    assert stages(split, scheduler) == (["InputProjection"], ["ProjectedCell"])
+    assert stages(whole, scheduler) == ([], [name])
+    again = deserialize(serialize(split))  # made again, it splits again
+    assert stages(again, scheduler) == (["InputProjection"], ["ProjectedCell"])
+    seqs = [[list(np.linspace(-1, 1, dim) * (t + 1)) for t in range(n)] for n in (0, 1, 4)]
+    got = Compiler.create(split, scheduler=scheduler).run(seqs)
+    for seq, batched in zip(seqs, got):
+        want_outs, want_state = whole.eval(seq)
+        for outs, state in (split.eval(seq), batched):
+            np.testing.assert_allclose(np.reshape(outs, (-1, UNITS)),
+                                       np.reshape(want_outs, (-1, UNITS)), atol=1e-5)
+            np.testing.assert_allclose(np.ravel(state), np.ravel(want_state), atol=1e-5)
+    grads = []
+    for block in (split, whole):
+        with tf.GradientTape() as tape:
+            loss = tf.add_n([tf.reduce_sum(tf.sin(tf.concat([tf.reshape(o, [-1]) for o in
+                                                             tf.nest.flatten(out)], 0)))
+                             for seq in seqs[1:]
+                             for out in [block._eval(ReferenceContext(), seq)]])
+        grads.append(tape.gradient(loss, cell.weights))
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+    class Peephole(ours):  # computes its own way: run whole
+        def _call(self, *args):
+            return super()._call(*args)
+    custom = td.Map(td.Vector(dim)) >> td.RNN(Peephole(UNITS))
+    assert stages(custom, scheduler) == ([], ["Peephole"])
+
+
+def stages(block, scheduler: str = "agenda") -> tuple[list, list]:
+    """The names of the ops the engine runs before its loop and in it."""
+    lay = Compiler.create(block, scheduler=scheduler).executor.layout
+    return [lay.op_names[o] for o in lay.head_ops], [lay.op_names[o] for o in lay.loop_ops]
+
+
 def test_projection_names_a_cell_it_cannot_split_and_a_wrong_input():
     with pytest.raises(TypeError, match="InputProjection: cells must be"):
         rnn_cells.InputProjection(td.FC(3))

@@ -2,7 +2,7 @@
 
 Run: `python -m benchmarks.ablations
 [--only rowlists,conds,cells,bidirectional,weightgrads,fusedcells,xla,
-fitweightgrads,xlaweightgrads,replay,projection]
+fitweightgrads,xlaweightgrads,replay,projection,transpose]
 [--rounds N]
 [--batch-sizes 16,64]`.
 Every variant is built on the same weights and batch; the calls of all variants
@@ -75,6 +75,9 @@ time per call counts, so the machine's load drifts over all of them alike.
   before the loop over every word of the batch (`rnn_cells.InputProjection`, what
   `encoders.bidirectional` builds) against the cells whole in the loop; whole
   `Model.fit` and `Model.predict` calls; ratios are medians of per-round ratios.
+- `transpose`: the bilstm tagger's training with the gradient of `h U` taking U
+  transposed once per step (`gates.state_product`) against TensorFlow's
+  `transpose_b` product in every backward iteration; whole `Model.fit` calls.
 """
 
 from __future__ import annotations
@@ -665,6 +668,44 @@ def fit_projection(batch_sizes: list, rounds: int, instances: int = 2,
     return out
 
 
+def fit_transpose(batch_sizes: list, rounds: int, instances: int = 2,
+                  items: int | None = None) -> dict:
+    """ms per sentence of whole tagger `Model.fit` calls whose loop takes the
+    gradient of `h U` with U transposed once per step (`gates.state_product`)
+    against TensorFlow's `transpose_b` product in every backward iteration (`items`
+    sentences per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
+    import keras
+
+    from benchmarks.peers.refold_side import tagger_models
+    from models import gates
+    variants = {"U^T once per step": True, "transpose_b": False}
+    names = list(variants)
+    print(f"\n## The recurrent kernel's transpose, ms per sentence of whole tagger "
+          f"Model.fit calls (median of {rounds}, {instances} models each)")
+    print(f"| B | {' | '.join(names)} | {names[1]} ÷ {names[0]} |")
+    print("|---|---|---|---|")
+    out = {}
+    for b in batch_sizes:
+        n, _, _, sentences = _fit_items(b, items)
+        fns = {}
+        for i in range(instances):
+            for name in names[i % 2:] + names[:i % 2]:
+                tagger, _ = tagger_models()
+                tagger.compile(optimizer=keras.optimizers.SGD(0.01))
+                fit = functools.partial(tagger.fit, sentences, batch_size=b, epochs=1,
+                                        verbose=0, shuffle=False)
+                with _patched(gates, "TRANSPOSE_ONCE", variants[name]):
+                    fit()  # traces: the variant is read then
+                fns[(name, i)] = fit
+        raw = _rounds(fns, rounds)
+        t = {v: np.mean([raw[(v, i)] for i in range(instances)], axis=0) / n for v in names}
+        out[b] = {**{v: float(np.median(t[v])) for v in names},
+                  "ratio": float(np.median(t[names[1]] / t[names[0]]))}
+        print(f"| {b} | " + " | ".join(f"{out[b][v]:.2f}" for v in names)
+              + f" | {out[b]['ratio']:.3f} |", flush=True)
+    return out
+
+
 def _fetch(outputs):
     return [np.asarray(o) for o in outputs] if isinstance(outputs, (list, tuple)) \
         else np.asarray(outputs)
@@ -673,7 +714,8 @@ def _fetch(outputs):
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="rowlists,conds,cells,bidirectional,weightgrads",
-                        help="also: fitweightgrads, replay, projection; xla, xlaweightgrads "
+                        help="also: fitweightgrads, replay, projection, transpose; xla, "
+                             "xlaweightgrads "
                              "(not run by default: they compile for minutes)")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--batch", type=int, default=64, help="for rowlists, conds and cells")
@@ -710,6 +752,9 @@ def main(argv=None) -> dict:
     if "replay" in only:
         out["replay"] = fit_replay([int(b) for b in args.batch_sizes.split(",")], args.rounds,
                                    args.instances)
+    if "transpose" in only:
+        out["transpose"] = fit_transpose([int(b) for b in args.batch_sizes.split(",")],
+                                         args.rounds, args.instances)
     if "projection" in only:
         out["projection"] = fit_projection([int(b) for b in args.batch_sizes.split(",")],
                                            args.rounds, args.instances)

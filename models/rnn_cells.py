@@ -144,6 +144,11 @@ class _RecurrentCell(Layer):
         (`_computed`)."""
         return self._computed(*xs, self.kernel, self.recurrent_kernel, self.bias)
 
+    def _state_product(self, h):
+        """`h U`, U the recurrent kernel in the compute dtype (`gates.state_product`:
+        in the engine's loop, its gradient reads U transposed once per step)."""
+        return gates.state_product(h, self.recurrent_kernel, self._weights.compute_dtype)
+
     def _computed(self, *ts) -> list:
         """Tensors and variables `ts` in the cell's compute dtype: float32, or the
         low dtype of a mixed policy it was built under (its variables stay float32;
@@ -190,8 +195,8 @@ class SimpleRNNCell(_RecurrentCell):
         return h, h
 
     def _recur(self, z_x, h):
-        z_x, h, recurrent_kernel = self._computed(z_x, h, self.recurrent_kernel)
-        h = self.activation(z_x + h @ recurrent_kernel)
+        z_x, h = self._computed(z_x, h)
+        h = self.activation(z_x + self._state_product(h))
         return h, h
 
 
@@ -224,8 +229,8 @@ class LSTMCell(_RecurrentCell):
         return self._op_by_op(x @ kernel + h @ recurrent_kernel + bias, c)
 
     def _recur(self, z_x, state):
-        z_x, h, c, recurrent_kernel = self._computed(z_x, *state, self.recurrent_kernel)
-        return self._memory(z_x + h @ recurrent_kernel, c)
+        z_x, h, c = self._computed(z_x, *state)
+        return self._memory(z_x + self._state_product(h), c)
 
     def _memory(self, z, c):
         """`(h', (h', c'))` from the gates' inputs `z`."""
@@ -272,13 +277,14 @@ class GRUCell(_RecurrentCell):
         return self._update(x @ kernel + self._input_bias(bias), h, recurrent_kernel, bias)
 
     def _recur(self, from_x, h):
-        from_x, h, recurrent_kernel, bias = self._computed(from_x, h, self.recurrent_kernel,
-                                                            self.bias)
-        return self._update(from_x, h, recurrent_kernel, bias)
+        from_x, h, bias = self._computed(from_x, h, self.bias)
+        return self._update(from_x, h, None, bias)
 
     def _update(self, from_x, h, recurrent_kernel, bias):
-        """The new state from the input's part of the gates, `x W + b_x`."""
-        from_h = h @ recurrent_kernel + bias[1]
+        """The new state from the input's part of the gates, `x W + b_x` (the
+        recurrent kernel read as `_state_product` reads it if None)."""
+        from_h = (self._state_product(h) if recurrent_kernel is None
+                  else h @ recurrent_kernel) + bias[1]
         x_z, x_r, x_n = gates.cut_gates(from_x, 3)
         h_z, h_r, h_n = gates.cut_gates(from_h, 3)
         z = tf.sigmoid(x_z + h_z)

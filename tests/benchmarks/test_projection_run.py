@@ -1,5 +1,5 @@
-"""`python -m benchmarks.ablations --only projection` runs, at a tiny size, and prints its
-table."""
+"""`python -m benchmarks.ablations --only projection` and `--only transpose` run, at a tiny
+size, and print their tables."""
 
 from __future__ import annotations
 
@@ -23,3 +23,13 @@ def test_projection_ablation_times_both_taggers_and_prints_their_ratios(capsys):
     header = next(i for i, line in enumerate(lines) if line.startswith("| B | "))
     assert lines[header].count("|") == 5
     assert lines[header + 2].startswith("| 1 | ")
+
+
+def test_transpose_ablation_times_both_variants_and_prints_their_ratio(capsys):
+    out = ablations.fit_transpose([2], 1, instances=1, items=2)
+    assert sorted(out) == [2]
+    assert sorted(out[2]) == sorted(["U^T once per step", "transpose_b", "ratio"])
+    assert all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in out[2].values())
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| B | "))
+    assert lines[header + 2].startswith("| 2 | ")

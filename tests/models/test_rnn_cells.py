@@ -128,6 +128,33 @@ def test_an_rnn_runs_a_library_cell_split_with_the_whole_cells_results(ours, the
     assert stages(custom, scheduler) == ([], ["Peephole"])
 
 
+@pytest.mark.parametrize("transpose_once", [True, False])
+def test_the_backward_loop_multiplies_by_the_kernel_transposed_before_the_loop(
+        transpose_once, monkeypatch):
+    import tensorflow as tf
+
+    from models import gates
+    monkeypatch.setattr(gates, "TRANSPOSE_ONCE", transpose_once)
+    cell = rnn_cells.GRUCell(UNITS)
+    compiler = Compiler.create(td.Map(td.Vector(DIM)) >> td.RNN(cell) >> td.GetItem(1))
+
+    def loss(arrays):
+        with tf.GradientTape() as tape:
+            out = compiler.executor.compute(arrays)
+            total = tf.add_n([tf.reduce_sum(v) for v in out])
+        return tape.gradient(total, cell.weights)
+    arrays = {k: tf.constant(v) for k, v in compiler.plan(SEQS).feed.arrays.items()}
+    graph = tf.function(loss, autograph=False).get_concrete_function(arrays).graph
+    products = [(op.get_attr("transpose_a"), op.get_attr("transpose_b"))
+                for name, f in graph._functions.items() if "grad" in name
+                for op in f.graph.get_operations() if op.type == "MatMul"]
+    outside = [op for op in graph.get_operations() if op.type == "Transpose"]
+    # dz U^T from U^T laid out before the loop; h^T dz for the weight
+    assert sorted(products) == ([(False, False), (True, False)] if transpose_once
+                                else [(False, True), (True, False)])
+    assert len(outside) == (1 if transpose_once else 0)
+
+
 def stages(block, scheduler: str = "agenda") -> tuple[list, list]:
     """The names of the ops the engine runs before its loop and in it."""
     lay = Compiler.create(block, scheduler=scheduler).executor.layout

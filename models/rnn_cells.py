@@ -190,8 +190,8 @@ class SimpleRNNCell(_RecurrentCell):
     """
 
     def _call(self, x, h):
-        x, h, kernel, recurrent_kernel, bias = self._in_compute_dtype(x, h)
-        h = self.activation(x @ kernel + h @ recurrent_kernel + bias)
+        x, h, kernel, bias = self._computed(x, h, self.kernel, self.bias)
+        h = self.activation(x @ kernel + self._state_product(h) + bias)
         return h, h
 
     def _recur(self, z_x, h):
@@ -220,13 +220,13 @@ class LSTMCell(_RecurrentCell):
     _stateful_c = True
 
     def _call(self, x, state):
-        x, h, c, kernel, recurrent_kernel, bias = self._in_compute_dtype(x, *state)
+        x, h, c, kernel, bias = self._computed(x, *state, self.kernel, self.bias)
         if self.activation is keras.activations.tanh:
             # AddN and bias_add: gradients with no broadcasting machinery; the
             # memory update with its own gradient (`gates.lstm_memory`)
-            return self._memory(tf.nn.bias_add(tf.add_n([x @ kernel, h @ recurrent_kernel]),
+            return self._memory(tf.nn.bias_add(tf.add_n([x @ kernel, self._state_product(h)]),
                                                bias), c)
-        return self._op_by_op(x @ kernel + h @ recurrent_kernel + bias, c)
+        return self._op_by_op(x @ kernel + self._state_product(h) + bias, c)
 
     def _recur(self, z_x, state):
         z_x, h, c = self._computed(z_x, *state)
@@ -273,18 +273,16 @@ class GRUCell(_RecurrentCell):
         return bias[0]  # the input bias; bias[1] is added to h U (`_update`)
 
     def _call(self, x, h):
-        x, h, kernel, recurrent_kernel, bias = self._in_compute_dtype(x, h)
-        return self._update(x @ kernel + self._input_bias(bias), h, recurrent_kernel, bias)
+        x, h, kernel, bias = self._computed(x, h, self.kernel, self.bias)
+        return self._update(x @ kernel + self._input_bias(bias), h, bias)
 
     def _recur(self, from_x, h):
         from_x, h, bias = self._computed(from_x, h, self.bias)
-        return self._update(from_x, h, None, bias)
+        return self._update(from_x, h, bias)
 
-    def _update(self, from_x, h, recurrent_kernel, bias):
-        """The new state from the input's part of the gates, `x W + b_x` (the
-        recurrent kernel read as `_state_product` reads it if None)."""
-        from_h = (self._state_product(h) if recurrent_kernel is None
-                  else h @ recurrent_kernel) + bias[1]
+    def _update(self, from_x, h, bias):
+        """The new state from the input's part of the gates, `x W + b_x`."""
+        from_h = self._state_product(h) + bias[1]
         x_z, x_r, x_n = gates.cut_gates(from_x, 3)
         h_z, h_r, h_n = gates.cut_gates(from_h, 3)
         z = tf.sigmoid(x_z + h_z)

@@ -75,9 +75,10 @@ time per call counts, so the machine's load drifts over all of them alike.
   before the loop over every word of the batch (`rnn_cells.InputProjection`, what
   `encoders.bidirectional` builds) against the cells whole in the loop; whole
   `Model.fit` and `Model.predict` calls; ratios are medians of per-round ratios.
-- `transpose`: the bilstm tagger's training with the gradient of `h U` taking U
-  transposed once per step (`gates.state_product`) against TensorFlow's
-  `transpose_b` product in every backward iteration; whole `Model.fit` calls.
+- `transpose`: the TreeLSTM's and the bilstm tagger's training with the gradient
+  of `h U` taking U transposed once per step (`gates.state_product`) against
+  TensorFlow's `transpose_b` product in every backward iteration; whole
+  `Model.fit` calls.
 """
 
 from __future__ import annotations
@@ -670,39 +671,48 @@ def fit_projection(batch_sizes: list, rounds: int, instances: int = 2,
 
 def fit_transpose(batch_sizes: list, rounds: int, instances: int = 2,
                   items: int | None = None) -> dict:
-    """ms per sentence of whole tagger `Model.fit` calls whose loop takes the
-    gradient of `h U` with U transposed once per step (`gates.state_product`)
+    """ms per item of whole TreeLSTM and tagger `Model.fit` calls whose loop takes
+    the gradient of `h U` with U transposed once per step (`gates.state_product`)
     against TensorFlow's `transpose_b` product in every backward iteration (`items`
-    sentences per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
+    per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
     import keras
 
     from benchmarks.peers.refold_side import tagger_models
+    from benchmarks.workloads import TreeLSTMModel
+    from compiler import Model
     from models import gates
     variants = {"U^T once per step": True, "transpose_b": False}
     names = list(variants)
-    print(f"\n## The recurrent kernel's transpose, ms per sentence of whole tagger "
-          f"Model.fit calls (median of {rounds}, {instances} models each)")
-    print(f"| B | {' | '.join(names)} | {names[1]} ÷ {names[0]} |")
-    print("|---|---|---|---|")
+    print(f"\n## The recurrent kernel's transpose, ms per item of whole Model.fit calls "
+          f"(median of {rounds}, {instances} models each)")
+    print(f"| workload | B | {' | '.join(names)} | {names[1]} ÷ {names[0]} |")
+    print("|---|---|---|---|---|")
     out = {}
     for b in batch_sizes:
-        n, _, _, sentences = _fit_items(b, items)
+        n, trees, labels, sentences = _fit_items(b, items)
         fns = {}
         for i in range(instances):
             for name in names[i % 2:] + names[:i % 2]:
+                tree = Model(TreeLSTMModel(seed=0).block)
+                tree.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.
+                             SparseCategoricalCrossentropy(from_logits=True))
                 tagger, _ = tagger_models()
                 tagger.compile(optimizer=keras.optimizers.SGD(0.01))
-                fit = functools.partial(tagger.fit, sentences, batch_size=b, epochs=1,
-                                        verbose=0, shuffle=False)
-                with _patched(gates, "TRANSPOSE_ONCE", variants[name]):
-                    fit()  # traces: the variant is read then
-                fns[(name, i)] = fit
+                for work, fit in (("TreeLSTM", functools.partial(tree.fit, trees, labels)),
+                                  ("tagger", functools.partial(tagger.fit, sentences))):
+                    fit = functools.partial(fit, batch_size=b, epochs=1, verbose=0,
+                                            shuffle=False)
+                    with _patched(gates, "TRANSPOSE_ONCE", variants[name]):
+                        fit()  # traces: the variant is read then
+                    fns[(work, name, i)] = fit
         raw = _rounds(fns, rounds)
-        t = {v: np.mean([raw[(v, i)] for i in range(instances)], axis=0) / n for v in names}
-        out[b] = {**{v: float(np.median(t[v])) for v in names},
-                  "ratio": float(np.median(t[names[1]] / t[names[0]]))}
-        print(f"| {b} | " + " | ".join(f"{out[b][v]:.2f}" for v in names)
-              + f" | {out[b]['ratio']:.3f} |", flush=True)
+        for work in ("TreeLSTM", "tagger"):
+            t = {v: np.mean([raw[(work, v, i)] for i in range(instances)], axis=0) / n
+                 for v in names}
+            row = out[(work, b)] = {**{v: float(np.median(t[v])) for v in names},
+                                    "ratio": float(np.median(t[names[1]] / t[names[0]]))}
+            print(f"| {work} | {b} | " + " | ".join(f"{row[v]:.2f}" for v in names)
+                  + f" | {row['ratio']:.3f} |", flush=True)
     return out
 
 

@@ -111,11 +111,13 @@ class NaryTreeLSTMCell(Layer):
         dense = self._dense
         dtype = dense.compute_dtype  # the low dtype under a mixed policy
         inputs = [tf.cast(t, dtype) for t in ([x] if x is not None else []) + hs]
-        kernel, bias = (tf.cast(w, dtype) for w in (dense.kernel, dense.bias))
+        bias = tf.cast(dense.bias, dtype)
         # bias_add, not the Dense layer's broadcasting +: its gradient is one
-        # BiasAddGrad, not shapes, BroadcastGradientArgs, Sum and Reshape per launch
-        z = tf.nn.bias_add(tf.matmul(inputs[0] if len(inputs) == 1
-                                     else tf.concat(inputs, axis=1), kernel), bias)
+        # BiasAddGrad, not shapes, BroadcastGradientArgs, Sum and Reshape per launch;
+        # in the loop, the product's gradient reads the kernel transposed once per step
+        z = tf.nn.bias_add(gates.state_product(
+            inputs[0] if len(inputs) == 1 else tf.concat(inputs, axis=1), dense.kernel,
+            dtype), bias)
         cs = [tf.cast(c_k, dtype) for c_k in cs]
         return gates.lstm_memory(z, cs, "iou" + "f" * len(cs))
 

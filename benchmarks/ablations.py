@@ -529,16 +529,35 @@ def _fit_items(b: int, items: int | None) -> tuple:
     return n, trees, labels, [bilstm.sentence(rng) for _ in range(n)]
 
 
-def fit_weightgrads(batch_sizes: list, rounds: int, instances: int = 2,
-                    jit: bool = False, items: int | None = None) -> dict:
-    """ms per item of whole `Model.fit` calls (graph mode, or XLA with `jit`), the
-    loop's weight gradients once per step against once per backward iteration
-    (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise, by default)."""
+def _fits(b: int, trees, labels, sentences, workloads=("TreeLSTM", "tagger"),
+          jit: bool = False) -> dict:
+    """`{workload: (model, fit)}`: a fresh sst-synth TreeLSTM and bilstm tagger
+    (SGD), `fit()` one whole `Model.fit` epoch over their items at batch `b`."""
     import keras
 
     from benchmarks.peers.refold_side import tagger_models
     from benchmarks.workloads import TreeLSTMModel
     from compiler import Model
+    out = {}
+    if "TreeLSTM" in workloads:
+        tree = Model(TreeLSTMModel(seed=0).block)
+        tree.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit,
+                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        out["TreeLSTM"] = (tree, functools.partial(tree.fit, trees, labels))
+    if "tagger" in workloads:
+        tagger, _ = tagger_models()
+        tagger.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit)
+        out["tagger"] = (tagger, functools.partial(tagger.fit, sentences))
+    return {work: (model, functools.partial(fit, batch_size=b, epochs=1, verbose=0,
+                                            shuffle=False))
+            for work, (model, fit) in out.items()}
+
+
+def fit_weightgrads(batch_sizes: list, rounds: int, instances: int = 2,
+                    jit: bool = False, items: int | None = None) -> dict:
+    """ms per item of whole `Model.fit` calls (graph mode, or XLA with `jit`), the
+    loop's weight gradients once per step against once per backward iteration
+    (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise, by default)."""
     variants = {"once per step": True, "every iteration": False}
     print(f"\n## {'XLA' if jit else 'graph mode'}: the loop's weight gradients, ms per item "
           f"of whole Model.fit calls (median of {rounds}, {instances} models each)")
@@ -550,19 +569,13 @@ def fit_weightgrads(batch_sizes: list, rounds: int, instances: int = 2,
         fns = {}
         for i in range(instances):
             for name in list(variants)[i % 2:] + list(variants)[:i % 2]:
-                tree = Model(TreeLSTMModel(seed=0).block)
-                tree.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit,
-                             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-                tagger, _ = tagger_models()
-                tagger.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit)
-                for model in (tree, tagger):  # read when the steps are traced
+                for work, (model, fit) in _fits(b, trees, labels, sentences,
+                                                jit=jit).items():
+                    # read when the steps are traced
                     model.weight_grads.max_rows = float("inf") if variants[name] else 0
                     if jit:
                         model._xla_batches().xla.batched_weight_grads = variants[name]
-                fns[("TreeLSTM", name, i)] = functools.partial(
-                    tree.fit, trees, labels, batch_size=b, epochs=1, verbose=0, shuffle=False)
-                fns[("tagger", name, i)] = functools.partial(
-                    tagger.fit, sentences, batch_size=b, epochs=1, verbose=0, shuffle=False)
+                    fns[(work, name, i)] = fit
         # the first calls (untimed) trace (and compile)
         _once_every_rows(_rounds(fns, rounds), list(variants), instances, b, n, out)
     return out
@@ -577,11 +590,6 @@ def fit_replay(batch_sizes: list, rounds: int, instances: int = 2,
     """ms per item of whole `Model.fit` calls with the loop's backward pass replayed
     by the engine, against TensorFlow's with the weight gradients once per step and
     in every iteration (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
-    import keras
-
-    from benchmarks.peers.refold_side import tagger_models
-    from benchmarks.workloads import TreeLSTMModel
-    from compiler import Model
     names = list(REPLAY_VARIANTS)
     print(f"\n## The loop's backward pass, ms per item of whole Model.fit calls (median of "
           f"{rounds}, {instances} models each)")
@@ -594,22 +602,12 @@ def fit_replay(batch_sizes: list, rounds: int, instances: int = 2,
         fns = {}
         for i in range(instances):
             for name in names[i % len(names):] + names[:i % len(names)]:
-                if "TreeLSTM" in workloads:
-                    tree = Model(TreeLSTMModel(seed=0).block)
-                    tree.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.
-                                 SparseCategoricalCrossentropy(from_logits=True))
-                    fns[("TreeLSTM", name, i)] = functools.partial(
-                        tree.fit, trees, labels, batch_size=b, epochs=1, verbose=0,
-                        shuffle=False)
-                if "tagger" in workloads:
-                    tagger, _ = tagger_models()
-                    tagger.compile(optimizer=keras.optimizers.SGD(0.01))
-                    fns[("tagger", name, i)] = functools.partial(
-                        tagger.fit, sentences, batch_size=b, epochs=1, verbose=0,
-                        shuffle=False)
-                for key in [k for k in fns if k[1:] == (name, i)]:  # read when traced
-                    weight_grads = fns[key].func.__self__.weight_grads
-                    weight_grads.max_rows, weight_grads.replay = REPLAY_VARIANTS[name]
+                for work, (model, fit) in _fits(b, trees, labels, sentences,
+                                                workloads).items():
+                    # read when the steps are traced
+                    model.weight_grads.max_rows, model.weight_grads.replay = \
+                        REPLAY_VARIANTS[name]
+                    fns[(work, name, i)] = fit
         raw = _rounds(fns, rounds)  # the first calls (untimed) trace
         for work in workloads:
             t = {v: np.mean([raw[(work, v, i)] for i in range(instances)], axis=0) / n
@@ -675,11 +673,6 @@ def fit_transpose(batch_sizes: list, rounds: int, instances: int = 2,
     the gradient of `h U` with U transposed once per step (`gates.state_product`)
     against TensorFlow's `transpose_b` product in every backward iteration (`items`
     per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
-    import keras
-
-    from benchmarks.peers.refold_side import tagger_models
-    from benchmarks.workloads import TreeLSTMModel
-    from compiler import Model
     from models import gates
     variants = {"U^T once per step": True, "transpose_b": False}
     names = list(variants)
@@ -693,15 +686,7 @@ def fit_transpose(batch_sizes: list, rounds: int, instances: int = 2,
         fns = {}
         for i in range(instances):
             for name in names[i % 2:] + names[:i % 2]:
-                tree = Model(TreeLSTMModel(seed=0).block)
-                tree.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.
-                             SparseCategoricalCrossentropy(from_logits=True))
-                tagger, _ = tagger_models()
-                tagger.compile(optimizer=keras.optimizers.SGD(0.01))
-                for work, fit in (("TreeLSTM", functools.partial(tree.fit, trees, labels)),
-                                  ("tagger", functools.partial(tagger.fit, sentences))):
-                    fit = functools.partial(fit, batch_size=b, epochs=1, verbose=0,
-                                            shuffle=False)
+                for work, (_, fit) in _fits(b, trees, labels, sentences).items():
                     with _patched(gates, "TRANSPOSE_ONCE", variants[name]):
                         fit()  # traces: the variant is read then
                     fns[(work, name, i)] = fit

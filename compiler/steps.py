@@ -157,7 +157,7 @@ class WeightGradsChoice:
         rather than tracing its own, since near the threshold the two choices cost
         about the same and a trace costs seconds."""
         from scheduler.weight_grads import mean_loop_rows
-        if self.executor.batched_weight_grads or self.max_rows == float("inf"):
+        if self.executor.batched_weight_grads:
             return True
         rows = mean_loop_rows(self.executor.layout, arrays)
         if rows is None or self.max_rows == 0:

@@ -176,7 +176,8 @@ def test_a_batch_near_the_threshold_runs_on_the_other_choices_trace():
     choice.max_rows = 0
     assert key([1], {True}) is False  # never, however near
     choice.max_rows = float("inf")
-    assert key([100], {False}) is True  # always
+    assert key([100], {False}) is True  # always, for a batch with loop rows
+    assert key([0]) is False  # no loop rows: no weight gradients to take there
 
     class Counting(Model):
         traces: list = []

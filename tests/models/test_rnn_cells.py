@@ -232,3 +232,12 @@ def test_integer_input_is_a_type_error():
     cell = rnn_cells.SimpleRNNCell(UNITS)
     with pytest.raises(TypeError, match="float32 vector"):
         td.Record((td.Vector(DIM, "int32"), td.Vector(UNITS))) >> cell
+
+
+def test_an_rnn_of_a_split_cell_names_its_path_on_a_wrong_input():
+    cell = rnn_cells.LSTMCell(UNITS, input_size=DIM)
+    with pytest.raises(TypeError, match=r"RNN\.per_element > .*InputProjection: the input "
+                                        r"must have 2 items .* got TensorType\(\(5,\)"):
+        td.Map(td.Vector(5)) >> td.RNN(cell)
+    with pytest.raises(TypeError, match=r"RNN\.per_element > .*must be a float32 vector"):
+        td.Map(td.Scalar("int32")) >> td.RNN(cell)

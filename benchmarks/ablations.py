@@ -197,7 +197,7 @@ def conds(batch: int, rounds: int, instances: int = 3, leaves: int = 19) -> dict
     names = list(variants)
     fns = {}
     for i in range(instances):
-        for name in names[i % len(names):] + names[:i % len(names)]:
+        for name in _turn(names, i):
             engine = EngineVariant(model, "agenda")
             ex = engine.compiler.executor
             guard(ex, set(variants[name](ex.layout)))
@@ -331,7 +331,7 @@ def weightgrads(batch_sizes: list, rounds: int, instances: int = 2) -> dict:
         trees, labels, sentences, tree_model, tagger_model = _two_workloads(b)
         fns = {}
         for i in range(instances):
-            for name in list(variants)[i % 2:] + list(variants)[:i % 2]:
+            for name in _turn(list(variants), i):
                 tree = EngineVariant(tree_model, "agenda")
                 tree.compiler.executor.batched_weight_grads = variants[name]  # read when traced
                 arrays = tree.compiler.plan(trees).feed.arrays
@@ -392,7 +392,8 @@ def _two_workloads(b: int) -> tuple:
 
 def _autodiff_lstm_call(self, x, state):
     """`LSTMCell._call` before `lstm_memory`: the cell's op-by-op path for any activation."""
-    x, h, c, kernel, recurrent_kernel, bias = self._in_compute_dtype(x, *state)
+    x, h, c, kernel, recurrent_kernel, bias = self._computed(
+        x, *state, self.kernel, self.recurrent_kernel, self.bias)
     return self._op_by_op(x @ kernel + h @ recurrent_kernel + bias, c)
 
 
@@ -529,6 +530,19 @@ def _fit_items(b: int, items: int | None) -> tuple:
     return n, trees, labels, [bilstm.sentence(rng) for _ in range(n)]
 
 
+def _turn(names: list, i: int) -> list:
+    """`names` starting at the `i`-th (mod its length): instance `i`'s order of
+    building, so that no variant is always built (and its trace timed) first."""
+    return names[i % len(names):] + names[:i % len(names)]
+
+
+def _per_item(raw: dict, key: str, names: list, instances: int, n: int) -> dict:
+    """`{variant: ms per item in each round}` from `_rounds`' figures of `key`'s
+    calls over `n` items, averaged over the instances."""
+    return {v: np.mean([raw[(key, v, i)] for i in range(instances)], axis=0) / n
+            for v in names}
+
+
 def _fits(b: int, trees, labels, sentences, workloads=("TreeLSTM", "tagger"),
           jit: bool = False) -> dict:
     """`{workload: (model, fit)}`: a fresh sst-synth TreeLSTM and bilstm tagger
@@ -568,7 +582,7 @@ def fit_weightgrads(batch_sizes: list, rounds: int, instances: int = 2,
         n, trees, labels, sentences = _fit_items(b, items)
         fns = {}
         for i in range(instances):
-            for name in list(variants)[i % 2:] + list(variants)[:i % 2]:
+            for name in _turn(list(variants), i):
                 for work, (model, fit) in _fits(b, trees, labels, sentences,
                                                 jit=jit).items():
                     # read when the steps are traced
@@ -601,7 +615,7 @@ def fit_replay(batch_sizes: list, rounds: int, instances: int = 2,
         n, trees, labels, sentences = _fit_items(b, items)
         fns = {}
         for i in range(instances):
-            for name in names[i % len(names):] + names[:i % len(names)]:
+            for name in _turn(names, i):
                 for work, (model, fit) in _fits(b, trees, labels, sentences,
                                                 workloads).items():
                     # read when the steps are traced
@@ -610,8 +624,7 @@ def fit_replay(batch_sizes: list, rounds: int, instances: int = 2,
                     fns[(work, name, i)] = fit
         raw = _rounds(fns, rounds)  # the first calls (untimed) trace
         for work in workloads:
-            t = {v: np.mean([raw[(work, v, i)] for i in range(instances)], axis=0) / n
-                 for v in names}
+            t = _per_item(raw, work, names, instances, n)
             ratios = {v: float(np.median(t[v] / t[names[0]])) for v in names[1:]}
             out[(work, b)] = {**{v: float(np.median(t[v])) for v in names},
                               **{f"{v} / replayed": r for v, r in ratios.items()}}
@@ -643,7 +656,7 @@ def fit_projection(batch_sizes: list, rounds: int, instances: int = 2,
         words = [{"words": s["words"]} for s in sentences]
         fns, head = {}, {}
         for i in range(instances):
-            for name in names[i % 2:] + names[:i % 2]:
+            for name in _turn(names, i):
                 with _patched(encoders, "projects_input", variants[name]):
                     tagger, logits = tagger_models()
                 lay = tagger.compiler.executor.layout
@@ -656,8 +669,7 @@ def fit_projection(batch_sizes: list, rounds: int, instances: int = 2,
         raw = _rounds(fns, rounds)  # the first calls (untimed) trace
         row = {"ops before the loop": head}
         for call in ("fit", "predict"):
-            t = {v: np.mean([raw[(call, v, i)] for i in range(instances)], axis=0) / n
-                 for v in names}
+            t = _per_item(raw, call, names, instances, n)
             row[call] = {v: float(np.median(t[v])) for v in names}
             row[call]["ratio"] = float(np.median(t[names[1]] / t[names[0]]))
         out[b] = row
@@ -685,15 +697,14 @@ def fit_transpose(batch_sizes: list, rounds: int, instances: int = 2,
         n, trees, labels, sentences = _fit_items(b, items)
         fns = {}
         for i in range(instances):
-            for name in names[i % 2:] + names[:i % 2]:
+            for name in _turn(names, i):
                 for work, (_, fit) in _fits(b, trees, labels, sentences).items():
                     with _patched(gates, "TRANSPOSE_ONCE", variants[name]):
                         fit()  # traces: the variant is read then
                     fns[(work, name, i)] = fit
         raw = _rounds(fns, rounds)
         for work in ("TreeLSTM", "tagger"):
-            t = {v: np.mean([raw[(work, v, i)] for i in range(instances)], axis=0) / n
-                 for v in names}
+            t = _per_item(raw, work, names, instances, n)
             row = out[(work, b)] = {**{v: float(np.median(t[v])) for v in names},
                                     "ratio": float(np.median(t[names[1]] / t[names[0]]))}
             print(f"| {work} | {b} | " + " | ".join(f"{row[v]:.2f}" for v in names)

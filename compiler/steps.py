@@ -108,7 +108,7 @@ def apply_if_finite_on_every_replica(optimizer, finite, grads: list, weights: li
 class WeightGradsChoice:
     """Per training batch, where the step takes the loop's weight gradients: once per
     step where the batch's loop launches average at most `max_rows` rows
-    (`scheduler.weight_grads.once_per_step_pays`), in every backward iteration
+    (`scheduler.weight_grads.mean_loop_rows`), in every backward iteration
     otherwise; always once per step if the executor says so (`Executor(
     batched_weight_grads=True)`). `max_rows=0` never chooses it. A batch that takes
     them once per step also gets the loop's backward pass replayed by the engine

@@ -139,11 +139,6 @@ class _RecurrentCell(Layer):
         """`(output, state')` from the projected input `z_x` (see `_project`)."""
         raise NotImplementedError
 
-    def _in_compute_dtype(self, *xs) -> list:
-        """`xs`, the kernel, recurrent kernel and bias in the cell's compute dtype
-        (`_computed`)."""
-        return self._computed(*xs, self.kernel, self.recurrent_kernel, self.bias)
-
     def _state_product(self, h):
         """`h U`, U the recurrent kernel in the compute dtype (`gates.state_product`:
         in the engine's loop, its gradient reads U transposed once per step)."""

@@ -20,9 +20,10 @@ the per-iteration gradients are). It pays where the loop's launches are small
 (batch 1: each backward iteration's weight gradient is a weight-sized outer
 product added to a weight-sized sum, which TensorFlow also splits across its
 threads) and costs where the op's second run does (the TreeLSTM from batch 16
-on). So `compiler.Model` chooses per training batch (`once_per_step_pays`),
-with one traced step per choice. Figures: BENCHMARKS.md, "Weight gradients
-once per step".
+on). So `compiler.Model` chooses per training batch, from the mean rows of its
+loop launches (`mean_loop_rows`, `compiler.steps.WeightGradsChoice.key`), with
+one traced step per choice. Figures: BENCHMARKS.md, "Weight gradients once per
+step".
 """
 
 from __future__ import annotations
@@ -39,21 +40,6 @@ from tensorflow.python.ops import gradients_util
 # the bilstm tagger up to batch 4 (3.0); measured: BENCHMARKS.md, "Small batches,
 # 2026-11-27".
 ONCE_PER_STEP_ROWS = 4
-
-
-def once_per_step_pays(layout, arrays: dict, max_rows: float = ONCE_PER_STEP_ROWS) -> bool:
-    """Whether a planned batch (an executor's `Feed.arrays`, for `layout`) should take
-    its loop's weight gradients once per step: its loop launches average at most
-    `max_rows` rows.
-
-    >>> from types import SimpleNamespace as Layout
-    >>> lay = Layout(loop_ops=[1], segment_id={"group_size": 1})
-    >>> feed = {"index": np.array([9, 1, 2, 3, 7]), "layout": np.array([0, 1, 4, 5])}
-    >>> once_per_step_pays(lay, feed), once_per_step_pays(lay, feed, max_rows=1)
-    (True, False)
-    """
-    rows = mean_loop_rows(layout, arrays)
-    return rows is not None and rows <= max_rows
 
 
 def mean_loop_rows(layout, arrays: dict) -> float | None:

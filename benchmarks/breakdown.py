@@ -22,6 +22,10 @@ input pipeline, the Keras loop and its callbacks. Medians over the rounds.
 `--chains` times the bare steps on one left-deep chain of d cells (d loop iterations):
 the loop's fixed cost and its cost per iteration. `--profile` runs the bare steps under
 TensorFlow's profiler and sums the time of each op type (from the profile's XSpace).
+`--profile-calls` does so for whole `Model.fit` and `Model.predict` calls of the
+TreeLSTM and the bilstm tagger (the peer benchmark's models): how much of a call is
+the traced step, how many tasks TensorFlow's executor runs per step, and how much of
+the step is matmuls.
 `--switches` counts, per step of whole `fit` and `predict` calls, this process's
 context switches (voluntary and not), CPU time and page faults (`getrusage`): what
 TensorFlow's thread pools cost at small batches, counted rather than timed. With
@@ -31,6 +35,7 @@ TensorFlow's thread pools cost at small batches, counted rather than timed. With
     python -m benchmarks.breakdown --batch-sizes 1 --trees 32 --rounds 3
     python -m benchmarks.breakdown --chains 1,8,16,32
     python -m benchmarks.breakdown --profile --batch-sizes 1
+    python -m benchmarks.breakdown --profile-calls --batch-sizes 1,16 --trees 64
     python -m benchmarks.breakdown --switches --batch-sizes 1 --intra 1 --inter 1
 """
 
@@ -169,16 +174,52 @@ def chains(depths, rounds: int, repeat: int) -> str:
     return "\n".join(lines)
 
 
-def op_profile(b: int, steps: int = 30, top: int = 12) -> str:
-    """The bare train and inference steps at batch `b` under `tf.profiler`: time per
-    step of each op type, summed over the profile's events (nested events overlap)."""
+MATMULS = ("MatMul", "_FusedMatMul", "BatchMatMulV2", "BatchMatMulV3", "_MklMatMul",
+           "_MklFusedMatMul")
+
+
+def _profiled(fn) -> dict:
+    """`fn()` under `tf.profiler`: `{"ops": {type: ms}, "calls": {type: n}, "traced":
+    ms, "ms": ms, "tasks": n}` summed over the profile's events (op events are named
+    "name:Type"; `traced` is the time inside calls of traced functions, `ms` the
+    call's own, `tasks` the executor's `Process` events)."""
     import glob
     import tempfile
     from collections import defaultdict
 
     import tensorflow as tf
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    with tempfile.TemporaryDirectory() as d:
+        # level 3 records every op, the inexpensive ones TensorFlow runs inline too
+        tf.profiler.experimental.start(
+            d, options=tf.profiler.experimental.ProfilerOptions(host_tracer_level=3))
+        start = time.perf_counter()
+        fn()
+        wall = (time.perf_counter() - start) * 1e3
+        tf.profiler.experimental.stop()
+        space = xplane_pb2.XSpace()
+        with open(glob.glob(f"{d}/**/*.xplane.pb", recursive=True)[0], "rb") as f:
+            space.ParseFromString(f.read())
+    ops, calls, traced, tasks = defaultdict(float), defaultdict(int), 0.0, 0
+    for plane in space.planes:
+        for line in plane.lines:
+            for ev in line.events:
+                name = plane.event_metadata[ev.metadata_id].name
+                if name.startswith("EagerLocalExecute: __inference"):
+                    traced += ev.duration_ps / 1e9
+                elif name == "ExecutorState::Process":
+                    tasks += 1
+                elif ":" in name and "::" not in name and ": " not in name:
+                    kind = name.rsplit(":", 1)[1]
+                    ops[kind] += ev.duration_ps / 1e9
+                    calls[kind] += 1
+    return {"ops": dict(ops), "calls": dict(calls), "traced": traced, "ms": wall,
+            "tasks": tasks}
 
+
+def op_profile(b: int, steps: int = 30, top: int = 12) -> str:
+    """The bare train and inference steps at batch `b` under `tf.profiler`: time per
+    step of each op type, summed over the profile's events (nested events overlap)."""
     from benchmarks.treelstm import EngineVariant
     engine = EngineVariant(TreeLSTMModel(seed=0), "agenda")
     rng = np.random.default_rng(0)
@@ -189,27 +230,70 @@ def op_profile(b: int, steps: int = 30, top: int = 12) -> str:
                      ("infer", lambda: engine.infer_fn(arrays).numpy())):
         for _ in range(5):
             fn()
-        with tempfile.TemporaryDirectory() as d:
-            tf.profiler.experimental.start(d)
-            for _ in range(steps):
-                fn()
-            tf.profiler.experimental.stop()
-            space = xplane_pb2.XSpace()
-            with open(glob.glob(f"{d}/**/*.xplane.pb", recursive=True)[0], "rb") as f:
-                space.ParseFromString(f.read())
-        total, calls = defaultdict(float), defaultdict(int)
-        for plane in space.planes:
-            for line in plane.lines:
-                for ev in line.events:
-                    name = plane.event_metadata[ev.metadata_id].name
-                    if ":" in name:  # TensorFlow op events are named "name:Type"
-                        kind = name.rsplit(":", 1)[1]
-                        total[kind] += ev.duration_ps / 1e9
-                        calls[kind] += 1
+        p = _profiled(lambda f=fn: [f() for _ in range(steps)])
         out += [f"B={b} {mode}: | op type | ms per step | calls per step |", "|---|---|---|"]
-        out += [f"| {k} | {v / steps:.3f} | {calls[k] / steps:.1f} |"
-                for k, v in sorted(total.items(), key=lambda kv: -kv[1])[:top]]
+        out += [f"| {k} | {v / steps:.3f} | {p['calls'][k] / steps:.1f} |"
+                for k, v in sorted(p["ops"].items(), key=lambda kv: -kv[1])[:top]]
     return "\n".join(out)
+
+
+def _workload_calls(workload: str, b: int, n: int) -> dict:
+    """`{"fit": f, "predict": g}`: whole `Model.fit(epochs=1)` and `Model.predict`
+    calls at batch `b` over `n` items of a workload (the peer benchmark's models)."""
+    import functools
+
+    import keras
+
+    from benchmarks.peers.refold_side import tagger_models
+    from compiler import Model
+    rng = np.random.default_rng(0)
+    if workload == "treelstm":
+        train = infer = Model(TreeLSTMModel(seed=0).block)
+        train.compile(optimizer=keras.optimizers.SGD(0.01),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        x = [sst_synth_tree(rng) for _ in range(n)]
+        y, words = rng.integers(0, CLASSES, n).astype(np.int32), x
+    else:
+        from benchmarks.bilstm import sentence
+        train, infer = tagger_models()
+        train.compile(optimizer=keras.optimizers.SGD(0.01))
+        x, y = [sentence(rng) for _ in range(n)], None
+        words = [{"words": s["words"]} for s in x]
+    return {"fit": functools.partial(train.fit, x, y, batch_size=b, epochs=1, verbose=0,
+                                     shuffle=False),
+            "predict": functools.partial(infer.predict, words, batch_size=b, verbose=0)}
+
+
+def call_profile(workloads, b: int, n: int, rounds: int = 3) -> dict:
+    """Whole `Model.fit` and `Model.predict` calls as a user makes them, per step:
+    their time (median of `rounds`, unprofiled), then one call under `tf.profiler`:
+    the share of it inside the traced step, the executor's tasks (its `Process`
+    events: one per node it runs, or per run of cheap nodes it runs inline), and
+    the time in matmuls (the profiler records every matmul; many cheap ops it does
+    not record as ops, so no "other ops" figure is given)."""
+    print(f"\n## Whole calls at B={b}, {n} items each: ms per step, and where one "
+          f"profiled call's time went")
+    print("| workload | call | ms per step | in the traced step | executor tasks per step "
+          "| matmuls per step | matmul ms per step (profiled) | matmul share of the step |")
+    print("|---|---|---|---|---|---|---|---|")
+    out = {}
+    for workload in workloads:
+        for call, fn in _workload_calls(workload, b, n).items():
+            fn()
+            fn()  # traced, planned, warm
+            ms = float(np.median([_ms(fn, 1) for _ in range(rounds)])) * b / n
+            p = _profiled(fn)
+            steps = n / b
+            mm = sum(p["ops"].get(k, 0.0) for k in MATMULS)
+            row = out[(workload, call)] = {
+                "ms": ms, "traced share": p["traced"] / p["ms"],
+                "tasks": p["tasks"] / steps, "matmuls": sum(
+                    p["calls"].get(k, 0) for k in MATMULS) / steps,
+                "matmul ms": mm / steps, "matmul share": mm / p["traced"]}
+            print(f"| {workload} | {call} | {ms:.2f} | {row['traced share']:.0%} | "
+                  f"{row['tasks']:.0f} | {row['matmuls']:.0f} | {row['matmul ms']:.2f} | "
+                  f"{row['matmul share']:.0%} |", flush=True)
+    return out
 
 
 def switches(b: int, n_trees: int, calls: int = 3) -> dict:
@@ -256,6 +340,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--chains", help="cells per chain, e.g. 1,8,16,32 (only that)")
     parser.add_argument("--profile", action="store_true", help="op profile (only that)")
+    parser.add_argument("--profile-calls", action="store_true",
+                        help="whole fit/predict calls of --workloads profiled (only that)")
+    parser.add_argument("--workloads", default="treelstm,bilstm",
+                        help="for --profile-calls: treelstm, bilstm")
     parser.add_argument("--switches", action="store_true",
                         help="context switches, CPU and page faults per step (only that)")
     parser.add_argument("--intra", type=int, help="TensorFlow's intra-op threads")
@@ -277,6 +365,9 @@ def main(argv=None) -> dict:
     if args.chains:
         print(chains([int(d) for d in args.chains.split(",")], args.rounds, args.repeat))
         return {}
+    if args.profile_calls:
+        return {b: call_profile(args.workloads.split(","), b, max(args.trees, b), args.rounds)
+                for b in (int(x) for x in args.batch_sizes.split(","))}
     if args.profile:
         for b in (int(x) for x in args.batch_sizes.split(",")):
             print(op_profile(b))

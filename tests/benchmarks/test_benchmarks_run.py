@@ -268,3 +268,18 @@ def test_breakdown_chains_and_profile_print_their_tables(capsys):
     for row in out[2].values():
         assert row["ms"] > 0 and row["cpu ms"] > 0 and row["switches"] >= 0
     assert "B=2 fit: ms" in capsys.readouterr().out
+
+
+def test_breakdown_profiles_whole_calls_of_both_workloads(capsys):
+    out = breakdown.main(["--profile-calls", "--batch-sizes", "2", "--trees", "4",
+                          "--rounds", "1"])
+    assert sorted(out[2]) == [(w, c) for w in ("bilstm", "treelstm")
+                              for c in ("fit", "predict")]
+    for row in out[2].values():
+        assert _rate(row["ms"]) and 0 < row["traced share"] <= 1
+        assert row["matmuls"] >= 1 and row["tasks"] > row["matmuls"]
+        assert 0 < row["matmul ms"] < row["ms"] * 10  # profiled: slower than the timed call
+    rows = _table(capsys.readouterr().out, "| workload | call | ms per step |")
+    assert [r.split(" | ")[:2] for r in rows] == [
+        ["| treelstm", "fit"], ["| treelstm", "predict"], ["| bilstm", "fit"],
+        ["| bilstm", "predict"]]

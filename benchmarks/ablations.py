@@ -75,10 +75,11 @@ time per call counts, so the machine's load drifts over all of them alike.
   before the loop over every word of the batch (`rnn_cells.InputProjection`, what
   `encoders.bidirectional` builds) against the cells whole in the loop; whole
   `Model.fit` and `Model.predict` calls; ratios are medians of per-round ratios.
-- `transpose`: the TreeLSTM's and the bilstm tagger's training with the gradient
-  of `h U` taking U transposed once per step (`gates.state_product`) against
-  TensorFlow's `transpose_b` product in every backward iteration; whole
-  `Model.fit` calls.
+- `transpose`: the TreeLSTM's (the zoo's cells, and a user's `td.Function`s over
+  Keras `Dense` layers) and the bilstm tagger's training with the gradient of the
+  loop's weight products `h U` taking U transposed once per step
+  (`gates.state_product`, `scheduler.loop_products`) against TensorFlow's
+  `transpose_b` product in every backward iteration; whole `Model.fit` calls.
 """
 
 from __future__ import annotations
@@ -545,19 +546,21 @@ def _per_item(raw: dict, key: str, names: list, instances: int, n: int) -> dict:
 
 def _fits(b: int, trees, labels, sentences, workloads=("TreeLSTM", "tagger"),
           jit: bool = False) -> dict:
-    """`{workload: (model, fit)}`: a fresh sst-synth TreeLSTM and bilstm tagger
-    (SGD), `fit()` one whole `Model.fit` epoch over their items at batch `b`."""
+    """`{workload: (model, fit)}`: a fresh sst-synth TreeLSTM (the zoo's cells, or
+    "user TreeLSTM": a user's `td.Function`s over Keras `Dense` layers) and bilstm
+    tagger (SGD), `fit()` one whole `Model.fit` epoch over their items at batch `b`."""
     import keras
 
     from benchmarks.peers.refold_side import tagger_models
-    from benchmarks.workloads import TreeLSTMModel
+    from benchmarks.workloads import TreeLSTMModel, UserTreeLSTMModel
     from compiler import Model
     out = {}
-    if "TreeLSTM" in workloads:
-        tree = Model(TreeLSTMModel(seed=0).block)
-        tree.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit,
-                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        out["TreeLSTM"] = (tree, functools.partial(tree.fit, trees, labels))
+    for name, workload in (("TreeLSTM", TreeLSTMModel), ("user TreeLSTM", UserTreeLSTMModel)):
+        if name in workloads:
+            tree = Model(workload(seed=0).block)
+            tree.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit,
+                         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            out[name] = (tree, functools.partial(tree.fit, trees, labels))
     if "tagger" in workloads:
         tagger, _ = tagger_models()
         tagger.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit)
@@ -680,15 +683,19 @@ def fit_projection(batch_sizes: list, rounds: int, instances: int = 2,
 
 
 def fit_transpose(batch_sizes: list, rounds: int, instances: int = 2,
-                  items: int | None = None) -> dict:
-    """ms per item of whole TreeLSTM and tagger `Model.fit` calls whose loop takes
-    the gradient of `h U` with U transposed once per step (`gates.state_product`)
-    against TensorFlow's `transpose_b` product in every backward iteration (`items`
-    per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
+                  items: int | None = None,
+                  workloads=("TreeLSTM", "user TreeLSTM", "tagger")) -> dict:
+    """ms per item of whole `Model.fit` calls whose loop takes the gradient of its
+    weight products `h U` with U transposed once per step (the zoo's cells:
+    `gates.state_product`; any other: `scheduler.loop_products`) against
+    TensorFlow's `transpose_b` product in every backward iteration (`items` per
+    call: 32 at batch 1, 128 at 16, 256 otherwise)."""
     from models import gates
+    from scheduler import loop_products
     variants = {"U^T once per step": True, "transpose_b": False}
     names = list(variants)
-    print(f"\n## The recurrent kernel's transpose, ms per item of whole Model.fit calls "
+    print(f"\n## The loop's weight products transposed, ms per item of whole Model.fit "
+          f"calls "
           f"(median of {rounds}, {instances} models each)")
     print(f"| workload | B | {' | '.join(names)} | {names[1]} ÷ {names[0]} |")
     print("|---|---|---|---|---|")
@@ -698,12 +705,14 @@ def fit_transpose(batch_sizes: list, rounds: int, instances: int = 2,
         fns = {}
         for i in range(instances):
             for name in _turn(names, i):
-                for work, (_, fit) in _fits(b, trees, labels, sentences).items():
-                    with _patched(gates, "TRANSPOSE_ONCE", variants[name]):
+                for work, (_, fit) in _fits(b, trees, labels, sentences,
+                                            workloads).items():
+                    with _patched(gates, "TRANSPOSE_ONCE", variants[name]), \
+                            _patched(loop_products, "TRANSPOSE_ONCE", variants[name]):
                         fit()  # traces: the variant is read then
                     fns[(work, name, i)] = fit
         raw = _rounds(fns, rounds)
-        for work in ("TreeLSTM", "tagger"):
+        for work in workloads:
             t = _per_item(raw, work, names, instances, n)
             row = out[(work, b)] = {**{v: float(np.median(t[v])) for v in names},
                                     "ratio": float(np.median(t[names[1]] / t[names[0]]))}

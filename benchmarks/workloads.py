@@ -79,3 +79,42 @@ class TreeLSTMModel:
     def variables(self) -> list:
         return [w for layer in (self.embedding, self.leaf, self.cell, self.output)
                 for w in layer.weights]
+
+
+class UserTreeLSTMModel:
+    """The sst-synth TreeLSTM as a user writes it without the zoo: `td.Function`s of
+    their own over Keras `Dense` layers (the engine issue's first workload), same
+    sizes as `TreeLSTMModel`.
+
+    Attributes:
+        embedding, leaf, node, output: the layers.
+        block: `tree -> logits[5]`, the block expression.
+    """
+
+    def __init__(self, seed: int = 0):
+        import keras
+        import tensorflow as tf
+        keras.utils.set_random_seed(seed)
+        self.embedding = td.Embedding(VOCAB, EMBED, name="embedding")
+        self.leaf = keras.layers.Dense(3 * HIDDEN, name="leaf_gates")  # i, o, u
+        self.node = keras.layers.Dense(5 * HIDDEN, name="node_gates")  # i, o, u, f_l, f_r
+        self.output = keras.layers.Dense(CLASSES, name="logits")
+
+        def leaf(x):
+            i, o, u = tf.split(self.leaf(x), 3, axis=1)
+            c = tf.sigmoid(i) * tf.tanh(u)
+            return tf.sigmoid(o) * tf.tanh(c), c
+
+        def node(left, right):
+            (h_l, c_l), (h_r, c_r) = left, right
+            i, o, u, f_l, f_r = tf.split(self.node(tf.concat([h_l, h_r], 1)), 5, axis=1)
+            c = tf.sigmoid(i) * tf.tanh(u) + tf.sigmoid(f_l) * c_l + tf.sigmoid(f_r) * c_r
+            return tf.sigmoid(o) * tf.tanh(c), c
+
+        state = td.TupleType(td.TensorType((HIDDEN,)), td.TensorType((HIDDEN,)))
+        tree = td.ForwardDeclaration(td.PyObjectType(), state)
+        leaf_block = td.Scalar("int32") >> self.embedding >> td.Function(leaf)
+        node_block = td.Record((tree(), tree())) >> td.Function(node)
+        tree.resolve_to(td.OneOf(lambda t: isinstance(t, tuple),
+                                 {False: leaf_block, True: node_block}))
+        self.block = tree() >> td.GetItem(0) >> td.Function(self.output)

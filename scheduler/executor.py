@@ -256,6 +256,8 @@ class Executor:
         returns its outputs as row lists per loop type (through
         `weight_grads.inputs_only` if its weight gradients are `deferred`)."""
         import tensorflow as tf
+
+        from scheduler.loop_products import transposed_once
         lay = self.layout
         ins = lay.op_in[o]
         slot = {k: i for i, k in enumerate(lay.loop_types)}
@@ -266,11 +268,12 @@ class Executor:
                      for k in set(ins) if ins.count(k) > 1}
             args = [split[k][int(lay.arg_typepos[o, a])] if k in split else xs[slot[k]][0]
                     for a, k in enumerate(ins)]
-        if o in deferred:
-            from scheduler.weight_grads import inputs_only
-            outs = inputs_only(lambda *a: self._call(o, list(a), n), args)
-        else:
-            outs = self._call(o, args, n)
+        with transposed_once():  # its weight products' gradients: scheduler.loop_products
+            if o in deferred:
+                from scheduler.weight_grads import inputs_only
+                outs = inputs_only(lambda *a: self._call(o, list(a), n), args)
+            else:
+                outs = self._call(o, args, n)
         ys = []
         for k in lay.loop_types:
             mine = [outs[s] for s, kk in enumerate(lay.op_out[o]) if kk == k]

@@ -27,11 +27,12 @@ def test_projection_ablation_times_both_taggers_and_prints_their_ratios(capsys):
 
 def test_transpose_ablation_times_both_variants_and_prints_their_ratio(capsys):
     out = ablations.fit_transpose([2], 1, instances=1, items=2)
-    assert sorted(out) == [("TreeLSTM", 2), ("tagger", 2)]
+    assert sorted(out) == [("TreeLSTM", 2), ("tagger", 2), ("user TreeLSTM", 2)]
     for row in out.values():
         assert sorted(row) == sorted(["U^T once per step", "transpose_b", "ratio"])
         assert all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in row.values())
     lines = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("| workload | B | "))
     assert lines[header + 2].startswith("| TreeLSTM | 2 | ")
-    assert lines[header + 3].startswith("| tagger | 2 | ")
+    assert lines[header + 3].startswith("| user TreeLSTM | 2 | ")
+    assert lines[header + 4].startswith("| tagger | 2 | ")

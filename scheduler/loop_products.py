@@ -1,0 +1,134 @@
+"""The loop's weight products take their gradient with the weight transposed once per step.
+
+TensorFlow differentiates `x @ W` to `x` as `MatMul(dz, W, transpose_b=True)`, which
+on this CPU repacks `W` at every call: at the loop's few rows that costs 2-3x the
+product with `W^T` laid out beforehand (BENCHMARKS.md, "The recurrent kernel
+transposed once per step"). The executor calls every loop op under
+`transposed_once()`: a `MatMul` made there whose second argument is a weight read
+(a variable or a captured tensor, maybe cast, from outside the loop) takes its
+gradient to `x` as `dz @ W^T` with `W^T` made once in the graph that holds the loop,
+and `x^T dz` for `W` as TensorFlow does. Any other product keeps TensorFlow's
+gradient. This reaches every cell a user writes (a `td.Function`, a Keras `Dense`);
+the zoo's cells also do it themselves (`models.gates.state_product`), which covers
+the engine's replayed backward loop, where the gradient is taken under a tape.
+
+>>> import tensorflow as tf
+>>> w = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
+>>> def loss(x):
+...     def body(i, h):
+...         with transposed_once():
+...             return i + 1, tf.tanh(h @ w)
+...     return tf.reduce_sum(tf.while_loop(lambda i, h: i < 3, body, (0, x))[1])
+>>> def grads(x):
+...     with tf.GradientTape() as tape:
+...         tape.watch(x)
+...         y = loss(x)
+...     return tape.gradient(y, [x, w])
+>>> x = tf.constant([[0.1, -0.2]])
+>>> graph = tf.function(grads).get_concrete_function(x).graph
+>>> [op.type for op in graph.get_operations() if op.type == "Transpose"]
+['Transpose']
+>>> eager = grads(x)
+>>> all(bool(tf.reduce_all(tf.abs(a - b) < 1e-6)) for a, b in zip(tf.function(grads)(x), eager))
+True
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from tensorflow.python.framework import ops
+
+GRADIENT = "RefoldLoopMatMul"
+
+# Whether loop products take the gradient above (`benchmarks.ablations --only
+# transpose` switches it, with the zoo's `models.gates.TRANSPOSE_ONCE`, at trace time).
+TRANSPOSE_ONCE = True
+
+
+@contextlib.contextmanager
+def transposed_once():
+    """Within: every `MatMul` made in the current graph takes `_matmul_grad`."""
+    with ops.get_default_graph().gradient_override_map({"MatMul": GRADIENT}):
+        yield
+
+
+@ops.RegisterGradient(GRADIENT)
+def _matmul_grad(op, grad):
+    from tensorflow.python.ops import gen_math_ops, math_grad
+    w_t = None
+    if TRANSPOSE_ONCE and not (op.get_attr("transpose_a") or op.get_attr("transpose_b")):
+        w_t = _transposed_outside(op.inputs[1])
+    if w_t is None:
+        return math_grad._MatMulGrad(op, grad)
+    return (gen_math_ops.mat_mul(grad, w_t, grad_a=True),
+            gen_math_ops.mat_mul(op.inputs[0], grad, transpose_a=True, grad_b=True))
+
+
+def _transposed_outside(w):
+    """`w^T` made in the graph that holds the outermost loop around `w`'s graph, if
+    `w` can be read there (a capture, a variable read, a cast of one); else None."""
+    import tensorflow as tf
+    holder = _loop_holder(w.graph)
+    if holder is None or not w.dtype.is_floating:
+        return None
+    outer = _outside(w, holder)
+    if outer is None:
+        return None
+    with holder.as_default():
+        w_t = tf.transpose(outer)
+    return _captured_down(w_t, holder)
+
+
+def _captured_down(t, holder):
+    """`t` (of graph `holder`) captured by each graph from `holder` down to the
+    current one in turn: a conditional's gradient graph captures only from its own
+    outer graph or from the forward branch."""
+    chain, graph = [], ops.get_default_graph()
+    while graph is not holder:
+        chain.append(graph)
+        graph = graph.outer_graph
+    for graph in reversed(chain):
+        t = graph.capture(t)
+    return t
+
+
+def _loop_holder(graph):
+    """The graph around the outermost `tf.while_loop` body enclosing `graph` (its
+    bodies' and their branches' graphs in between), or None outside loop bodies."""
+    holder = None
+    while getattr(graph, "outer_graph", None) is not None:
+        if "while_body" in graph.name:
+            holder = graph.outer_graph
+        graph = graph.outer_graph
+    return holder
+
+
+def _outside(t, holder):
+    """The tensor of graph `holder` that `t` reads or recomputes from it: a captured
+    placeholder's outer tensor (captured by `holder` if eager), or a variable read,
+    cast or identity of one made again in `holder`; None for anything computed
+    inside the loop."""
+    import tensorflow as tf
+    from tensorflow.python.ops import gen_resource_variable_ops
+    while isinstance(t, ops.EagerTensor) or t.graph is not holder:
+        if isinstance(t, ops.EagerTensor):  # a variable's handle, say
+            return holder.capture(t)
+        if t.op.type == "Placeholder":
+            t = next((ext for ext, inner in t.graph.captures if inner is t), None)
+            if t is None:
+                return None
+            continue
+        if t.op.type not in ("ReadVariableOp", "Cast", "Identity"):
+            return None
+        source = _outside(t.op.inputs[0], holder)
+        if source is None:
+            return None
+        with holder.as_default():
+            if t.op.type == "ReadVariableOp":
+                return gen_resource_variable_ops.read_variable_op(source,
+                                                                  t.op.get_attr("dtype"))
+            if t.op.type == "Cast":
+                return tf.cast(source, t.op.get_attr("DstT"))
+            return tf.identity(source)
+    return t

@@ -7,7 +7,9 @@ transposed once per step"). The executor calls every loop op under
 `transposed_once()`: a `MatMul` made there whose second argument is a weight read
 (a variable or a captured tensor, maybe cast, from outside the loop) takes its
 gradient to `x` as `dz @ W^T` with `W^T` made once in the graph that holds the loop,
-and `x^T dz` for `W` as TensorFlow does. Any other product keeps TensorFlow's
+and `x^T dz` for `W` as TensorFlow does. The weight is read there as the loop is
+traced (its value at the forward pass, as TensorFlow's gradient sees it), and
+transposed when the gradient is built. Any other product keeps TensorFlow's
 gradient. This reaches every cell a user writes (a `td.Function`, a Keras `Dense`);
 the zoo's cells also do it themselves (`models.gates.state_product`), which covers
 the engine's replayed backward loop, where the gradient is taken under a tape.
@@ -48,49 +50,60 @@ TRANSPOSE_ONCE = True
 
 @contextlib.contextmanager
 def transposed_once():
-    """Within: every `MatMul` made in the current graph takes `_matmul_grad`."""
-    with ops.get_default_graph().gradient_override_map({"MatMul": GRADIENT}):
+    """Within: every `MatMul` made in the current graph takes `_matmul_grad`, if a
+    tape could record it (an inference trace keeps TensorFlow's ops as they are,
+    so that a SavedModel of it holds no gradient of ours); on the way out, each
+    such product whose weight can be read outside the loop gets that read."""
+    from tensorflow.python.eager import record
+    graph = ops.get_default_graph()
+    holder = _loop_holder(graph)
+    if not (TRANSPOSE_ONCE and holder is not None and record.could_possibly_record()):
         yield
+        return
+    first = len(graph.get_operations())
+    with graph.gradient_override_map({"MatMul": GRADIENT}):
+        yield
+    for op in graph.get_operations()[first:]:
+        if op.type == "MatMul" and not (op.get_attr("transpose_a")
+                                        or op.get_attr("transpose_b")):
+            op._refold_weight = _outside(op.inputs[1], holder)
 
 
 @ops.RegisterGradient(GRADIENT)
 def _matmul_grad(op, grad):
     from tensorflow.python.ops import gen_math_ops, math_grad
-    w_t = None
-    if TRANSPOSE_ONCE and not (op.get_attr("transpose_a") or op.get_attr("transpose_b")):
-        w_t = _transposed_outside(op.inputs[1])
+    w_t = _transposed(op)
     if w_t is None:
         return math_grad._MatMulGrad(op, grad)
     return (gen_math_ops.mat_mul(grad, w_t, grad_a=True),
             gen_math_ops.mat_mul(op.inputs[0], grad, transpose_a=True, grad_b=True))
 
 
-def _transposed_outside(w):
-    """`w^T` made in the graph that holds the outermost loop around `w`'s graph, if
-    `w` can be read there (a capture, a variable read, a cast of one); else None."""
+def _transposed(op):
+    """The weight of product `op` transposed in the graph that holds the loop and
+    captured by the current graph, if `transposed_once` read it there; else None."""
     import tensorflow as tf
-    holder = _loop_holder(w.graph)
-    if holder is None or not w.dtype.is_floating:
+    w = getattr(op, "_refold_weight", None)
+    chain = None if w is None or not w.dtype.is_floating else _graphs_below(w.graph)
+    if chain is None:
         return None
-    outer = _outside(w, holder)
-    if outer is None:
-        return None
-    with holder.as_default():
-        w_t = tf.transpose(outer)
-    return _captured_down(w_t, holder)
+    with w.graph.as_default():
+        w_t = tf.transpose(w)
+    for graph in reversed(chain):  # a conditional's gradient graph captures only
+        w_t = graph.capture(w_t)   # from its own outer graph (or its forward branch)
+    return w_t
 
 
-def _captured_down(t, holder):
-    """`t` (of graph `holder`) captured by each graph from `holder` down to the
-    current one in turn: a conditional's gradient graph captures only from its own
-    outer graph or from the forward branch."""
+def _graphs_below(holder) -> list | None:
+    """The graphs from the current one up to `holder` (excluded), or None if
+    `holder` does not enclose the current graph."""
     chain, graph = [], ops.get_default_graph()
     while graph is not holder:
+        if getattr(graph, "outer_graph", None) is None:
+            return None
         chain.append(graph)
         graph = graph.outer_graph
-    for graph in reversed(chain):
-        t = graph.capture(t)
-    return t
+    return chain
 
 
 def _loop_holder(graph):

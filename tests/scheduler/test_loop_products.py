@@ -96,3 +96,29 @@ def test_a_product_of_two_loop_values_keeps_tensorflows_gradient():
             h = tf.tanh(h @ tf.transpose(h))[:, :1] * h
         want = tape.gradient(tf.reduce_sum(h), x)
     np.testing.assert_allclose(grads(x), want, rtol=1e-6)
+
+
+def test_the_gradient_reads_the_weight_the_forward_pass_read(monkeypatch):
+    """A weight changed between the forward pass and the gradient: the gradient is
+    the forward pass's, as with TensorFlow's own (which saves what the loop read)."""
+    def moved_step(compiler, dense):
+        @tf.function(autograph=False)
+        def step(arrays):
+            with tf.GradientTape() as tape:
+                total = tf.add_n([tf.reduce_sum(tf.sin(3.0 * v))
+                                  for v in tf.nest.flatten(compiler.executor.compute(arrays))])
+            with tf.control_dependencies([total]):
+                moved = dense.kernel.assign_add(tf.ones_like(dense.kernel))
+            with tf.control_dependencies([moved]):
+                return tape.gradient(total, dense.weights)
+        return step
+
+    got = {}
+    for transpose_once in (True, False):
+        monkeypatch.setattr(loop_products, "TRANSPOSE_ONCE", transpose_once)
+        fold, dense = user_fold(seed=2)
+        compiler = Compiler.create(fold)
+        step = moved_step(compiler, dense)
+        got[transpose_once] = [g.numpy() for g in step(_arrays(compiler, SEQS))]
+    for a, b in zip(got[True], got[False]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -7,6 +7,8 @@ is a nested tuple `(left, right)` with int word ids at the leaves.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 import blocks as td
@@ -82,9 +84,9 @@ class TreeLSTMModel:
 
 
 class UserTreeLSTMModel:
-    """The sst-synth TreeLSTM as a user writes it without the zoo: `td.Function`s of
-    their own over Keras `Dense` layers (the engine issue's first workload), same
-    sizes as `TreeLSTMModel`.
+    """The sst-synth TreeLSTM as a user writes it without the zoo: Keras layers of
+    their own (`leaf`, `node`: a `Dense` each, gate arithmetic in `call`) wrapped in
+    `td.Function`s, the engine issue's first workload; same sizes as `TreeLSTMModel`.
 
     Attributes:
         embedding, leaf, node, output: the layers.
@@ -93,28 +95,47 @@ class UserTreeLSTMModel:
 
     def __init__(self, seed: int = 0):
         import keras
-        import tensorflow as tf
         keras.utils.set_random_seed(seed)
         self.embedding = td.Embedding(VOCAB, EMBED, name="embedding")
-        self.leaf = keras.layers.Dense(3 * HIDDEN, name="leaf_gates")  # i, o, u
-        self.node = keras.layers.Dense(5 * HIDDEN, name="node_gates")  # i, o, u, f_l, f_r
+        leaf, node = _user_layer_classes()
+        self.leaf, self.node = leaf(HIDDEN), node(HIDDEN)
         self.output = keras.layers.Dense(CLASSES, name="logits")
-
-        def leaf(x):
-            i, o, u = tf.split(self.leaf(x), 3, axis=1)
-            c = tf.sigmoid(i) * tf.tanh(u)
-            return tf.sigmoid(o) * tf.tanh(c), c
-
-        def node(left, right):
-            (h_l, c_l), (h_r, c_r) = left, right
-            i, o, u, f_l, f_r = tf.split(self.node(tf.concat([h_l, h_r], 1)), 5, axis=1)
-            c = tf.sigmoid(i) * tf.tanh(u) + tf.sigmoid(f_l) * c_l + tf.sigmoid(f_r) * c_r
-            return tf.sigmoid(o) * tf.tanh(c), c
-
         state = td.TupleType(td.TensorType((HIDDEN,)), td.TensorType((HIDDEN,)))
         tree = td.ForwardDeclaration(td.PyObjectType(), state)
-        leaf_block = td.Scalar("int32") >> self.embedding >> td.Function(leaf)
-        node_block = td.Record((tree(), tree())) >> td.Function(node)
+        leaf_block = td.Scalar("int32") >> self.embedding >> td.Function(self.leaf)
+        node_block = td.Record((tree(), tree())) >> td.Function(self.node)
         tree.resolve_to(td.OneOf(lambda t: isinstance(t, tuple),
                                  {False: leaf_block, True: node_block}))
         self.block = tree() >> td.GetItem(0) >> td.Function(self.output)
+
+
+@functools.cache
+def _user_layer_classes() -> tuple:
+    """The Keras layer classes of `UserTreeLSTMModel` (defined on first use, so that
+    importing this module does not load Keras)."""
+    import keras
+    import tensorflow as tf
+
+    class Leaf(keras.layers.Layer):
+        def __init__(self, hidden: int):
+            super().__init__(name="user_leaf")
+            self.gates = keras.layers.Dense(3 * hidden, name="leaf_gates")  # i, o, u
+
+        def call(self, x):
+            i, o, u = tf.split(self.gates(x), 3, axis=1)
+            c = tf.sigmoid(i) * tf.tanh(u)
+            return tf.sigmoid(o) * tf.tanh(c), c
+
+    class Node(keras.layers.Layer):
+        def __init__(self, hidden: int):
+            super().__init__(name="user_node")
+            self.gates = keras.layers.Dense(5 * hidden, name="node_gates")  # i,o,u,f_l,f_r
+
+        def call(self, left, right):
+            (h_l, c_l), (h_r, c_r) = left, right
+            i, o, u, f_l, f_r = tf.split(self.gates(tf.concat([h_l, h_r], 1)), 5, axis=1)
+            c = tf.sigmoid(i) * tf.tanh(u) + tf.sigmoid(f_l) * c_l + tf.sigmoid(f_r) * c_r
+            return tf.sigmoid(o) * tf.tanh(c), c
+
+    return Leaf, Node
+

@@ -288,11 +288,19 @@ class Function(Block):
         flat = [tf.zeros((batch, *t.shape), t.dtype) for t in flat_tensor_types(self.input_type)]
         args = batch_call_structure(self.input_type, flat)
         try:
-            result = self._tf_fn(*args)
+            with tf.GradientTape() as tape:  # which trainable variables it reads
+                result = self._tf_fn(*args)
         except Exception as e:
             raise TypeError(f"{self.path}: calling {self._fn_name()} on a batch of "
                             f"{self.input_type} failed: {type(e).__name__}: {e}") from e
+        self._variables_read = list(tape.watched_variables())
         return type_of_batch_result(self, result, batch)
+
+    def variables_read(self) -> list:
+        """The `tf.Variable`s the function read when this block called it on a batch
+        of zeros to find its output type (`compiler.Model` warns of any that no
+        block declares in `weights`: it would neither train nor save them)."""
+        return list(getattr(self, "_variables_read", ()))
 
     def op(self) -> Op:
         """The op this block calls (its types must be known)."""

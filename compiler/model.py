@@ -953,7 +953,27 @@ def _weights_of(root) -> tuple[list, list]:
             else:
                 raise TypeError(f"{b.path}: weights() must return Keras layers and "
                                 f"keras.Variables, got {type(w).__name__}")
+    _check_declared(root, layers, variables)
     return layers, variables
+
+
+def _check_declared(root, layers: list, variables: list) -> None:
+    """Warns of functions that read weights no block declares (a Keras layer called
+    inside a plain function): `Model` trains, checkpoints and saves what the blocks
+    declare, so it would leave those weights untrained and lose them on saving."""
+    from blocks import Function
+    declared = {id(getattr(v, "value", v)) for layer in layers for v in layer.weights}
+    declared |= {id(getattr(v, "value", v)) for v in variables}
+    for b in validate(root):
+        missed = [v for v in b.variables_read() if id(v) not in declared] \
+            if isinstance(b, Function) else []
+        if missed:
+            names = ", ".join(sorted({v.name for v in missed}))
+            warnings.warn(
+                f"{b.path}: {b._fn_name()} reads weights that no block declares, so Model "
+                f"will neither train nor save them: {names}. Make the function a Keras "
+                f"layer (a keras.layers.Layer whose call does its work tracks the layers "
+                f"it holds) and pass that, td.Function(layer)", UserWarning, stacklevel=4)
 
 
 def _mixed_policy(model: Model, low: str | None) -> None:

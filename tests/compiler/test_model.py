@@ -803,3 +803,21 @@ def test_the_feeders_range_skips_tf_datas_optimizations():
     again = model._dataset([3.0, 4.0], None, None, 1, False, "predict", with_labels=False)
     assert again is ds
     assert list(again.as_numpy_iterator()) == [0, 1]
+
+
+def test_a_function_reading_weights_no_block_declares_is_named_in_a_warning():
+    """A Keras layer called inside a plain function: Model would neither train nor
+    save it."""
+    import warnings
+    dense = keras.layers.Dense(2, name="hidden_gates")
+    cell = td.Vector(3) >> td.Function(lambda x: tf.tanh(dense(x)), name="my_cell")
+    with pytest.warns(UserWarning, match=r"Pipe\[1\] > Function 'my_cell': <lambda> reads "
+                      r"weights that no block declares.*hidden_gates/kernel"):
+        model = Model(cell)
+    assert not model.trainable_weights
+    with warnings.catch_warnings():  # declared: the layer is the function, or is used
+        warnings.simplefilter("error")  # by another block too
+        Model(td.Vector(3) >> td.Function(dense))
+        both = Model(td.Record((td.Vector(3) >> td.Function(lambda x: dense(x) * 2.0),
+                                td.Vector(3) >> td.Function(dense))))
+    assert {id(w) for w in both.trainable_weights} == {id(dense.kernel), id(dense.bias)}

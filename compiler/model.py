@@ -161,6 +161,7 @@ class Model(keras.Model):
         self._feeders: dict = {}   # role -> the BatchFeeder of the call under way
         self._test_role = "test"
         layers, variables = _weights_of(self.block)
+        _check_declared(self.block, layers, variables)
         self.block_layers = layers          # tracked by Keras: weights, checkpoints
         self.block_variables = variables
         names = self.program.metric_names
@@ -953,7 +954,6 @@ def _weights_of(root) -> tuple[list, list]:
             else:
                 raise TypeError(f"{b.path}: weights() must return Keras layers and "
                                 f"keras.Variables, got {type(w).__name__}")
-    _check_declared(root, layers, variables)
     return layers, variables
 
 
@@ -973,7 +973,7 @@ def _check_declared(root, layers: list, variables: list) -> None:
                 f"{b.path}: {b._fn_name()} reads weights that no block declares, so Model "
                 f"will neither train nor save them: {names}. Make the function a Keras "
                 f"layer (a keras.layers.Layer whose call does its work tracks the layers "
-                f"it holds) and pass that, td.Function(layer)", UserWarning, stacklevel=4)
+                f"it holds) and pass that, td.Function(layer)", UserWarning, stacklevel=3)
 
 
 def _mixed_policy(model: Model, low: str | None) -> None:

@@ -3,7 +3,7 @@
 TensorFlow differentiates `x @ W` to `x` as `MatMul(dz, W, transpose_b=True)`, which
 on this CPU repacks `W` at every call: at the loop's few rows that costs 2-3x the
 product with `W^T` laid out beforehand (BENCHMARKS.md, "The recurrent kernel
-transposed once per step"). The executor calls every loop op under
+transposed once per step"). The graph executor calls every loop op under
 `transposed_once()`: a `MatMul` made there whose second argument is a weight read
 (a variable or a captured tensor, maybe cast, from outside the loop) takes its
 gradient to `x` as `dz @ W^T` with `W^T` made once in the graph that holds the loop,
@@ -12,7 +12,8 @@ traced (its value at the forward pass, as TensorFlow's gradient sees it), and
 transposed when the gradient is built. Any other product keeps TensorFlow's
 gradient. This reaches every cell a user writes (a `td.Function`, a Keras `Dense`);
 the zoo's cells also do it themselves (`models.gates.state_product`), which covers
-the engine's replayed backward loop, where the gradient is taken under a tape.
+the engine's replayed backward loop, where the gradient is taken under a tape. The
+XLA executor (`scheduler.xla`) leaves its products to XLA, which lays them out.
 
 >>> import tensorflow as tf
 >>> w = tf.Variable([[1.0, 2.0], [3.0, 4.0]])

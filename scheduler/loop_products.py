@@ -108,14 +108,14 @@ def _graphs_below(holder) -> list | None:
 
 
 def _loop_holder(graph):
-    """The graph around the outermost `tf.while_loop` body enclosing `graph` (its
-    bodies' and their branches' graphs in between), or None outside loop bodies."""
-    holder = None
+    """The graph that holds the nearest `tf.while_loop` around `graph` (its body, or
+    a branch inside it), or None outside loop bodies. The nearest: around an outer
+    loop that changes the weights between its iterations, each reads its own."""
     while getattr(graph, "outer_graph", None) is not None:
         if "while_body" in graph.name:
-            holder = graph.outer_graph
+            return graph.outer_graph
         graph = graph.outer_graph
-    return holder
+    return None
 
 
 def _outside(t, holder):

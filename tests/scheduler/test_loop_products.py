@@ -122,3 +122,31 @@ def test_the_gradient_reads_the_weight_the_forward_pass_read(monkeypatch):
         got[transpose_once] = [g.numpy() for g in step(_arrays(compiler, SEQS))]
     for a, b in zip(got[True], got[False]):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_an_outer_loop_that_moves_the_weight_gives_each_iteration_its_own(monkeypatch):
+    """The executor's loop inside a loop of the user's that trains between its
+    iterations: each gradient reads the weight of its own iteration."""
+    def two_steps(compiler, dense):
+        @tf.function(autograph=False)
+        def steps(arrays):
+            def body(i, grads):
+                with tf.GradientTape() as tape:
+                    total = tf.add_n([tf.reduce_sum(tf.sin(3.0 * v)) for v in
+                                      tf.nest.flatten(compiler.executor.compute(arrays))])
+                g = tape.gradient(total, dense.kernel)
+                with tf.control_dependencies([g]):
+                    moved = dense.kernel.assign_sub(0.5 * g)
+                with tf.control_dependencies([moved]):
+                    return i + 1, grads + g
+            return tf.while_loop(lambda i, _: i < 3, body,
+                                 (0, tf.zeros_like(dense.kernel)))[1]
+        return steps
+
+    got = {}
+    for transpose_once in (True, False):
+        monkeypatch.setattr(loop_products, "TRANSPOSE_ONCE", transpose_once)
+        fold, dense = user_fold(seed=4)
+        compiler = Compiler.create(fold)
+        got[transpose_once] = two_steps(compiler, dense)(_arrays(compiler, SEQS)).numpy()
+    np.testing.assert_allclose(got[True], got[False], rtol=1e-5, atol=1e-6)

@@ -13,7 +13,7 @@ transposed when the gradient is built. Any other product keeps TensorFlow's
 gradient. This reaches every cell a user writes (a `td.Function`, a Keras `Dense`);
 the zoo's cells also do it themselves (`models.gates.state_product`), which covers
 the engine's replayed backward loop, where the gradient is taken under a tape. The
-XLA executor (`scheduler.xla`) leaves its products to XLA, which lays them out.
+XLA executor (`scheduler.xla`) leaves its products to XLA (not measured there).
 
 >>> import tensorflow as tf
 >>> w = tf.Variable([[1.0, 2.0], [3.0, 4.0]])

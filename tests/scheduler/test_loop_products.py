@@ -31,7 +31,7 @@ def _grads_fn(compiler, weights):
             out = compiler.executor.compute(arrays)
             total = tf.add_n([tf.reduce_sum(tf.sin(3.0 * v)) for v in tf.nest.flatten(out)])
         return [total, *tape.gradient(total, weights)]
-    return tf.function(grads, autograph=False)
+    return tf.function(grads, autograph=False, reduce_retracing=True)
 
 
 def _arrays(compiler, seqs):

@@ -271,7 +271,7 @@ def test_breakdown_chains_and_profile_print_their_tables(capsys):
 
 
 def test_breakdown_profiles_whole_calls_of_both_workloads(capsys):
-    out = breakdown.main(["--profile-calls", "--batch-sizes", "2", "--trees", "4",
+    out = breakdown.main(["--profile-calls", "--batch-sizes", "2", "--trees", "2",
                           "--rounds", "1"])
     assert sorted(out[2]) == [(w, c) for w in ("bilstm", "treelstm")
                               for c in ("fit", "predict")]

@@ -190,7 +190,7 @@ def _profiled(fn) -> dict:
     import tensorflow as tf
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
     with tempfile.TemporaryDirectory() as d:
-        # level 3 records every op, the inexpensive ones TensorFlow runs inline too
+        # level 3: the most the host tracer records (still not every inexpensive op)
         tf.profiler.experimental.start(
             d, options=tf.profiler.experimental.ProfilerOptions(host_tracer_level=3))
         start = time.perf_counter()

@@ -25,13 +25,31 @@ def user_fold(seed: int = 0):
     return fold, dense
 
 
+def _loss(compiler, arrays):
+    """A loss of every output of the batch, nonlinear so that gradients differ."""
+    out = compiler.executor.compute(arrays)
+    return tf.add_n([tf.reduce_sum(tf.sin(3.0 * v)) for v in tf.nest.flatten(out)])
+
+
 def _grads_fn(compiler, weights):
     def grads(arrays):
         with tf.GradientTape() as tape:
-            out = compiler.executor.compute(arrays)
-            total = tf.add_n([tf.reduce_sum(tf.sin(3.0 * v)) for v in tf.nest.flatten(out)])
+            total = _loss(compiler, arrays)
         return [total, *tape.gradient(total, weights)]
     return tf.function(grads, autograph=False, reduce_retracing=True)
+
+
+def _both_ways(monkeypatch, run, seed: int, **create):
+    """`run(compiler, dense)` with the weight products transposed once and without;
+    asserts both give the same arrays."""
+    got = {}
+    for transpose_once in (True, False):
+        monkeypatch.setattr(loop_products, "TRANSPOSE_ONCE", transpose_once)
+        fold, dense = user_fold(seed)
+        got[transpose_once] = tf.nest.map_structure(
+            np.asarray, run(Compiler.create(fold, **create), dense))
+    for once, plain in zip(tf.nest.flatten(got[True]), tf.nest.flatten(got[False])):
+        np.testing.assert_allclose(once, plain, rtol=1e-5, atol=1e-6)
 
 
 def _arrays(compiler, seqs):
@@ -62,16 +80,11 @@ def test_values_and_gradients_are_those_of_tensorflows_own_gradient(scheduler, m
     rng = np.random.default_rng(3)
     batches = [SEQS] + [[rng.normal(size=(n, DIM)).tolist() for n in rng.integers(0, 7, 5)]
                         for _ in range(3)]
-    got = {}
-    for transpose_once in (True, False):
-        monkeypatch.setattr(loop_products, "TRANSPOSE_ONCE", transpose_once)
-        fold, dense = user_fold(seed=1)
-        compiler = Compiler.create(fold, scheduler=scheduler)
+
+    def run(compiler, dense):
         fn = _grads_fn(compiler, dense.weights)  # traced with the switch as set now
-        got[transpose_once] = [[t.numpy() for t in fn(_arrays(compiler, b))] for b in batches]
-    for once, plain in zip(got[True], got[False]):
-        for a, b in zip(once, plain):
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        return [fn(_arrays(compiler, b)) for b in batches]
+    _both_ways(monkeypatch, run, seed=1, scheduler=scheduler)
 
 
 def test_a_product_of_two_loop_values_keeps_tensorflows_gradient():
@@ -105,23 +118,14 @@ def test_the_gradient_reads_the_weight_the_forward_pass_read(monkeypatch):
         @tf.function(autograph=False)
         def step(arrays):
             with tf.GradientTape() as tape:
-                total = tf.add_n([tf.reduce_sum(tf.sin(3.0 * v))
-                                  for v in tf.nest.flatten(compiler.executor.compute(arrays))])
+                total = _loss(compiler, arrays)
             with tf.control_dependencies([total]):
                 moved = dense.kernel.assign_add(tf.ones_like(dense.kernel))
             with tf.control_dependencies([moved]):
                 return tape.gradient(total, dense.weights)
-        return step
+        return step(_arrays(compiler, SEQS))
 
-    got = {}
-    for transpose_once in (True, False):
-        monkeypatch.setattr(loop_products, "TRANSPOSE_ONCE", transpose_once)
-        fold, dense = user_fold(seed=2)
-        compiler = Compiler.create(fold)
-        step = moved_step(compiler, dense)
-        got[transpose_once] = [g.numpy() for g in step(_arrays(compiler, SEQS))]
-    for a, b in zip(got[True], got[False]):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    _both_ways(monkeypatch, moved_step, seed=2)
 
 
 def test_an_outer_loop_that_moves_the_weight_gives_each_iteration_its_own(monkeypatch):
@@ -132,8 +136,7 @@ def test_an_outer_loop_that_moves_the_weight_gives_each_iteration_its_own(monkey
         def steps(arrays):
             def body(i, grads):
                 with tf.GradientTape() as tape:
-                    total = tf.add_n([tf.reduce_sum(tf.sin(3.0 * v)) for v in
-                                      tf.nest.flatten(compiler.executor.compute(arrays))])
+                    total = _loss(compiler, arrays)
                 g = tape.gradient(total, dense.kernel)
                 with tf.control_dependencies([g]):
                     moved = dense.kernel.assign_sub(0.5 * g)
@@ -141,12 +144,6 @@ def test_an_outer_loop_that_moves_the_weight_gives_each_iteration_its_own(monkey
                     return i + 1, grads + g
             return tf.while_loop(lambda i, _: i < 3, body,
                                  (0, tf.zeros_like(dense.kernel)))[1]
-        return steps
+        return steps(_arrays(compiler, SEQS))
 
-    got = {}
-    for transpose_once in (True, False):
-        monkeypatch.setattr(loop_products, "TRANSPOSE_ONCE", transpose_once)
-        fold, dense = user_fold(seed=4)
-        compiler = Compiler.create(fold)
-        got[transpose_once] = two_steps(compiler, dense)(_arrays(compiler, SEQS)).numpy()
-    np.testing.assert_allclose(got[True], got[False], rtol=1e-5, atol=1e-6)
+    _both_ways(monkeypatch, two_steps, seed=4)

@@ -2,7 +2,7 @@
 
 Run: `python -m benchmarks.ablations
 [--only rowlists,conds,cells,bidirectional,weightgrads,fusedcells,xla,
-fitweightgrads,xlaweightgrads,replay,projection,transpose]
+fitweightgrads,xlaweightgrads,replay,projection,transpose,executor]
 [--rounds N]
 [--batch-sizes 16,64]`.
 Every variant is built on the same weights and batch; the calls of all variants
@@ -80,6 +80,10 @@ time per call counts, so the machine's load drifts over all of them alike.
   loop's weight products `h U` taking U transposed once per step
   (`gates.state_product`, `scheduler.loop_products`) against TensorFlow's
   `transpose_b` product in every backward iteration; whole `Model.fit` calls.
+- `executor`: the TreeLSTM's and the tagger's inference with the executor chosen per
+  batch (`compiler.executor_choice`: TensorFlow's single-threaded one for batches
+  of small loop launches) against TensorFlow's default executor always; whole
+  `Model.predict` calls.
 """
 
 from __future__ import annotations
@@ -721,6 +725,46 @@ def fit_transpose(batch_sizes: list, rounds: int, instances: int = 2,
     return out
 
 
+def predict_executor(batch_sizes: list, rounds: int, instances: int = 2,
+                     items: int | None = None, workloads=("TreeLSTM", "tagger")) -> dict:
+    """ms per item of whole `Model.predict` calls with the inference executor chosen
+    per batch (`compiler.executor_choice`: TensorFlow's single-threaded executor for
+    batches of small loop launches) against TensorFlow's default executor always
+    (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
+    from benchmarks.peers.refold_side import tagger_models
+    from benchmarks.workloads import TreeLSTMModel
+    from compiler import Model
+    variants = {"chosen per batch": None, "default executor": 0}
+    names = list(variants)
+    print(f"\n## The inference executor, ms per item of whole Model.predict calls "
+          f"(median of {rounds}, {instances} models each)")
+    print(f"| workload | B | {' | '.join(names)} | {names[1]} ÷ {names[0]} |")
+    print("|---|---|---|---|---|")
+    out = {}
+    for b in batch_sizes:
+        n, trees, _, sentences = _fit_items(b, items)
+        words = [{"words": s["words"]} for s in sentences]
+        fns = {}
+        for i in range(instances):
+            for name in _turn(names, i):
+                models = {"TreeLSTM": (Model(TreeLSTMModel(seed=0).block), trees),
+                          "tagger": (tagger_models()[1], words)}
+                for work in workloads:
+                    model, x = models[work]
+                    if variants[name] is not None:
+                        model.inference_executor.max_rows = variants[name]
+                    fns[(work, name, i)] = functools.partial(model.predict, x, batch_size=b,
+                                                             verbose=0)
+        raw = _rounds(fns, rounds)  # the first calls (untimed) trace
+        for work in workloads:
+            t = _per_item(raw, work, names, instances, n)
+            row = out[(work, b)] = {**{v: float(np.median(t[v])) for v in names},
+                                    "ratio": float(np.median(t[names[1]] / t[names[0]]))}
+            print(f"| {work} | {b} | " + " | ".join(f"{row[v]:.2f}" for v in names)
+                  + f" | {row['ratio']:.3f} |", flush=True)
+    return out
+
+
 def _fetch(outputs):
     return [np.asarray(o) for o in outputs] if isinstance(outputs, (list, tuple)) \
         else np.asarray(outputs)
@@ -729,7 +773,8 @@ def _fetch(outputs):
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="rowlists,conds,cells,bidirectional,weightgrads",
-                        help="also: fitweightgrads, replay, projection, transpose; xla, "
+                        help="also: fitweightgrads, replay, projection, transpose, "
+                             "executor; xla, "
                              "xlaweightgrads "
                              "(not run by default: they compile for minutes)")
     parser.add_argument("--rounds", type=int, default=15)
@@ -770,6 +815,9 @@ def main(argv=None) -> dict:
     if "transpose" in only:
         out["transpose"] = fit_transpose([int(b) for b in args.batch_sizes.split(",")],
                                          args.rounds, args.instances)
+    if "executor" in only:
+        out["executor"] = predict_executor([int(b) for b in args.batch_sizes.split(",")],
+                                           args.rounds, args.instances)
     if "projection" in only:
         out["projection"] = fit_projection([int(b) for b in args.batch_sizes.split(",")],
                                            args.rounds, args.instances)

@@ -27,6 +27,7 @@ import numpy as np
 from blocks.precision import compute_dtype, held_program
 from blocks.types import TensorType
 from compiler.dataflow import op_feeds
+from compiler.executor_choice import InferenceExecutorChoice
 from compiler.expansion import BatchGraph, ExampleGraph, expand_all, expand_batch
 from compiler.lowering import Program, lower
 from compiler.rounds import expand_in_rounds
@@ -155,7 +156,10 @@ class Compiler:
             OrderedDict() if self.cache_size else None
         self._cache_lock = threading.Lock()  # a stream's planning thread shares it
         self._run_fn = None
-        self._run_flat = None  # run's traced function on the batch as few tensors
+        # run's traced functions on the batch as few tensors, per executor choice
+        self._run_flat: dict = {}
+        # which TensorFlow executor runs a batch of `run` and of Model's inference
+        self.inference_executor = InferenceExecutorChoice(self.executor)
         self.last_rounds = 0  # engine calls the last expansion in rounds made
         self.workers = workers
         self._pool = None
@@ -377,16 +381,30 @@ class Compiler:
         function is called directly: at batch 1 the `tf.function`'s own argument
         matching and the conversion of each array cost a sizeable part of a call
         (BENCHMARKS.md, "the hand-off")."""
-        if self._run_flat is None:
-            import tensorflow as tf
+        choice = self.inference_executor
+        single = choice.key(arrays, self._run_flat.keys())
+        if single not in self._run_flat:
+            traced = self._trace_run(single)
+            if not choice.admits(single, traced[1]):  # an Assert: the default executor
+                single = False
+                traced = self._run_flat.get(False) or self._trace_run(False)
+            self._run_flat[single] = traced
+        handoff, fn = self._run_flat[single]
+        tensors = handoff.tensors(arrays)
+        with choice.calling(single):
+            return fn(*tensors)
 
-            from compiler.handoff import Handoff
-            handoff, inner = Handoff(self.executor.input_signature()), self._function()
-            fn = tf.function(lambda *t: inner(handoff.unfold(t)), autograph=False,
+    def _trace_run(self, single: bool) -> tuple:
+        """`run`'s traced function for executor choice `single`, with its `Handoff`
+        (each choice its own trace: no `tf.function` is shared between them)."""
+        import tensorflow as tf
+
+        from compiler.handoff import Handoff
+        handoff, compute = Handoff(self.executor.input_signature()), self.executor.compute
+        with self.inference_executor.tracing(single):
+            fn = tf.function(lambda *t: compute(handoff.unfold(t)), autograph=False,
                              input_signature=handoff.signature).get_concrete_function()
-            self._run_flat = (handoff, fn)
-        handoff, fn = self._run_flat
-        return fn(*handoff.tensors(arrays))
+        return handoff, fn
 
     def run(self, inputs: Iterable[Any], tolist: bool = False) -> list:
         """Evaluates a batch of inputs together; one result per input, in order.

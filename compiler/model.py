@@ -127,6 +127,12 @@ class Model(keras.Model):
     choice is its own trace; a batch near the threshold (within a factor of 2) runs
     on the other choice's trace if only that one exists.
 
+    `model.inference_executor` (the compiler's, a `compiler.executor_choice.
+    InferenceExecutorChoice`) runs `predict` and `evaluate` batches of small loop
+    launches (batch 1 of a sequence model, say: at most `max_rows` rows a launch on
+    average, `0`: never) on TensorFlow's single-threaded executor, which measured
+    faster there; each choice is its own trace, as above.
+
     Mixed precision: under a `"mixed_float16"` or `"mixed_bfloat16"` policy (the
     global one, or that of the block's layers) layers compute in the low dtype, the
     engine holds float32-typed values in it, and variables, losses and metrics stay
@@ -150,6 +156,8 @@ class Model(keras.Model):
         self.pipeline = InputPipeline(self.compiler)
         # where a training batch takes the loop's weight gradients (compiler.steps)
         self.weight_grads = WeightGradsChoice(self.compiler.executor)
+        # which TensorFlow executor runs an inference batch (compiler.executor_choice)
+        self.inference_executor = self.compiler.inference_executor
         self.block = self.program.root
         self.scheduler = scheduler
         self.on_bad_example = on_bad_example
@@ -435,7 +443,8 @@ class Model(keras.Model):
         return StepFunction(step, lambda: self._feeders[role()],
                             lambda: bool(self.run_eagerly), lambda: self._epoch,
                             xla=lambda: self._xla_batches() if self.jit_compile else None,
-                            weight_grads=self.weight_grads if kind == "train" else None,
+                            choice=(self.weight_grads if kind == "train"
+                                    else self.inference_executor),
                             before_trace=self._build_compiled_metrics)
 
     def make_train_function(self, force=False):

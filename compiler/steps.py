@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection, Sequence
 
 import tensorflow as tf
 
+from compiler.executor_choice import InferenceExecutorChoice, by_rows, rows_limit
 from compiler.handoff import Handoff
 from compiler.pipeline import BatchFeeder
 
@@ -132,10 +133,7 @@ class WeightGradsChoice:
 
     @max_rows.setter
     def max_rows(self, value) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"weight_grads.max_rows must be a number >= 0 (rows per loop "
-                             f"launch), got {value!r}")
-        self._max_rows = value
+        self._max_rows = rows_limit(value, "weight_grads.max_rows")
 
     @property
     def replay(self) -> bool:
@@ -156,17 +154,9 @@ class WeightGradsChoice:
         batch within a factor `NEAR` of `max_rows` takes the one traced choice
         rather than tracing its own, since near the threshold the two choices cost
         about the same and a trace costs seconds."""
-        from scheduler.weight_grads import mean_loop_rows
         if self.executor.batched_weight_grads:
             return True
-        rows = mean_loop_rows(self.executor.layout, arrays)
-        if rows is None or self.max_rows == 0:
-            return False
-        once = rows <= self.max_rows
-        near = self.max_rows / self.NEAR <= rows <= self.max_rows * self.NEAR
-        if near and len(traced) == 1 and once not in traced:
-            return not once
-        return once
+        return by_rows(self.executor.layout, arrays, self.max_rows, traced, self.NEAR)
 
     @contextlib.contextmanager
     def tracing(self, once: bool):
@@ -181,6 +171,14 @@ class WeightGradsChoice:
         finally:
             ex.batched_weight_grads, ex.replay_backward = before
 
+    def calling(self, once: bool):
+        """The scope a step traced with choice `once` is called in: any."""
+        return contextlib.nullcontext()
+
+    def admits(self, once: bool, traced) -> bool:
+        """Whether the step `traced` for choice `once` can run: always."""
+        return True
+
 
 class StepFunction:
     """Runs `step(data)` on packed batches, traced once per input signature.
@@ -191,7 +189,9 @@ class StepFunction:
         eager: returns whether to run the step without tracing (`run_eagerly`).
         xla: returns the model's `compiler.xla.XlaBatches` when its steps run under
             XLA, None otherwise.
-        weight_grads: a training step's `WeightGradsChoice` (graph mode only).
+        choice: what the step's trace varies by per batch (graph mode only): a
+            training step's `WeightGradsChoice`, an inference step's
+            `InferenceExecutorChoice`.
         before_trace: called with the signature of the batches about to be traced,
             before the trace (to make the variables the step would otherwise make
             in it, which makes TensorFlow trace it a second time).
@@ -200,17 +200,17 @@ class StepFunction:
     def __init__(self, step: Callable, feeder: Callable[[], BatchFeeder],
                  eager: Callable[[], bool], epoch: Callable[[], int] | None = None,
                  xla: Callable[[], object] | None = None,
-                 weight_grads: WeightGradsChoice | None = None,
+                 choice: WeightGradsChoice | InferenceExecutorChoice | None = None,
                  before_trace: Callable | None = None):
         self._step, self._feeder, self._eager = step, feeder, eager
         self._before_trace = before_trace or (lambda signature: None)
-        self._weight_grads = weight_grads
+        self._choice = choice
         self._epoch = epoch
         self._xla = xla or (lambda: None)
         self._traced: dict = {}
         # the last signature, its variant, its step, its flat form
         self._last: tuple = (None, None, None, None)
-        self._variants: dict = {}  # flat signature -> the weight-gradient choices traced
+        self._variants: dict = {}  # flat signature -> the choices traced
         self._pass: tuple = (None, None)  # the (feeder, Keras iterator) being read
         self._next = 0
         self.xla_traces = 0  # compiled (bucket) programs traced so far
@@ -238,10 +238,15 @@ class StepFunction:
                     autograph=False, jit_compile=True).get_concrete_function()
             outputs = fn(data)
         else:
-            once = None if self._weight_grads is None else self._weight_grads.key(
+            variant = None if self._choice is None else self._choice.key(
                 data[0], self._choices(feeder.signature))
-            handoff, fn = self._graph_step(feeder.signature, once)
-            outputs = fn(*handoff.tensors(data))
+            handoff, fn = self._graph_step(feeder.signature, variant)
+            tensors = handoff.tensors(data)
+            if variant is None:
+                outputs = fn(*tensors)
+            else:
+                with self._choice.calling(variant):
+                    outputs = fn(*tensors)
         if isinstance(outputs, dict) and STEP_FINITE in outputs:
             outputs = dict(outputs)
             finite, loss = outputs.pop(STEP_FINITE), outputs.pop(STEP_LOSS)
@@ -251,35 +256,44 @@ class StepFunction:
         return outputs
 
     def _choices(self, signature) -> set:
-        """The weight-gradient choices traced for batches of `signature`."""
+        """The choices (`choice.key`) traced for batches of `signature`."""
         flat = self._last[3] if signature is self._last[0] else tuple(
             tf.nest.flatten(signature))
         return self._variants.get(flat, set())
 
-    def _graph_step(self, signature, once: bool | None = None) -> tuple[Handoff, Callable]:
+    def _graph_step(self, signature, variant: bool | None = None
+                    ) -> tuple[Handoff, Callable]:
         """The `Handoff` and the traced step of batches of `signature`, traced once
-        (per weight-gradient choice `once`, if the step makes one)."""
-        if signature is self._last[0] and once == self._last[1]:
+        (per `variant` of the step's choice, if it has one)."""
+        if signature is self._last[0] and variant == self._last[1]:
             return self._last[2]
         flat = tuple(tf.nest.flatten(signature))
-        key = (flat, once)
+        key = (flat, variant)
         got = self._traced.get(key)
         if got is None:
-            self._before_trace(signature)
-            handoff = Handoff(signature)
-            step = self._step
-
-            def flat_step(*tensors):
-                return step(handoff.unfold(tensors))
-            scope = (contextlib.nullcontext() if once is None
-                     else self._weight_grads.tracing(once))
-            with scope:
-                fn = tf.function(flat_step, input_signature=handoff.signature,
-                                 autograph=False).get_concrete_function()
-            got = self._traced[key] = (handoff, fn)
-            self._variants.setdefault(flat, set()).add(once)
-        self._last = (signature, once, got, flat)
+            got = self._trace(signature, variant)
+            if variant is not None and not self._choice.admits(variant, got[1]):
+                variant = not variant  # e.g. an Assert refused by the executor choice
+                key = (flat, variant)
+                got = self._traced.get(key) or self._trace(signature, variant)
+            self._traced[key] = got
+            self._variants.setdefault(flat, set()).add(variant)
+        self._last = (signature, variant, got, flat)
         return got
+
+    def _trace(self, signature, variant: bool | None) -> tuple[Handoff, Callable]:
+        self._before_trace(signature)
+        handoff = Handoff(signature)
+        step = self._step
+
+        def flat_step(*tensors):
+            return step(handoff.unfold(tensors))
+        scope = (contextlib.nullcontext() if variant is None
+                 else self._choice.tracing(variant))
+        with scope:
+            fn = tf.function(flat_step, input_signature=handoff.signature,
+                             autograph=False).get_concrete_function()
+        return handoff, fn
 
     def on_iterator(self, iterator, steps: int):
         """For `train_function` / `test_function`: up to `steps` batches of the pass

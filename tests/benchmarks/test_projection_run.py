@@ -1,5 +1,5 @@
-"""`python -m benchmarks.ablations --only projection` and `--only transpose` run, at a tiny
-size, and print their tables."""
+"""`python -m benchmarks.ablations --only projection`, `--only transpose` and `--only
+executor` run, at a tiny size, and print their tables."""
 
 from __future__ import annotations
 
@@ -36,3 +36,15 @@ def test_transpose_ablation_times_both_variants_and_prints_their_ratio(capsys):
     assert lines[header + 2].startswith("| TreeLSTM | 2 | ")
     assert lines[header + 3].startswith("| user TreeLSTM | 2 | ")
     assert lines[header + 4].startswith("| tagger | 2 | ")
+
+
+def test_executor_ablation_times_both_variants_of_predict_and_prints_their_ratio(capsys):
+    out = ablations.predict_executor([1], 1, instances=1, items=2)
+    assert sorted(out) == [("TreeLSTM", 1), ("tagger", 1)]
+    for row in out.values():
+        assert sorted(row) == sorted(["chosen per batch", "default executor", "ratio"])
+        assert all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in row.values())
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| workload | B | "))
+    assert lines[header + 2].startswith("| TreeLSTM | 1 | ")
+    assert lines[header + 3].startswith("| tagger | 1 | ")

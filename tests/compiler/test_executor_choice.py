@@ -1,0 +1,109 @@
+"""Inference batches of small loop launches run on TensorFlow's single-threaded executor
+(`compiler.executor_choice`), the others on its default one, with the same results."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import blocks as td
+from blocks.errors import InputError
+from blocks.evaluation import reference_eval
+from compiler import Compiler, Model
+from scheduler.weight_grads import mean_loop_rows
+from tests.compiler import factories
+from tests.compiler.test_batched_equals_reference import NAMES, assert_same_result, case
+from tests.compiler.test_model import sign_data
+
+
+@functools.cache
+def single_threaded(name: str, scheduler: str) -> Compiler:
+    """A compiler of model family `name` that runs every batch single-threaded."""
+    comp = Compiler.create(case(name).block, scheduler=scheduler)
+    comp.inference_executor.max_rows = float("inf")
+    return comp
+
+
+@pytest.mark.parametrize("scheduler", ["agenda", "depth"])
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=1)
+@given(data=st.data())
+def test_run_on_the_single_threaded_executor_equals_the_reference(name, scheduler, data):
+    inputs = data.draw(st.lists(case(name).inputs, min_size=1, max_size=6))
+    comp = single_threaded(name, scheduler)
+    got = comp.run(inputs)
+    for i, x in enumerate(inputs):
+        assert_same_result(got[i], reference_eval(case(name).block, x),
+                           f"{name}/{scheduler} input {i}")
+    if mean_loop_rows(comp.executor.layout, comp.plan(inputs).feed.arrays) is not None:
+        assert True in comp._run_flat  # (a batch with no loop runs on the default)
+
+
+def _lowered(traced) -> set:
+    """Whether the `While` ops of a traced function are lowered to `Switch`/`Merge`
+    when it runs (the default executor) or stay functional (the single-threaded one)."""
+    whiles = [op for op in traced.graph.get_operations()
+              if op.type in ("While", "StatelessWhile")]
+    return {op.node_def.attr["_lower_using_switch_merge"].b
+            if "_lower_using_switch_merge" in op.node_def.attr else False for op in whiles}
+
+
+def test_small_batches_run_single_threaded_and_large_ones_on_the_default_executor():
+    comp = Compiler.create(factories.tree_sign())
+    trees, _ = sign_data(40, seed=1)
+    small, large = comp.run(trees[:1]), comp.run(trees)
+    assert sorted(comp._run_flat) == [False, True]
+    assert _lowered(comp._run_flat[True][1]) == {False}
+    assert _lowered(comp._run_flat[False][1]) == {True}
+    for a, b in zip(small, large[:1]):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    comp.inference_executor.max_rows = 0  # never: the default's trace serves batch 1 too
+    np.testing.assert_array_equal(comp.run(trees[:1])[0], small[0])
+
+
+def test_predict_and_evaluate_at_batch_1_give_what_the_default_executor_gives():
+    trees, y = sign_data(7, seed=3)
+    got = {}
+    for max_rows in (float("inf"), 0):
+        model = Model(factories.tree_sign(seed=2))
+        model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy",
+                      metrics=["accuracy"])
+        model.inference_executor.max_rows = max_rows
+        got[max_rows] = (model.predict(trees, batch_size=1, verbose=0),
+                         model.evaluate(trees, y, batch_size=1, verbose=0))
+        step = model.make_predict_function().__self__
+        variants = {variant for _, variant in step._traced}
+        # (a lone leaf has no loop: it runs on the default executor)
+        assert (True in variants) if max_rows else (variants == {False})
+    np.testing.assert_array_equal(got[float("inf")][0], got[0][0])
+    np.testing.assert_allclose(got[float("inf")][1], got[0][1], rtol=1e-6)
+
+
+def test_a_step_holding_an_assert_runs_on_the_default_executor():
+    """TensorFlow's single-threaded executor hangs on an `Assert` in a `tf.cond`
+    branch: such a step is refused before it runs, and a bad input is still named."""
+    def checked_sqrt(x):
+        tf.debugging.assert_non_negative(x, message="sqrt of a negative number")
+        return tf.sqrt(x)
+
+    comp = Compiler.create(td.Map(td.Scalar() >> td.Function(checked_sqrt)) >> td.Sum())
+    _, single = comp._trace_run(True)  # traced as a batch of one would be, not run
+    assert not comp.inference_executor.admits(True, single)
+    assert comp.inference_executor.refused
+    assert [float(r) for r in comp.run([[1.0, 4.0]])] == [3.0]
+    assert list(comp._run_flat) == [False]
+    with pytest.raises(InputError, match="sqrt of a negative number") as err:
+        comp.run([[-1.0]])
+    assert err.value.example_index == 0
+
+
+@pytest.mark.parametrize("bad", [-1, "4", None, True])
+def test_max_rows_must_be_a_number_of_rows(bad):
+    comp = Compiler.create(td.Scalar())
+    with pytest.raises(ValueError, match="inference_executor.max_rows must be a number"):
+        comp.inference_executor.max_rows = bad

@@ -19,6 +19,7 @@ the ops; a large batch is fewer, larger ops, which the pool runs side by side.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Collection
 
 
@@ -43,7 +44,8 @@ class InferenceExecutorChoice:
     A step that holds an `Assert` (a `tf.debugging` check in a user's function) is
     refused (`admits`) and runs on the default executor from then on: TensorFlow's
     single-threaded executor hangs on an `Assert` inside a `tf.cond` branch, even
-    one that holds (TensorFlow 2.21).
+    one that holds (TensorFlow 2.21). Where a GPU is visible the choice is never
+    made: that executor is measured and tested on the CPU only.
     """
 
     NEAR = 2.0
@@ -67,7 +69,7 @@ class InferenceExecutorChoice:
     def key(self, arrays: dict, traced: Collection[bool] = ()) -> bool:
         """Whether batch `arrays` (packed) runs on the single-threaded executor
         (`traced`: the choices traced for its signature, as `WeightGradsChoice.key`)."""
-        if self.refused:
+        if self.refused or _gpu_visible():
             return False
         return by_rows(self.executor.layout, arrays, self.max_rows, traced, self.NEAR)
 
@@ -123,3 +125,9 @@ def op_types(traced) -> set:
     for f in graph_def.library.function:
         found.update(node.op for node in f.node_def)
     return found
+
+
+@functools.cache
+def _gpu_visible() -> bool:
+    import tensorflow as tf
+    return bool(tf.config.list_logical_devices("GPU"))

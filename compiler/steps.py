@@ -240,7 +240,7 @@ class StepFunction:
         else:
             variant = None if self._choice is None else self._choice.key(
                 data[0], self._choices(feeder.signature))
-            handoff, fn = self._graph_step(feeder.signature, variant)
+            handoff, fn, variant = self._graph_step(feeder.signature, variant)
             tensors = handoff.tensors(data)
             if variant is None:
                 outputs = fn(*tensors)
@@ -262,11 +262,12 @@ class StepFunction:
         return self._variants.get(flat, set())
 
     def _graph_step(self, signature, variant: bool | None = None
-                    ) -> tuple[Handoff, Callable]:
+                    ) -> tuple[Handoff, Callable, bool | None]:
         """The `Handoff` and the traced step of batches of `signature`, traced once
-        (per `variant` of the step's choice, if it has one)."""
+        (per `variant` of the step's choice, if it has one), and the variant it was
+        traced for: the other one if the choice refused the trace (`admits`)."""
         if signature is self._last[0] and variant == self._last[1]:
-            return self._last[2]
+            return (*self._last[2], variant)
         flat = tuple(tf.nest.flatten(signature))
         key = (flat, variant)
         got = self._traced.get(key)
@@ -279,7 +280,7 @@ class StepFunction:
             self._traced[key] = got
             self._variants.setdefault(flat, set()).add(variant)
         self._last = (signature, variant, got, flat)
-        return got
+        return (*got, variant)
 
     def _trace(self, signature, variant: bool | None) -> tuple[Handoff, Callable]:
         self._before_trace(signature)

@@ -100,6 +100,9 @@ def test_a_step_holding_an_assert_runs_on_the_default_executor():
     with pytest.raises(InputError, match="sqrt of a negative number") as err:
         comp.run([[-1.0]])
     assert err.value.example_index == 0
+    model = Model(td.Map(td.Scalar() >> td.Function(checked_sqrt)) >> td.Sum())
+    assert model.predict([[1.0, 4.0], [9.0]], batch_size=1, verbose=0).tolist() == [3.0, 3.0]
+    assert model.inference_executor.refused
 
 
 @pytest.mark.parametrize("bad", [-1, "4", None, True])

@@ -716,12 +716,20 @@ def fit_transpose(batch_sizes: list, rounds: int, instances: int = 2,
                         fit()  # traces: the variant is read then
                     fns[(work, name, i)] = fit
         raw = _rounds(fns, rounds)
-        for work in workloads:
-            t = _per_item(raw, work, names, instances, n)
-            row = out[(work, b)] = {**{v: float(np.median(t[v])) for v in names},
-                                    "ratio": float(np.median(t[names[1]] / t[names[0]]))}
-            print(f"| {work} | {b} | " + " | ".join(f"{row[v]:.2f}" for v in names)
-                  + f" | {row['ratio']:.3f} |", flush=True)
+        out.update(_pair_rows(raw, b, workloads, names, instances, n))
+    return out
+
+
+def _pair_rows(raw: dict, b: int, workloads, names: list, instances: int, n: int) -> dict:
+    """Per workload at batch `b`, the median ms per item of two variants and the
+    median of their per-round ratios (second ÷ first), printed as table rows."""
+    out = {}
+    for work in workloads:
+        t = _per_item(raw, work, names, instances, n)
+        row = out[(work, b)] = {**{v: float(np.median(t[v])) for v in names},
+                                "ratio": float(np.median(t[names[1]] / t[names[0]]))}
+        print(f"| {work} | {b} | " + " | ".join(f"{row[v]:.2f}" for v in names)
+              + f" | {row['ratio']:.3f} |", flush=True)
     return out
 
 
@@ -756,12 +764,7 @@ def predict_executor(batch_sizes: list, rounds: int, instances: int = 2,
                     fns[(work, name, i)] = functools.partial(model.predict, x, batch_size=b,
                                                              verbose=0)
         raw = _rounds(fns, rounds)  # the first calls (untimed) trace
-        for work in workloads:
-            t = _per_item(raw, work, names, instances, n)
-            row = out[(work, b)] = {**{v: float(np.median(t[v])) for v in names},
-                                    "ratio": float(np.median(t[names[1]] / t[names[0]]))}
-            print(f"| {work} | {b} | " + " | ".join(f"{row[v]:.2f}" for v in names)
-                  + f" | {row['ratio']:.3f} |", flush=True)
+        out.update(_pair_rows(raw, b, workloads, names, instances, n))
     return out
 
 

@@ -25,26 +25,26 @@ def test_projection_ablation_times_both_taggers_and_prints_their_ratios(capsys):
     assert lines[header + 2].startswith("| 1 | ")
 
 
+def _assert_pair_table(out: dict, printed: str, b: int, workloads: list, variants: list):
+    """`out` has a row per workload with both variants' times and their ratio, all
+    positive, and the printed table a row per workload in that order."""
+    assert sorted(out) == sorted((w, b) for w in workloads)
+    for row in out.values():
+        assert sorted(row) == sorted([*variants, "ratio"])
+        assert all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in row.values())
+    lines = printed.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| workload | B | "))
+    for i, work in enumerate(workloads):
+        assert lines[header + 2 + i].startswith(f"| {work} | {b} | ")
+
+
 def test_transpose_ablation_times_both_variants_and_prints_their_ratio(capsys):
     out = ablations.fit_transpose([2], 1, instances=1, items=2)
-    assert sorted(out) == [("TreeLSTM", 2), ("tagger", 2), ("user TreeLSTM", 2)]
-    for row in out.values():
-        assert sorted(row) == sorted(["U^T once per step", "transpose_b", "ratio"])
-        assert all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in row.values())
-    lines = capsys.readouterr().out.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("| workload | B | "))
-    assert lines[header + 2].startswith("| TreeLSTM | 2 | ")
-    assert lines[header + 3].startswith("| user TreeLSTM | 2 | ")
-    assert lines[header + 4].startswith("| tagger | 2 | ")
+    _assert_pair_table(out, capsys.readouterr().out, 2, ["TreeLSTM", "user TreeLSTM", "tagger"],
+                       ["U^T once per step", "transpose_b"])
 
 
 def test_executor_ablation_times_both_variants_of_predict_and_prints_their_ratio(capsys):
     out = ablations.predict_executor([1], 1, instances=1, items=2)
-    assert sorted(out) == [("TreeLSTM", 1), ("tagger", 1)]
-    for row in out.values():
-        assert sorted(row) == sorted(["chosen per batch", "default executor", "ratio"])
-        assert all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in row.values())
-    lines = capsys.readouterr().out.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("| workload | B | "))
-    assert lines[header + 2].startswith("| TreeLSTM | 1 | ")
-    assert lines[header + 3].startswith("| tagger | 1 | ")
+    _assert_pair_table(out, capsys.readouterr().out, 1, ["TreeLSTM", "tagger"],
+                       ["chosen per batch", "default executor"])

@@ -380,7 +380,9 @@ class Compiler:
         The batch enters as few tensors (`compiler.handoff`), and the traced
         function is called directly: at batch 1 the `tf.function`'s own argument
         matching and the conversion of each array cost a sizeable part of a call
-        (BENCHMARKS.md, "the hand-off")."""
+        (BENCHMARKS.md, "the hand-off"). It is traced once per executor choice: a
+        batch of small loop launches runs on TensorFlow's single-threaded executor
+        (`compiler.executor_choice`)."""
         choice = self.inference_executor
         single = choice.key(arrays, self._run_flat.keys())
         if single not in self._run_flat:

@@ -14,7 +14,8 @@ It runs in TensorFlow's graph mode by default. A training step is traced twice a
 most there: a batch whose loop launches are small (batch 1, say) takes the loop's
 weight gradients once per step rather than in every backward iteration
 (`WeightGradsChoice`, `scheduler.weight_grads`), each choice its own trace (a batch
-near the threshold reuses the other choice's trace). With
+near the threshold reuses the other choice's trace). An inference step likewise, by
+which of TensorFlow's executors runs a batch (`compiler.executor_choice`). With
 `Model.jit_compile` on, each batch is converted to its bucketed XLA form
 (`compiler.xla`) and the step is traced with static shapes under
 `jit_compile=True`, once per bucket key.

@@ -18,6 +18,7 @@ the ops; a large batch is fewer, larger ops, which the pool runs side by side.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 from collections.abc import Collection
@@ -39,7 +40,8 @@ class InferenceExecutorChoice:
     often slower as faster. It runs `tf.while_loop` and `tf.cond` as functional ops
     (not lowered to `Switch`/`Merge`), so each choice is its own trace; a batch
     within a factor `NEAR` of `max_rows` takes the other choice's trace if only that
-    one exists.
+    one exists, as does any batch until `PATIENCE` batches have asked for a choice
+    not yet traced.
 
     A step that holds an `Assert` (a `tf.debugging` check in a user's function) is
     refused (`admits`) and runs on the default executor from then on: TensorFlow's
@@ -49,12 +51,14 @@ class InferenceExecutorChoice:
     """
 
     NEAR = 2.0
+    PATIENCE = 8  # `key`: batches asking for a choice before it gets its own trace
     EXECUTOR = "SINGLE_THREADED_EXECUTOR"
 
     def __init__(self, executor, max_rows: float = 4.0):
         self.executor = executor
         self.max_rows = max_rows
         self.refused = False  # a step held an Assert: the default executor only
+        self._asked = collections.Counter()  # batches that asked for an untraced choice
 
     @property
     def max_rows(self) -> float:
@@ -68,10 +72,19 @@ class InferenceExecutorChoice:
 
     def key(self, arrays: dict, traced: Collection[bool] = ()) -> bool:
         """Whether batch `arrays` (packed) runs on the single-threaded executor
-        (`traced`: the choices traced for its signature, as `WeightGradsChoice.key`)."""
+        (`traced`: the choices traced for its signature, as `WeightGradsChoice.key`).
+
+        Where only the other choice has a trace, a batch runs on it until
+        `PATIENCE` batches have asked for this one: a predict call's last, smaller
+        batch costs no second trace (seconds), a run of small requests does."""
         if self.refused or _gpu_visible():
             return False
-        return by_rows(self.executor.layout, arrays, self.max_rows, traced, self.NEAR)
+        chosen = by_rows(self.executor.layout, arrays, self.max_rows, traced, self.NEAR)
+        if len(traced) == 1 and chosen not in traced:
+            self._asked[chosen] += 1
+            if self._asked[chosen] < self.PATIENCE:
+                return not chosen
+        return chosen
 
     def admits(self, single: bool, traced) -> bool:
         """Whether the step `traced` (a concrete function) for choice `single` can

@@ -50,12 +50,13 @@ def random_tree(rng, n_leaves: int):
 
 def test_one_trace_per_executor_serves_batches_of_every_shape():
     """Small batches run on TensorFlow's single-threaded executor, the others on its
-    default one (`compiler.executor_choice`): one trace each."""
+    default one (`compiler.executor_choice`): one trace each (the second once
+    `PATIENCE` batches asked for it)."""
     c = Compiler.create(word_tree_lstm())
     traces, compute = [], c.executor.compute
     c.executor.compute = lambda arrays: traces.append(1) or compute(arrays)
     rng = np.random.default_rng(0)
-    for size in [1, 2, 3, 5, 8, 13, 7, 21, 4, 16, 1, 30]:
+    for size in [1, 2, 3, 5, 8, 13, 7, 21, 4, 16, 1, 30, 9, 12, 1, 17, 25, 2, 40]:
         batch = [random_tree(rng, int(rng.integers(1, 12))) for _ in range(size)]
         assert len(c.run(batch)) == size
     assert sorted(c._run_flat) == [False, True] and len(traces) == 2

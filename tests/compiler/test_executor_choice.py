@@ -15,6 +15,7 @@ import blocks as td
 from blocks.errors import InputError
 from blocks.evaluation import reference_eval
 from compiler import Compiler, Model
+from compiler.executor_choice import InferenceExecutorChoice
 from scheduler.weight_grads import mean_loop_rows
 from tests.compiler import factories
 from tests.compiler.test_batched_equals_reference import NAMES, assert_same_result, case
@@ -56,7 +57,11 @@ def _lowered(traced) -> set:
 def test_small_batches_run_single_threaded_and_large_ones_on_the_default_executor():
     comp = Compiler.create(factories.tree_sign())
     trees, _ = sign_data(40, seed=1)
-    small, large = comp.run(trees[:1]), comp.run(trees)
+    small = comp.run(trees[:1])
+    for _ in range(InferenceExecutorChoice.PATIENCE - 1):  # on the one trace there is
+        large = comp.run(trees)
+    assert list(comp._run_flat) == [True]
+    large = comp.run(trees)  # asked for often enough: its own trace
     assert sorted(comp._run_flat) == [False, True]
     assert _lowered(comp._run_flat[True][1]) == {False}
     assert _lowered(comp._run_flat[False][1]) == {True}
@@ -66,8 +71,24 @@ def test_small_batches_run_single_threaded_and_large_ones_on_the_default_executo
     np.testing.assert_array_equal(comp.run(trees[:1])[0], small[0])
 
 
+def test_a_choice_not_traced_waits_for_patience_batches_far_from_the_threshold():
+    from types import SimpleNamespace
+    layout = SimpleNamespace(loop_ops=[1], segment_id={"group_size": 1})
+    choice = InferenceExecutorChoice(SimpleNamespace(layout=layout), max_rows=4)
+
+    def key(rows: list, traced=()):  # a batch whose loop launches have these rows
+        return choice.key({"index": np.array([0, *rows]),
+                           "layout": np.array([0, 1, 1 + len(rows)])}, set(traced))
+    assert (key([1, 1]), key([64, 64])) == (True, False)  # nothing traced: its own
+    asked = [key([1, 1], {False}) for _ in range(choice.PATIENCE)]
+    assert asked == [False] * (choice.PATIENCE - 1) + [True]
+    assert key([64], {False, True}) is False and key([1], {False, True}) is True
+
+
 def test_predict_and_evaluate_at_batch_1_give_what_the_default_executor_gives():
-    trees, y = sign_data(7, seed=3)
+    trees, y = sign_data(16, seed=3)
+    trees, y = zip(*[(t, label) for t, label in zip(trees, y) if isinstance(t, tuple)])
+    trees, y = list(trees), np.array(y)  # no lone leaf: every batch has a loop
     got = {}
     for max_rows in (float("inf"), 0):
         model = Model(factories.tree_sign(seed=2))

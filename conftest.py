@@ -32,22 +32,3 @@ def _freeze_what_the_module_left_alive():
     gc.collect()
     gc.freeze()
 
-
-# Files of a few tests that each run for tens of seconds in fresh processes. With one
-# file per worker (`--dist loadfile`) and pytest-xdist's default order (files with the
-# most tests first), they ran last, and one worker finished them alone for over a
-# minute; they go first, and the rest keeps its order, so small files fill the end.
-RUN_FIRST = ("tests/compiler/test_distributed.py", "tests/compiler/test_warmup.py",
-             "tests/compiler/test_multi_worker.py", "tests/benchmarks/test_benchmarks_run.py")
-
-
-def pytest_configure(config):
-    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep our order
-        config.option.loadscopereorder = False
-
-
-def pytest_collection_modifyitems(session, config, items):
-    def rank(item) -> int:
-        path = item.nodeid.split("::")[0]
-        return RUN_FIRST.index(path) if path in RUN_FIRST else len(RUN_FIRST)
-    items.sort(key=rank)

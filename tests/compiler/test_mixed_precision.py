@@ -245,8 +245,13 @@ def test_a_mixed_model_saves_and_loads(policy, tmp_path):
     loaded = keras.models.load_model(path)
     assert loaded.compiler.compute_dtype == policy[len("mixed_"):]
     assert all(w.dtype == "float32" for w in loaded.weights)
-    np.testing.assert_array_equal(loaded.predict(trees, verbose=0),
-                                  model.predict(trees, verbose=0))
+    for a, b in zip(loaded.weights, model.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    # the same function up to the compute dtype's rounding: a trace of another batch
+    # size or executor may sum in another order
+    tol = BATCHED_TOL[policy]
+    np.testing.assert_allclose(loaded.predict(trees, verbose=0),
+                               model.predict(trees, verbose=0), atol=tol, rtol=tol)
     assert type(loaded.optimizer) is type(model.optimizer)
     loaded.fit(trees, y, batch_size=8, epochs=1, verbose=0)
 

@@ -41,7 +41,8 @@ def _grads_fn(compiler, weights):
 
 def _both_ways(monkeypatch, run, seed: int, **create):
     """`run(compiler, dense)` with the weight products transposed once and without;
-    asserts both give the same arrays."""
+    asserts both give the same arrays (up to rounding: the products sum in another
+    order, and a loop that trains carries the difference from step to step)."""
     got = {}
     for transpose_once in (True, False):
         monkeypatch.setattr(loop_products, "TRANSPOSE_ONCE", transpose_once)
@@ -49,7 +50,7 @@ def _both_ways(monkeypatch, run, seed: int, **create):
         got[transpose_once] = tf.nest.map_structure(
             np.asarray, run(Compiler.create(fold, **create), dense))
     for once, plain in zip(tf.nest.flatten(got[True]), tf.nest.flatten(got[False])):
-        np.testing.assert_allclose(once, plain, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(once, plain, rtol=1e-5, atol=1e-5)
 
 
 def _arrays(compiler, seqs):

@@ -83,7 +83,7 @@ def against(other: str, rounds: int, trees: int, batch_size: int, metrics: str) 
     of per-round ratios other ÷ this."""
     roots = {"this": HERE, "other": os.path.abspath(other)}
     runs: dict[str, list] = {k: [] for k in roots}
-    for root in roots.values():  # fills each checkout's own cache (untimed)
+    for root in set(roots.values()):  # fills each checkout's own cache (untimed)
         first_fit(None, trees, batch_size, metrics, root)
     for r in range(rounds):
         for k in (["this", "other"] if r % 2 == 0 else ["other", "this"]):

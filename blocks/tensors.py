@@ -252,6 +252,12 @@ class Function(Block):
     def tf_fn(self):
         return self._tf_fn
 
+    @property
+    def infers_output_type(self) -> bool:
+        """Whether the block calls its function on a batch of zeros to find (and
+        check) its output type, and so sees which variables it reads."""
+        return self._infer_output
+
     def _fn_name(self) -> str:
         fn = self._tf_fn
         name = getattr(fn, "__name__", None) or getattr(fn, "name", None)

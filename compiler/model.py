@@ -63,6 +63,7 @@ from blocks.validation import validate
 from compiler import signature as packed
 from compiler.blame import blaming
 from compiler.compiler import Compiler
+from compiler.declared_weights import TracedWeights, check_functions, declared_ids
 from compiler.distributed import ReplicaSteps, is_distributed, sharded_feeder
 from compiler.pipeline import (
     InputPipeline,
@@ -169,9 +170,12 @@ class Model(keras.Model):
         self._feeders: dict = {}   # role -> the BatchFeeder of the call under way
         self._test_role = "test"
         layers, variables = _weights_of(self.block)
-        _check_declared(self.block, layers, variables)
+        warned = check_functions(self.block, layers, variables)
         self.block_layers = layers          # tracked by Keras: weights, checkpoints
         self.block_variables = variables
+        self._traced_weights = TracedWeights(
+            self.block, lambda: declared_ids(self.block_layers, self.block_variables),
+            warned)
         names = self.program.metric_names
         if loss_metrics is None:
             loss_metrics = [n for n in names if n.endswith("loss")]
@@ -445,7 +449,8 @@ class Model(keras.Model):
                             xla=lambda: self._xla_batches() if self.jit_compile else None,
                             choice=(self.weight_grads if kind == "train"
                                     else self.inference_executor),
-                            before_trace=self._build_compiled_metrics)
+                            before_trace=self._build_compiled_metrics,
+                            after_trace=self._traced_weights)
 
     def make_train_function(self, force=False):
         if self.train_function is None or force:
@@ -964,25 +969,6 @@ def _weights_of(root) -> tuple[list, list]:
                 raise TypeError(f"{b.path}: weights() must return Keras layers and "
                                 f"keras.Variables, got {type(w).__name__}")
     return layers, variables
-
-
-def _check_declared(root, layers: list, variables: list) -> None:
-    """Warns of functions that read weights no block declares (a Keras layer called
-    inside a plain function): `Model` trains, checkpoints and saves what the blocks
-    declare, so it would leave those weights untrained and lose them on saving."""
-    from blocks import Function
-    declared = {id(getattr(v, "value", v)) for layer in layers for v in layer.weights}
-    declared |= {id(getattr(v, "value", v)) for v in variables}
-    for b in validate(root):
-        missed = [v for v in b.variables_read() if id(v) not in declared] \
-            if isinstance(b, Function) else []
-        if missed:
-            names = ", ".join(sorted({v.name for v in missed}))
-            warnings.warn(
-                f"{b.path}: {b._fn_name()} reads weights that no block declares, so Model "
-                f"will neither train nor save them: {names}. Make the function a Keras "
-                f"layer (a keras.layers.Layer whose call does its work tracks the layers "
-                f"it holds) and pass that, td.Function(layer)", UserWarning, stacklevel=3)
 
 
 def _mixed_policy(model: Model, low: str | None) -> None:

@@ -196,15 +196,18 @@ class StepFunction:
         before_trace: called with the signature of the batches about to be traced,
             before the trace (to make the variables the step would otherwise make
             in it, which makes TensorFlow trace it a second time).
+        after_trace: called with each traced step (a `ConcreteFunction`), once per
+            trace (the model's check of the weights the step reads).
     """
 
     def __init__(self, step: Callable, feeder: Callable[[], BatchFeeder],
                  eager: Callable[[], bool], epoch: Callable[[], int] | None = None,
                  xla: Callable[[], object] | None = None,
                  choice: WeightGradsChoice | InferenceExecutorChoice | None = None,
-                 before_trace: Callable | None = None):
+                 before_trace: Callable | None = None, after_trace: Callable | None = None):
         self._step, self._feeder, self._eager = step, feeder, eager
         self._before_trace = before_trace or (lambda signature: None)
+        self._after_trace = after_trace or (lambda concrete_fn: None)
         self._choice = choice
         self._epoch = epoch
         self._xla = xla or (lambda: None)
@@ -237,6 +240,7 @@ class StepFunction:
                 fn = self._traced[key] = tf.function(
                     _expanding(self._step, xla, layout), input_signature=[xla.signature(data)],
                     autograph=False, jit_compile=True).get_concrete_function()
+                self._after_trace(fn)
             outputs = fn(data)
         else:
             variant = None if self._choice is None else self._choice.key(
@@ -295,6 +299,7 @@ class StepFunction:
         with scope:
             fn = tf.function(flat_step, input_signature=handoff.signature,
                              autograph=False).get_concrete_function()
+        self._after_trace(fn)
         return handoff, fn
 
     def on_iterator(self, iterator, steps: int):

@@ -52,8 +52,12 @@ def test_a_declared_weight_is_trained_and_saved(tmp_path):
 
 def test_an_undeclared_weight_is_not_trained():
     shift = Shift(declare=False)
-    with pytest.warns(UserWarning, match="no trainable weights"):
+    with pytest.warns(UserWarning) as seen:
         model = fitted(shift)
+    messages = [str(w.message) for w in seen]
+    assert any("no trainable weights" in m for m in messages)
+    # the traced step read it: named, since no block declares it
+    assert any("reads weights that no block declares" in m and "shift" in m for m in messages)
     assert float(shift.b.numpy()) == 0.0
     assert not model.trainable_weights
 

@@ -821,3 +821,46 @@ def test_a_function_reading_weights_no_block_declares_is_named_in_a_warning():
         both = Model(td.Record((td.Vector(3) >> td.Function(lambda x: dense(x) * 2.0),
                                 td.Vector(3) >> td.Function(dense))))
     assert {id(w) for w in both.trainable_weights} == {id(dense.kernel), id(dense.bias)}
+
+
+def _uncalled(fn, name: str, size: int = 2) -> td.Function:
+    """`td.Function(fn)` with its output type set rather than inferred: not called
+    before the model's step is traced."""
+    f = td.Function(fn, name=name, infer_output_type=False)
+    f.set_output_type(td.TensorType((size,)))
+    return f
+
+
+def test_weights_read_by_a_function_not_called_before_tracing_are_named_at_the_trace():
+    """`infer_output_type=False`: the model is made without calling the function, so
+    the traced step's reads are checked instead, once per weight."""
+    import warnings
+    hidden, out = keras.layers.Dense(2, name="hidden_proj"), keras.layers.Dense(2, name="out")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = Model(td.Vector(3) >> _uncalled(lambda x: tf.tanh(hidden(x)), "my_proj")
+                      >> td.Function(out))
+    model.compile(optimizer="sgd", loss="mse")
+    x, y = [[1.0, 2.0, 3.0], [0.0, 1.0, -1.0]], np.zeros((2, 2), np.float32)
+    with pytest.warns(UserWarning, match=r"traced step reads weights that no block declares"
+                      r".*hidden_proj/kernel.*infer_output_type=False: Pipe\[1\] > "
+                      r"Function 'my_proj'") as seen:
+        model.fit(x, y, batch_size=2, epochs=1, verbose=0)
+    assert "out/kernel" not in str(seen[0].message)
+    with warnings.catch_warnings():  # once per weight: not at the predict step's trace
+        warnings.simplefilter("error")
+        model.predict(x, verbose=0)
+    assert {w.name for w in model.trainable_weights} == {"kernel", "bias"}  # out's only
+
+
+def test_an_uncalled_function_over_declared_weights_traces_without_a_warning():
+    import warnings
+    dense = keras.layers.Dense(2, name="declared")
+    dense.build((None, 3))  # uncalled: nothing else builds it before fit
+    model = Model(td.Vector(3) >> _uncalled(dense, "dense_fn"))
+    model.compile(optimizer="sgd", loss="mse")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.fit([[1.0, 2.0, 3.0]], np.zeros((1, 2), np.float32), verbose=0)
+        model.predict([[1.0, 2.0, 3.0]], verbose=0)
+    assert {id(w) for w in model.trainable_weights} == {id(dense.kernel), id(dense.bias)}

@@ -1,0 +1,96 @@
+"""Warnings of weights that a model computes with but no block declares.
+
+`Model` trains, checkpoints and saves the Keras layers and variables that its blocks
+return from `Block.weights`. A Keras layer called inside a plain function (not passed
+as `td.Function(layer)`) is read but not declared, so the model would leave it
+untrained and lose it on saving. Two checks find such weights:
+
+- when the model is made, from the variables each `td.Function` read when it was
+  called on a batch of zeros to infer its output type (`check_functions`);
+- after each step is traced, from the trainable variables the traced step read
+  (`TracedWeights`): this also covers functions made with `infer_output_type=False`,
+  which are never called before the step is traced.
+
+>>> import warnings, keras, tensorflow as tf
+>>> import blocks as td
+>>> from compiler import Model
+>>> hidden = keras.layers.Dense(2, name="hidden")
+>>> fn = td.Function(lambda x: hidden(x), infer_output_type=False)
+>>> _ = fn.set_output_type(td.TensorType((2,)))
+>>> model = Model(td.Vector(3) >> fn)   # not called yet: nothing to warn of
+>>> with warnings.catch_warnings(record=True) as seen:
+...     warnings.simplefilter("always")
+...     _ = model.predict([[1.0, 2.0, 3.0]], verbose=0)
+>>> "hidden/kernel" in str(seen[-1].message)
+True
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from blocks.validation import validate
+
+ADVICE = ("Make the function a Keras layer (a keras.layers.Layer whose call does its work "
+          "tracks the layers it holds) and pass that, td.Function(layer)")
+
+
+def declared_ids(layers: list, variables: list) -> set[int]:
+    """The ids of the `tf.Variable`s behind the declared layers' weights and variables
+    (a `keras.Variable`'s `value` outside an autocast scope is its `tf.Variable`)."""
+    ids = {id(getattr(v, "value", v)) for layer in layers for v in layer.weights}
+    return ids | {id(getattr(v, "value", v)) for v in variables}
+
+
+def check_functions(root, layers: list, variables: list) -> set[int]:
+    """Warns of each `td.Function` that read undeclared weights when it was called to
+    infer its output type; returns the ids of the variables it warned of."""
+    from blocks import Function
+    declared, warned = declared_ids(layers, variables), set()
+    for b in validate(root):
+        missed = [v for v in b.variables_read() if id(v) not in declared] \
+            if isinstance(b, Function) else []
+        if missed:
+            warned |= {id(v) for v in missed}
+            names = ", ".join(sorted({v.name for v in missed}))
+            warnings.warn(
+                f"{b.path}: {b._fn_name()} reads weights that no block declares, so Model "
+                f"will neither train nor save them: {names}. {ADVICE}", UserWarning,
+                stacklevel=3)
+    return warned
+
+
+class TracedWeights:
+    """After each trace of a step: warns, once per variable, of trainable variables
+    the traced step read that no block declares and `check_functions` did not name.
+
+    Args:
+        root: the block expression (its uncalled functions are named as suspects).
+        declared: `() -> set` of the declared variables' ids (read at each trace:
+            a Keras layer builds its weights at the first call).
+        warned: ids already warned of when the model was made.
+    """
+
+    def __init__(self, root, declared, warned: set[int]):
+        self._root, self._declared, self._warned = root, declared, set(warned)
+
+    def __call__(self, concrete_fn) -> None:
+        declared = self._declared()
+        missed = [v for v in concrete_fn.trainable_variables
+                  if id(v) not in declared and id(v) not in self._warned]
+        if not missed:
+            return
+        self._warned |= {id(v) for v in missed}
+        names = ", ".join(sorted({v.name for v in missed}))
+        warnings.warn(
+            f"{self._root.path}: the traced step reads weights that no block declares, "
+            f"so Model will neither train nor save them: {names}{self._suspects()}. "
+            f"{ADVICE}", UserWarning, stacklevel=2)
+
+    def _suspects(self) -> str:
+        """The functions not called before tracing (`infer_output_type=False`)."""
+        from blocks import Function
+        paths = [b.path for b in validate(self._root)
+                 if isinstance(b, Function) and not b.infers_output_type]
+        return (f" (read by one of the functions made with infer_output_type=False: "
+                f"{', '.join(paths)})") if paths else ""

@@ -340,6 +340,25 @@ class Function(Block):
             return fn._keras_layers()
         return [fn] if is_keras_layer(fn) else []
 
+    def build_layers(self) -> None:
+        """Builds the function's Keras layers that are not built yet by calling it once
+        on symbolic inputs (`keras.KerasTensor`s): a function made with
+        `infer_output_type=False` is not called before a model's first step, and a
+        model must know its weights before its optimizer is built."""
+        if self.input_type is None or all(
+                getattr(layer, "built", True) for layer in self.weights()):
+            return
+        import keras
+        flat = [keras.KerasTensor((None, *t.shape), t.dtype)
+                for t in flat_tensor_types(self.input_type)]
+        try:  # symbolic: nothing is computed, so a check of values cannot fail
+            self._tf_fn(*batch_call_structure(self.input_type, flat))
+        except Exception as e:
+            raise TypeError(f"{self.path}: building the Keras layers of {self._fn_name()} "
+                            f"(a call on symbolic inputs of {self.input_type}) failed: "
+                            f"{type(e).__name__}: {e}. Build them before making the "
+                            f"model") from e
+
     def _evaluate(self, ctx, x):
         io = self._io
         if io is None:  # the types are final once the block is evaluated

@@ -1,4 +1,4 @@
-"""Warnings of weights that a model computes with but no block declares.
+"""Weights a model computes with: built before training, and declared by its blocks.
 
 `Model` trains, checkpoints and saves the Keras layers and variables that its blocks
 return from `Block.weights`. A Keras layer called inside a plain function (not passed
@@ -11,7 +11,11 @@ untrained and lose it on saving. Two checks find such weights:
   (`TracedWeights`): this also covers functions made with `infer_output_type=False`,
   which are never called before the step is traced.
 
->>> import warnings, keras, tensorflow as tf
+Such a function's own Keras layers (`td.Function(layer, infer_output_type=False)`) are
+built when the model is made (`build_functions`): Keras makes a layer's weights at its
+first call, and the optimizer must know them before the first step.
+
+>>> import warnings, keras
 >>> import blocks as td
 >>> from compiler import Model
 >>> hidden = keras.layers.Dense(2, name="hidden")
@@ -33,6 +37,16 @@ from blocks.validation import validate
 
 ADVICE = ("Make the function a Keras layer (a keras.layers.Layer whose call does its work "
           "tracks the layers it holds) and pass that, td.Function(layer)")
+
+
+def build_functions(root) -> None:
+    """Builds the Keras layers of functions not called to infer their output type
+    (`td.Function.build_layers`): Keras makes a layer's weights at its first call,
+    and a model must have them before its optimizer is built."""
+    from blocks import Function
+    for b in validate(root):
+        if isinstance(b, Function):
+            b.build_layers()
 
 
 def declared_ids(layers: list, variables: list) -> set[int]:

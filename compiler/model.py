@@ -63,7 +63,12 @@ from blocks.validation import validate
 from compiler import signature as packed
 from compiler.blame import blaming
 from compiler.compiler import Compiler
-from compiler.declared_weights import TracedWeights, check_functions, declared_ids
+from compiler.declared_weights import (
+    TracedWeights,
+    build_functions,
+    check_functions,
+    declared_ids,
+)
 from compiler.distributed import ReplicaSteps, is_distributed, sharded_feeder
 from compiler.pipeline import (
     InputPipeline,
@@ -169,6 +174,7 @@ class Model(keras.Model):
         self._nan_seen = False
         self._feeders: dict = {}   # role -> the BatchFeeder of the call under way
         self._test_role = "test"
+        build_functions(self.block)
         layers, variables = _weights_of(self.block)
         warned = check_functions(self.block, layers, variables)
         self.block_layers = layers          # tracked by Keras: weights, checkpoints

@@ -856,7 +856,6 @@ def test_weights_read_by_a_function_not_called_before_tracing_are_named_at_the_t
 def test_an_uncalled_function_over_declared_weights_traces_without_a_warning():
     import warnings
     dense = keras.layers.Dense(2, name="declared")
-    dense.build((None, 3))  # uncalled: nothing else builds it before fit
     model = Model(td.Vector(3) >> _uncalled(dense, "dense_fn"))
     model.compile(optimizer="sgd", loss="mse")
     with warnings.catch_warnings():
@@ -864,3 +863,43 @@ def test_an_uncalled_function_over_declared_weights_traces_without_a_warning():
         model.fit([[1.0, 2.0, 3.0]], np.zeros((1, 2), np.float32), verbose=0)
         model.predict([[1.0, 2.0, 3.0]], verbose=0)
     assert {id(w) for w in model.trainable_weights} == {id(dense.kernel), id(dense.bias)}
+
+
+class _PositiveOnly(keras.layers.Layer):
+    """A layer that checks its inputs' values (zeros fail) and makes its weights in a
+    sublayer at its first call (no `build` of its own)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.inner = keras.layers.Dense(2, name="inner")
+
+    def call(self, x):
+        tf.debugging.assert_positive(x, message="needs positive inputs")
+        return self.inner(tf.math.log(x))
+
+
+def test_the_unbuilt_layers_of_an_uncalled_function_are_built_when_the_model_is_made():
+    """Keras makes a layer's weights at its first call, and the optimizer must know
+    them before the first step: `Model` builds them on symbolic inputs (no value is
+    computed, so the layer's check of its values does not fail)."""
+    layer = _PositiveOnly(name="positive")
+    model = Model(td.Vector(3) >> _uncalled(layer, "log_proj"))
+    assert sorted(w.path for w in model.trainable_weights) == [
+        "positive/inner/bias", "positive/inner/kernel"]
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    before = layer.inner.kernel.numpy().copy()
+    model.fit([[1.0, 2.0, 3.0], [0.5, 1.0, 4.0]], np.ones((2, 2), np.float32), verbose=0)
+    assert not np.allclose(layer.inner.kernel.numpy(), before)
+    with pytest.raises(td.InputError, match=r"Function 'log_proj': positive failed on this "
+                       r"input") as err:  # its check still runs, and names the input
+        model.predict([[2.0, 1.0, 1.0], [0.0, 1.0, 1.0]], batch_size=2, verbose=0)
+    assert err.value.example_index == 1
+
+
+def test_an_uncalled_function_whose_layers_cannot_be_built_is_refused_with_its_path():
+    class NeedsValues(keras.layers.Layer):
+        def call(self, x):
+            return keras.layers.Dense(2)(x.numpy())  # no values in a symbolic call
+    with pytest.raises(TypeError, match=r"(?s)Pipe\[1\] > Function 'eager_only': building "
+                       r"the Keras layers of .* failed.*Build them before"):
+        Model(td.Vector(3) >> _uncalled(NeedsValues(), "eager_only"))

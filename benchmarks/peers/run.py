@@ -23,6 +23,7 @@ import argparse
 import datetime
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -149,6 +150,29 @@ def _commit() -> str:
         return "?"
 
 
+def machine() -> str:
+    """The machine, for a run's header: the CPU, its cores, whether it has AVX-512,
+    TensorFlow's version and whether oneDNN's kernels are on in this process
+    (TensorFlow turns them on by default on some CPUs only; the ratios at small
+    batches moved with them, BENCHMARKS.md, "A second machine")."""
+    import tensorflow as tf
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        info = ""
+    cpu = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                if line.startswith("model name")), platform.processor() or "unknown CPU")
+    avx512 = ", AVX-512" if " avx512f" in info else ", no AVX-512" if info else ""
+    try:  # TensorFlow says so only in its log: this is what that log line reads
+        from tensorflow.python.util import _pywrap_util_port
+        onednn = "on" if _pywrap_util_port.IsMklEnabled() else "off"
+    except (ImportError, AttributeError):
+        onednn = "unknown"
+    return (f"{cpu}, {os.cpu_count()} cores{avx512}; TensorFlow {tf.__version__}, "
+            f"oneDNN {onednn}")
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -245,6 +269,7 @@ def main(argv=None) -> dict:
     meta = {"date": started.strftime("%Y-%m-%d %H:%M UTC"),
             "load_before": load_before, "load_after": os.getloadavg(),
             "command": "python -m benchmarks.peers " + " ".join(argv), "commit": _commit(),
+            "machine": machine(),
             "sides": order, "rounds": args.rounds, "lr": args.lr,
             "workers": {n: getattr(w, "hello", {"system": "refold", "threads": "default",
                                                 "scheduler": getattr(w, "scheduler", "agenda"),
@@ -253,6 +278,7 @@ def main(argv=None) -> dict:
     print(f"{meta['command']}\n{meta['date']}, commit {meta['commit']}; load average "
           f"{' '.join(f'{x:.2f}' for x in load_before)} before, "
           f"{' '.join(f'{x:.2f}' for x in meta['load_after'])} after")
+    print(f"machine: {meta['machine']}")
     print("sides: " + "; ".join(
         {"dynet": "DyNet 2.1.2, autobatch on, 1 thread",
          "refold": "Refold, TensorFlow's default threads",

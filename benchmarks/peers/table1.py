@@ -108,10 +108,11 @@ def main(argv=None) -> dict:
     meta = {"date": started.strftime("%Y-%m-%d %H:%M UTC"), "load_before": load_before,
             "load_after": os.getloadavg(), "sides": names, "batch": args.batch, "items": n,
             "command": "python -m benchmarks.peers.table1 " + " ".join(argv),
-            "commit": run._commit()}
+            "commit": run._commit(), "machine": run.machine()}
     print(f"{meta['command']}\n{meta['date']}, commit {meta['commit']}; load average "
           f"{' '.join(f'{x:.2f}' for x in load_before)} before, "
           f"{' '.join(f'{x:.2f}' for x in meta['load_after'])} after")
+    print(f"machine: {meta['machine']}")
     print(f"training sentences/s (trees/s for the TreeLSTM) at batch {args.batch}, "
           f"{n} items a pass, median of {args.rounds} interleaved rounds")
     print(format_table(results, names))

@@ -29,6 +29,8 @@ def test_refold_side_alone_reports_every_workload_mode_and_batch(tmp_path, capsy
     assert saved["results"]["bilstm"]["2"]["infer"]["items"] == 3
     printed = capsys.readouterr().out
     assert "python -m benchmarks.peers --peer none" in printed and "load average" in printed
+    assert f"machine: {out['meta']['machine']}" in printed
+    assert "cores" in out["meta"]["machine"] and "oneDNN o" in out["meta"]["machine"]
     for workload in ("treelstm", "bilstm"):
         lines = printed.split(f"### {workload}:")[1].strip().splitlines()
         assert lines[2] == "| B | items | train Refold | infer Refold |"

@@ -27,6 +27,7 @@ def test_table1_refold_alone_measures_each_task_asked_for(capsys):
         rates = out["results"][task]["median"]
         assert all(isinstance(r, float) and math.isfinite(r) and r > 0 for r in rates.values())
     lines = capsys.readouterr().out.splitlines()
+    assert f"machine: {out['meta']['machine']}" in lines
     header = next(i for i, line in enumerate(lines) if line.startswith("| task"))
     assert lines[header] == ("| task | Refold agenda | Refold depth | "
                              "paper, DyNet CPU: none / depth / agenda |")

@@ -78,7 +78,7 @@ time per call counts, so the machine's load drifts over all of them alike.
 - `transpose`: the TreeLSTM's (the zoo's cells, and a user's `td.Function`s over
   Keras `Dense` layers) and the bilstm tagger's training with the gradient of the
   loop's weight products `h U` taking U transposed once per step
-  (`gates.state_product`, `scheduler.loop_products`) against TensorFlow's
+  (`scheduler.loop_products`) against TensorFlow's
   `transpose_b` product in every backward iteration; whole `Model.fit` calls.
 - `executor`: the TreeLSTM's and the tagger's inference with the executor chosen per
   batch (`compiler.executor_choice`: TensorFlow's single-threaded one for batches
@@ -690,11 +690,9 @@ def fit_transpose(batch_sizes: list, rounds: int, instances: int = 2,
                   items: int | None = None,
                   workloads=("TreeLSTM", "user TreeLSTM", "tagger")) -> dict:
     """ms per item of whole `Model.fit` calls whose loop takes the gradient of its
-    weight products `h U` with U transposed once per step (the zoo's cells:
-    `gates.state_product`; any other: `scheduler.loop_products`) against
-    TensorFlow's `transpose_b` product in every backward iteration (`items` per
+    weight products `h U` with U transposed once per step (`scheduler.loop_products`)
+    against TensorFlow's `transpose_b` product in every backward iteration (`items` per
     call: 32 at batch 1, 128 at 16, 256 otherwise)."""
-    from models import gates
     from scheduler import loop_products
     variants = {"U^T once per step": True, "transpose_b": False}
     names = list(variants)
@@ -711,8 +709,7 @@ def fit_transpose(batch_sizes: list, rounds: int, instances: int = 2,
             for name in _turn(names, i):
                 for work, (_, fit) in _fits(b, trees, labels, sentences,
                                             workloads).items():
-                    with _patched(gates, "TRANSPOSE_ONCE", variants[name]), \
-                            _patched(loop_products, "TRANSPOSE_ONCE", variants[name]):
+                    with _patched(loop_products, "TRANSPOSE_ONCE", variants[name]):
                         fit()  # traces: the variant is read then
                     fns[(work, name, i)] = fit
         raw = _rounds(fns, rounds)

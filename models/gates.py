@@ -24,61 +24,6 @@ with `cut_gates`), with its own gradient under a tape (the TreeLSTM cells and `L
 from __future__ import annotations
 
 
-def state_product(h, kernel, dtype):
-    """`h @ kernel` (`kernel` a variable, read in `dtype`) for a cell in the engine's
-    loop, whose gradient to `h` reads `kernel` transposed once before the loop.
-
-    TensorFlow's gradient of `h @ U` to `h` is `dz @ U^T` with `transpose_b`, which
-    repacks `U` at every call: for the loop's few rows that took 2-3x the time of
-    the product with `U^T` laid out beforehand (BENCHMARKS.md, "The recurrent
-    kernel transposed once per step"). Under a tape inside a `tf.while_loop` body
-    `U^T` is made in the graph that holds the loop (once per step) and the body
-    captures it; elsewhere this is the plain product.
-
-    >>> import tensorflow as tf
-    >>> u = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
-    >>> state_product(tf.constant([[1.0, 1.0]]), u, tf.float32).numpy().tolist()
-    [[4.0, 6.0]]
-    """
-    import tensorflow as tf
-    from tensorflow.python.eager import record
-    u = tf.cast(kernel, dtype)
-    outer = _loop_holder() if TRANSPOSE_ONCE and record.could_possibly_record() else None
-    if outer is None:
-        return h @ u
-    with outer.as_default():
-        u_t = tf.transpose(tf.cast(kernel, dtype))
-
-    @tf.custom_gradient
-    def product(h, u):
-        def grad(dz):
-            return tf.matmul(dz, u_t), tf.matmul(h, dz, transpose_a=True)
-        return h @ u, grad
-
-    return product(h, u)
-
-
-# Whether `state_product` takes its gradient with the kernel transposed before the
-# loop (`benchmarks.ablations --only transpose` switches it per model, at trace time).
-TRANSPOSE_ONCE = True
-
-
-def _loop_holder():
-    """The graph that holds the `tf.while_loop` whose body is being traced (the
-    nearest enclosing graph that is not a loop body), or None outside loop bodies."""
-    from tensorflow.python.framework import ops
-    graph = ops.get_default_graph()
-    if not _is_loop_body(graph):
-        return None
-    while _is_loop_body(graph):
-        graph = graph.outer_graph
-    return graph
-
-
-def _is_loop_body(graph) -> bool:
-    return getattr(graph, "outer_graph", None) is not None and "while_body" in graph.name
-
-
 def cut_gates(z, n_gates: int) -> list:
     """`z` `[n, n_gates * width]` cut into `n_gates` tensors `[n, width]`, in order."""
     import tensorflow as tf

@@ -140,9 +140,10 @@ class _RecurrentCell(Layer):
         raise NotImplementedError
 
     def _state_product(self, h):
-        """`h U`, U the recurrent kernel in the compute dtype (`gates.state_product`:
-        in the engine's loop, its gradient reads U transposed once per step)."""
-        return gates.state_product(h, self.recurrent_kernel, self._weights.compute_dtype)
+        """`h U`, U the recurrent kernel in the compute dtype (in the engine's loop,
+        its gradient reads U transposed once per step: `scheduler.loop_products`)."""
+        import tensorflow as tf
+        return h @ tf.cast(self.recurrent_kernel, self._weights.compute_dtype)
 
     def _computed(self, *ts) -> list:
         """Tensors and variables `ts` in the cell's compute dtype: float32, or the

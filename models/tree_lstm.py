@@ -114,10 +114,10 @@ class NaryTreeLSTMCell(Layer):
         bias = tf.cast(dense.bias, dtype)
         # bias_add, not the Dense layer's broadcasting +: its gradient is one
         # BiasAddGrad, not shapes, BroadcastGradientArgs, Sum and Reshape per launch;
-        # in the loop, the product's gradient reads the kernel transposed once per step
-        z = tf.nn.bias_add(gates.state_product(
-            inputs[0] if len(inputs) == 1 else tf.concat(inputs, axis=1), dense.kernel,
-            dtype), bias)
+        # in the engine's loop, the product's gradient reads the kernel transposed
+        # once per step (scheduler.loop_products)
+        x = inputs[0] if len(inputs) == 1 else tf.concat(inputs, axis=1)
+        z = tf.nn.bias_add(x @ tf.cast(dense.kernel, dtype), bias)
         cs = [tf.cast(c_k, dtype) for c_k in cs]
         return gates.lstm_memory(z, cs, "iou" + "f" * len(cs))
 

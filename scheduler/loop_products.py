@@ -10,10 +10,12 @@ gradient to `x` as `dz @ W^T` with `W^T` made once in the graph that holds the l
 and `x^T dz` for `W` as TensorFlow does. The weight is read there as the loop is
 traced (its value at the forward pass, as TensorFlow's gradient sees it), and
 transposed when the gradient is built. Any other product keeps TensorFlow's
-gradient. This reaches every cell a user writes (a `td.Function`, a Keras `Dense`);
-the zoo's cells also do it themselves (`models.gates.state_product`), which covers
-the engine's replayed backward loop, where the gradient is taken under a tape. The
-XLA executor (`scheduler.xla`) leaves its products to XLA (not measured there).
+gradient. This reaches every cell, the zoo's and a user's (a `td.Function`, a Keras
+`Dense`), wherever TensorFlow differentiates the loop. The backward loop the engine
+replays itself at small batches (`scheduler.reverse`) takes each launch's gradient
+with a tape, which does not see this gradient, and keeps TensorFlow's (on an AVX-512
+CPU with oneDNN, transposing there measured 0.90-0.97x; BENCHMARKS.md). The XLA
+executor (`scheduler.xla`) leaves its products to XLA (not measured there).
 
 >>> import tensorflow as tf
 >>> w = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
@@ -45,7 +47,7 @@ from tensorflow.python.framework import ops
 GRADIENT = "RefoldLoopMatMul"
 
 # Whether loop products take the gradient above (`benchmarks.ablations --only
-# transpose` switches it, with the zoo's `models.gates.TRANSPOSE_ONCE`, at trace time).
+# transpose` switches it, at trace time).
 TRANSPOSE_ONCE = True
 
 
@@ -110,9 +112,14 @@ def _graphs_below(holder) -> list | None:
 def _loop_holder(graph):
     """The graph that holds the nearest `tf.while_loop` around `graph` (its body, or
     a branch inside it), or None outside loop bodies. The nearest: around an outer
-    loop that changes the weights between its iterations, each reads its own."""
+    loop that changes the weights between its iterations, each reads its own.
+
+    A loop body is known by its class, not its name: a graph's second loop (the
+    backward loop `scheduler.reverse` replays after the forward one) is named
+    `while_1_body_*`, which a test of the name for "while_body" missed."""
+    from tensorflow.python.ops.control_flow_v2_func_graphs import WhileBodyFuncGraph
     while getattr(graph, "outer_graph", None) is not None:
-        if "while_body" in graph.name:
+        if isinstance(graph, WhileBodyFuncGraph):
             return graph.outer_graph
         graph = graph.outer_graph
     return None

@@ -157,7 +157,10 @@ def _replay(executor, o: int, final: list, g_bufs: list, rows: dict, written: di
     args = [tf.gather(final[slot[k]], in_parts[k][int(lay.arg_typepos[o, a])])
             for a, k in enumerate(ins)]
     # under a tape, as when TensorFlow differentiates the loop: ops that carry their
-    # own gradient under one (`models.gates.lstm_memory`) use it
+    # own gradient under one (`models.gates.lstm_memory`) use it. Weight products keep
+    # TensorFlow's gradient here: taking it with the weight transposed before this
+    # loop (`scheduler.loop_products`) measured slower (BENCHMARKS.md, "A second
+    # machine")
     with tf.GradientTape(watch_accessed_variables=False) as tape:
         tape.watch(args)
         ys = executor._call(o, args, n)

@@ -133,10 +133,8 @@ def test_the_backward_loop_multiplies_by_the_kernel_transposed_before_the_loop(
         transpose_once, monkeypatch):
     import tensorflow as tf
 
-    from models import gates
     from scheduler import loop_products
-    monkeypatch.setattr(gates, "TRANSPOSE_ONCE", transpose_once)  # the cell's own
-    monkeypatch.setattr(loop_products, "TRANSPOSE_ONCE", transpose_once)  # the engine's
+    monkeypatch.setattr(loop_products, "TRANSPOSE_ONCE", transpose_once)
     cell = rnn_cells.GRUCell(UNITS)
     compiler = Compiler.create(td.Map(td.Vector(DIM)) >> td.RNN(cell) >> td.GetItem(1))
 

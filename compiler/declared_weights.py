@@ -51,9 +51,16 @@ def build_functions(root) -> None:
 
 def declared_ids(layers: list, variables: list) -> set[int]:
     """The ids of the `tf.Variable`s behind the declared layers' weights and variables
-    (a `keras.Variable`'s `value` outside an autocast scope is its `tf.Variable`)."""
-    ids = {id(getattr(v, "value", v)) for layer in layers for v in layer.weights}
-    return ids | {id(getattr(v, "value", v)) for v in variables}
+    (a `keras.Variable`'s `value` outside an autocast scope is its `tf.Variable`; under
+    a `tf.distribute` strategy, a distributed variable whose replicas' variables are
+    what a traced step reads)."""
+    weights = [v for layer in layers for v in layer.weights] + list(variables)
+    return {id(t) for v in weights for t in _behind(getattr(v, "value", v))}
+
+
+def _behind(variable) -> list:
+    """A variable and, if it is a distributed one, each replica's."""
+    return [variable, *getattr(variable, "values", ())]
 
 
 def check_functions(root, layers: list, variables: list) -> set[int]:

@@ -314,6 +314,7 @@ class ReplicaSteps:
                 fn = self._traced[key] = tf.function(
                     self._step, input_signature=[[feeder.signature] * len(parts)],
                     autograph=False).get_concrete_function()
+                self.model._traced_weights(fn)  # compiler.declared_weights
             outputs = fn(parts)
         if self.kind == "train":
             outputs = dict(outputs)

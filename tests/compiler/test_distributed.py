@@ -13,7 +13,10 @@ import sys
 import textwrap
 
 SCRIPT = textwrap.dedent("""
+    import warnings
     import numpy as np, tensorflow as tf, keras
+    # each replica's step reads its own copy of the declared weights: not undeclared
+    warnings.filterwarnings("error", message=".*no block declares")
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)

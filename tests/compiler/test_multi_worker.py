@@ -26,8 +26,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TIMEOUT = 600  # seconds for one run of both workers (TensorFlow starts slowly under load)
 
 WORKER = textwrap.dedent("""
-    import json, os, sys
+    import json, os, sys, warnings
     import numpy as np, tensorflow as tf, keras
+    warnings.filterwarnings("error", message=".*no block declares")  # replicas' copies
     strategy = tf.distribute.MultiWorkerMirroredStrategy()   # reads TF_CONFIG
     from tests.compiler.test_multi_worker import data, build, train
     out, stop_after = sys.argv[1], int(sys.argv[2])

@@ -192,7 +192,7 @@ class SimpleRNNCell(_RecurrentCell):
 
     def _recur(self, z_x, h):
         z_x, h = self._computed(z_x, h)
-        h = self.activation(z_x + self._state_product(h))
+        h = self.activation(tf.add_n([z_x, self._state_product(h)]))
         return h, h
 
 
@@ -226,7 +226,9 @@ class LSTMCell(_RecurrentCell):
 
     def _recur(self, z_x, state):
         z_x, h, c = self._computed(z_x, *state)
-        return self._memory(z_x + self._state_product(h), c)
+        # AddN: in a differentiated loop body, `+` of two [None, n] tensors also
+        # takes the gradient's broadcasting machinery (7 ops an iteration)
+        return self._memory(tf.add_n([z_x, self._state_product(h)]), c)
 
     def _memory(self, z, c):
         """`(h', (h', c'))` from the gates' inputs `z`."""
@@ -278,12 +280,12 @@ class GRUCell(_RecurrentCell):
 
     def _update(self, from_x, h, bias):
         """The new state from the input's part of the gates, `x W + b_x`."""
-        from_h = self._state_product(h) + bias[1]
+        from_h = tf.nn.bias_add(self._state_product(h), bias[1])
         x_z, x_r, x_n = gates.cut_gates(from_x, 3)
         h_z, h_r, h_n = gates.cut_gates(from_h, 3)
-        z = tf.sigmoid(x_z + h_z)
-        r = tf.sigmoid(x_r + h_r)
-        candidate = self.activation(x_n + r * h_n)
+        z = tf.sigmoid(tf.add_n([x_z, h_z]))
+        r = tf.sigmoid(tf.add_n([x_r, h_r]))
+        candidate = self.activation(tf.add_n([x_n, r * h_n]))
         h = z * h + (1.0 - z) * candidate
         return h, h
 

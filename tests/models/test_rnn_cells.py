@@ -241,3 +241,33 @@ def test_an_rnn_of_a_split_cell_names_its_path_on_a_wrong_input():
         td.Map(td.Vector(5)) >> td.RNN(cell)
     with pytest.raises(TypeError, match=r"RNN\.per_element > .*must be a float32 vector"):
         td.Map(td.Scalar("int32")) >> td.RNN(cell)
+
+
+@pytest.mark.parametrize("replay", [True, False], ids=["replayed", "tensorflow's"])
+@pytest.mark.parametrize("cell", [rnn_cells.SimpleRNNCell, rnn_cells.LSTMCell],
+                         ids=["simple", "lstm"])
+def test_the_loop_of_a_projected_cell_has_no_broadcasting_gradients(cell, replay):
+    """The state's product is added to the projected input as AddN: `+` of two
+    [None, n] tensors in a differentiated loop body also takes the gradient's
+    broadcasting machinery (Shape, BroadcastGradientArgs, Sum, Reshape), 7 ops an
+    iteration that a batch-1 step pays for on every launch."""
+    import tensorflow as tf
+    cell = cell(UNITS)
+    block = td.Map(td.Vector(DIM)) >> td.RNN(cell) >> td.GetItem(1)
+    compiler = Compiler.create(block)
+    assert stages(block) == (["InputProjection"], ["ProjectedCell"])
+    compiler.executor.replay_backward = replay
+    compiler.executor.batched_weight_grads = replay  # the replayed loop defers them
+
+    def loss(arrays):
+        with tf.GradientTape() as tape:
+            out = compiler.executor.compute(arrays)
+            total = tf.add_n([tf.reduce_sum(v) for v in tf.nest.flatten(out)])
+        return tape.gradient(total, cell.weights)
+    arrays = {k: tf.constant(v) for k, v in compiler.plan(SEQS).feed.arrays.items()}
+    graph = tf.function(loss, autograph=False).get_concrete_function(arrays).graph
+    bodies = {id(f.graph): f.graph for name, f in graph._functions.items() if "body" in name}
+    assert len(bodies) == 2  # the forward loop and the backward one
+    bodies = bodies.values()
+    in_loops = [op.type for g in bodies for op in g.get_operations()]
+    assert "AddN" in in_loops and "BroadcastGradientArgs" not in in_loops

@@ -36,10 +36,11 @@ from tensorflow.python.framework.func_graph import FuncGraph
 from tensorflow.python.ops import gradients_util
 
 # A batch whose loop launches average at most this many rows takes the loop's weight
-# gradients once per step: the sst-synth TreeLSTM at batch 1 (2.3 rows a launch) and
-# the bilstm tagger up to batch 4 (3.0); measured: BENCHMARKS.md, "Small batches,
-# 2026-11-27".
-ONCE_PER_STEP_ROWS = 4
+# gradients once per step (and `Model` replays its loop backward): the sst-synth
+# TreeLSTM up to batch 4 (7.5 rows a launch) and the bilstm tagger up to batch 16
+# (8.8). Both workloads' crossover lies at 12-16 rows on an AVX-512 CPU, lower on an
+# AMD EPYC one; measured: BENCHMARKS.md, "The replay threshold".
+ONCE_PER_STEP_ROWS = 10
 
 
 def mean_loop_rows(layout, arrays: dict) -> float | None:

@@ -178,6 +178,11 @@ def test_a_batch_near_the_threshold_runs_on_the_other_choices_trace():
     choice.max_rows = float("inf")
     assert key([100], {False}) is True  # always, for a batch with loop rows
     assert key([0]) is False  # no loop rows: no weight gradients to take there
+    # by default: the tagger at batch 16 (8.8 rows a launch) replays, the TreeLSTM at
+    # batch 8 (14) does not (BENCHMARKS.md, "The replay threshold")
+    default = WeightGradsChoice(choice.executor)
+    assert default.key({"index": np.array([0, 9, 8]), "layout": np.array([0, 1, 3])})
+    assert not default.key({"index": np.array([0, 14, 14]), "layout": np.array([0, 1, 3])})
 
     class Counting(Model):
         traces: list = []

@@ -107,7 +107,7 @@ class Subjects:
 def _flat_call(step, data):
     """A call of `step(data)` traced once, made as a `Model`'s steps make theirs: the
     batch's NumPy arrays turned into the `Handoff`'s few tensors on every call, a
-    concrete function called on them."""
+    concrete function called on them without binding them again (`Handoff.call`)."""
     import tensorflow as tf
 
     from compiler.handoff import Handoff
@@ -116,7 +116,7 @@ def _flat_call(step, data):
     handoff = Handoff(spec)
     fn = tf.function(lambda *tensors: step(handoff.unfold(tensors)),
                      input_signature=handoff.signature, autograph=False).get_concrete_function()
-    return lambda: fn(*handoff.tensors(data))
+    return lambda: handoff.call(fn, handoff.tensors(data))
 
 
 def _numpy(logs: dict):

@@ -394,7 +394,7 @@ class Compiler:
         handoff, fn = self._run_flat[single]
         tensors = handoff.tensors(arrays)
         with choice.calling(single):
-            return fn(*tensors)
+            return handoff.call(fn, tensors)
 
     def _trace_run(self, single: bool) -> tuple:
         """`run`'s traced function for executor choice `single`, with its `Handoff`

@@ -248,10 +248,10 @@ class StepFunction:
             handoff, fn, variant = self._graph_step(feeder.signature, variant)
             tensors = handoff.tensors(data)
             if variant is None:
-                outputs = fn(*tensors)
+                outputs = handoff.call(fn, tensors)
             else:
                 with self._choice.calling(variant):
-                    outputs = fn(*tensors)
+                    outputs = handoff.call(fn, tensors)
         if isinstance(outputs, dict) and STEP_FINITE in outputs:
             outputs = dict(outputs)
             finite, loss = outputs.pop(STEP_FINITE), outputs.pop(STEP_LOSS)

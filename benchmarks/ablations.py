@@ -2,7 +2,7 @@
 
 Run: `python -m benchmarks.ablations
 [--only rowlists,conds,cells,bidirectional,weightgrads,fusedcells,xla,
-fitweightgrads,xlaweightgrads,replay,projection,transpose,executor]
+fitweightgrads,xlaweightgrads,replay,projection,transpose,outer,executor]
 [--rounds N]
 [--batch-sizes 16,64]`.
 Every variant is built on the same weights and batch; the calls of all variants
@@ -80,6 +80,11 @@ time per call counts, so the machine's load drifts over all of them alike.
   loop's weight products `h U` taking U transposed once per step
   (`scheduler.loop_products`) against TensorFlow's
   `transpose_b` product in every backward iteration; whole `Model.fit` calls.
+- `outer`: the TreeLSTM's and the tagger's training with the weight gradients of a
+  loop op's launch before the loop taken by the tap with its loop launches' (one
+  weight-sized gradient per op; `scheduler.executor.TAP_OUTER_LAUNCHES`) against
+  TensorFlow's gradient for that launch, added to the tap's; batches that replay
+  their loop (10 rows a launch or fewer); whole `Model.fit` calls.
 - `executor`: the TreeLSTM's and the tagger's inference with the executor chosen per
   batch (`compiler.executor_choice`: TensorFlow's single-threaded one for batches
   of small loop launches) against TensorFlow's default executor always; whole
@@ -717,6 +722,35 @@ def fit_transpose(batch_sizes: list, rounds: int, instances: int = 2,
     return out
 
 
+def fit_outer(batch_sizes: list, rounds: int, instances: int = 2, items: int | None = None,
+              workloads=("TreeLSTM", "tagger")) -> dict:
+    """ms per item of whole `Model.fit` calls whose tap takes the weight gradients of
+    the loop ops' launches before the loop too (`scheduler.executor.
+    TAP_OUTER_LAUNCHES`) against TensorFlow's gradients for those launches (`items`
+    per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
+    from scheduler import executor
+    variants = {"tap": True, "TensorFlow's": False}
+    names = list(variants)
+    print(f"\n## The weight gradients of the launches before the loop, ms per item of whole "
+          f"Model.fit calls (median of {rounds}, {instances} models each)")
+    print(f"| workload | B | {' | '.join(names)} | {names[1]} ÷ {names[0]} |")
+    print("|---|---|---|---|---|")
+    out = {}
+    for b in batch_sizes:
+        n, trees, labels, sentences = _fit_items(b, items)
+        fns = {}
+        for i in range(instances):
+            for name in _turn(names, i):
+                for work, (_, fit) in _fits(b, trees, labels, sentences,
+                                            workloads).items():
+                    with _patched(executor, "TAP_OUTER_LAUNCHES", variants[name]):
+                        fit()  # traces: the variant is read then
+                    fns[(work, name, i)] = fit
+        raw = _rounds(fns, rounds)
+        out.update(_pair_rows(raw, b, workloads, names, instances, n))
+    return out
+
+
 def _pair_rows(raw: dict, b: int, workloads, names: list, instances: int, n: int) -> dict:
     """Per workload at batch `b`, the median ms per item of two variants and the
     median of their per-round ratios (second ÷ first), printed as table rows."""
@@ -774,7 +808,7 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", default="rowlists,conds,cells,bidirectional,weightgrads",
                         help="also: fitweightgrads, replay, projection, transpose, "
-                             "executor; xla, "
+                             "outer, executor; xla, "
                              "xlaweightgrads "
                              "(not run by default: they compile for minutes)")
     parser.add_argument("--rounds", type=int, default=15)
@@ -815,6 +849,9 @@ def main(argv=None) -> dict:
     if "transpose" in only:
         out["transpose"] = fit_transpose([int(b) for b in args.batch_sizes.split(",")],
                                          args.rounds, args.instances)
+    if "outer" in only:
+        out["outer"] = fit_outer([int(b) for b in args.batch_sizes.split(",")], args.rounds,
+                                 args.instances)
     if "executor" in only:
         out["executor"] = predict_executor([int(b) for b in args.batch_sizes.split(",")],
                                            args.rounds, args.instances)

@@ -62,6 +62,11 @@ import numpy as np
 
 from scheduler.layout import Layout, dtype_name
 
+# Whether the tap also takes the weight gradients of a deferred loop op's launch
+# before the loop (read when a step is traced; `benchmarks.ablations --only outer`
+# turns it off to measure it).
+TAP_OUTER_LAUNCHES = True
+
 
 @dataclass
 class Feed:
@@ -192,8 +197,9 @@ class Executor:
         replay = self._replays()
         deferred = self._deferred_weights(True if replay else None)
         final: dict = {}  # loop type -> its buffer as the loop left it (for the tap)
-        tap = self._weight_tap(deferred, final, seg) if deferred else None
-        bufs = self._before_loop(made, seg, tap)
+        outer: dict = {}  # deferred loop op -> its launch before the loop (for the tap)
+        tap = self._weight_tap(deferred, final, outer, seg) if deferred else None
+        bufs = self._before_loop(made, seg, tap, deferred, outer)
         if replay:
             from scheduler.reverse import replay_loop
             post, ends = replay_loop(self, [bufs[k] for k in self.layout.loop_types], seg)
@@ -221,13 +227,18 @@ class Executor:
                 consts[k] = tf.reshape(flat, (-1, *lay.value_types[k].shape))
         return consts
 
-    def _before_loop(self, made: list, seg, tap=None) -> list:
+    def _before_loop(self, made: list, seg, tap=None, deferred: dict | None = None,
+                     outer: dict | None = None) -> list:
         """Runs the outer launches (appending to `made`, per type the row blocks made
         so far); returns each type's buffer (a loop type's padded to its rows; the
-        float types' padding, the loop's rows, through `tap` if given)."""
+        float loop types' through `tap` if given). A launch here of a `deferred`
+        loop op leaves its weights' gradients to the tap too, which takes them over
+        it and the op's loop launches at once (`outer` records it)."""
         import tensorflow as tf
         lay = self.layout
-        self._run_outside_loop("outer", lay.outer_ops, made, seg)
+        recording = tap is not None and TAP_OUTER_LAUNCHES
+        self._run_outside_loop("outer", lay.outer_ops, made, seg,
+                               deferred if recording else None, outer)
         n_rows = seg("n_rows")
         pads = {}
         for k in lay.loop_types:
@@ -236,10 +247,13 @@ class Executor:
             pad_shape = tf.concat([[n_rows[k] - have],
                                    tf.constant(t.shape, tf.int32, shape=[len(t.shape)])], 0)
             pads[k] = tf.zeros(pad_shape, dtype_name(t))
-        if tap is not None:
-            pads.update(zip(self._tapped_types(), tap([pads[k] for k in self._tapped_types()])))
-        return [tf.concat(made[k] + [pads[k]], 0) if k in pads else _joined(made[k])
+        bufs = [tf.concat(made[k] + [pads[k]], 0) if k in pads else _joined(made[k])
                 for k in range(lay.n_types)]
+        if tap is not None:  # on whole buffers: every row's gradient, the loop's and others'
+            types = self._tapped_types()
+            for k, b in zip(types, tap([bufs[k] for k in types])):
+                bufs[k] = b
+        return bufs
 
     def _row_lists(self) -> tuple[dict, dict]:
         """Per loop type, how many row lists an iteration gathers and writes: with
@@ -433,18 +447,23 @@ class Executor:
         return [k for k in lay.loop_types
                 if tf.as_dtype(dtype_name(lay.value_types[k])).is_floating]
 
-    def _weight_tap(self, deferred: dict, final: dict, seg):
+    def _weight_tap(self, deferred: dict, final: dict, outer: dict, seg):
         """The tap whose gradient adds the deferred weights' gradients (`final`:
-        per loop type, its buffer after the loop, filled in by `_after_loop`)."""
+        per loop type, its buffer after the loop, filled in by `_after_loop`;
+        `outer`: the deferred ops' launches before the loop, by `_before_loop`)."""
         from scheduler.weight_grads import tap_of
-        return tap_of(deferred, self._tapped_types(),
-                      lambda o, vs, g_pad: self._op_weight_grads(o, vs, final, g_pad, seg))
 
-    def _op_weight_grads(self, o: int, variables: list, final: dict, g_pad: dict, seg) -> list:
-        """Gradients of loop op o's `variables` over all its launches in the loop:
-        the op run once on all their nodes (arguments read from `final`) and
-        differentiated against its outputs' total gradients (`g_pad[k]`: type k's
-        padding rows, i.e. the rows the loop wrote)."""
+        def op_grads(o, vs, g_buf):
+            return self._op_weight_grads(o, vs, final, g_buf, seg, outer.get(o))
+        return tap_of(deferred, self._tapped_types(), op_grads)
+
+    def _op_weight_grads(self, o: int, variables: list, final: dict, g_buf: dict, seg,
+                         launch: tuple | None = None) -> list:
+        """Gradients of loop op o's `variables` over all its launches in the loop,
+        and its `launch` before it if recorded (`_run_outside_loop`): the op run
+        once on all their nodes (the loop's arguments read from `final`) and
+        differentiated against its outputs' total gradients (`g_buf[k]`: every row
+        of type k's buffer)."""
         import tensorflow as tf
         lay = self.layout
         mine = tf.cast(tf.reshape(tf.where(tf.equal(seg("group_op"), int(lay.branch_of[o]))),
@@ -461,12 +480,18 @@ class Executor:
                 for a, k in enumerate(lay.op_in[o])]
         slots, g_outs = [], []
         for s, k in enumerate(lay.op_out[o]):
-            if k in g_pad:  # launch j's outputs start at out_bounds[j + 1]
+            if k in g_buf:  # launch j's outputs start at out_bounds[j + 1]
                 written = rows(tf.gather(seg(f"out_bounds_{k}"), mine + 1),
                                int(lay.slot_typepos[o, s]))
-                offset = seg("n_rows")[k] - tf.shape(g_pad[k])[0]
                 slots.append(s)
-                g_outs.append(tf.gather(g_pad[k], written - offset))
+                g_outs.append(tf.gather(g_buf[k], written))
+        if launch is not None:  # its launch before the loop: more rows of the same call
+            outer_args, outer_rows, outer_slots = launch
+            first = {s: start for s, _, start in outer_slots}
+            args = [tf.concat([a, b], 0) for a, b in zip(args, outer_args)]
+            g_outs = [tf.concat([g, tf.gather(g_buf[lay.op_out[o][s]], tf.range(
+                first[s], first[s] + outer_rows))], 0) for s, g in zip(slots, g_outs)]
+            total = total + outer_rows
 
         def grads():
             with tf.GradientTape(watch_accessed_variables=False) as tape:
@@ -480,30 +505,49 @@ class Executor:
             return grads()
         return tf.cond(total > 0, grads, lambda: [tf.zeros_like(v) for v in variables])
 
-    def _run_outside_loop(self, stage: str, ops: Sequence[int], made: list, seg) -> None:
+    def _run_outside_loop(self, stage: str, ops: Sequence[int], made: list, seg,
+                          deferred: dict | None = None, outer: dict | None = None) -> None:
         """Runs the launches of `stage` ("outer" or "tail"), one per op of `ops`, in
         order: each gathers its arguments from the rows of type k made so far,
-        `made[k]` (a list of row blocks), and appends its outputs there."""
+        `made[k]` (a list of row blocks), and appends its outputs there. A launch
+        of a `deferred` op leaves its weights' gradients to the tap and is recorded
+        in `outer`: `(args, rows, [(slot, type, its first row in the type's buffer)
+        per float output])`."""
         import tensorflow as tf
         lay = self.layout
+        tapped = set(self._tapped_types()) if deferred else set()
         for i, o in enumerate(ops):
             args = [tf.gather(_joined(made[k]), seg(f"{stage}_args_{i}_{a}"))
                     for a, k in enumerate(lay.op_in[o])]
-            outs = self._call_unless_empty(o, args, seg(f"{stage}_count_{i}")[0])
+            n = seg(f"{stage}_count_{i}")[0]
+            recorded = deferred is not None and o in deferred
+            outs = self._call_unless_empty(o, args, n, inputs_only=recorded)
+            slots = []
             for s, k in enumerate(lay.op_out[o]):
+                if recorded and k in tapped:
+                    slots.append((s, k, tf.add_n([tf.shape(p)[0] for p in made[k]])))
                 made[k].append(outs[s])
+            if recorded:
+                outer[o] = (args, n, slots)
 
-    def _call_unless_empty(self, o: int, args: list, n) -> list:
-        """Runs op o on `n` rows outside the loop. Unless the op `handles_empty`, the
-        launch is skipped when `n` is 0 (a user's function may fail on zero rows);
-        an op that does runs unconditionally: a `tf.cond` costs a few percent of a
-        training step at batch 1 (BENCHMARKS.md, "The conds around the launches
-        outside the loop")."""
+    def _call_unless_empty(self, o: int, args: list, n, inputs_only: bool = False) -> list:
+        """Runs op o on `n` rows outside the loop (with `inputs_only`, its weights'
+        gradients left to the tap: `weight_grads.inputs_only`). Unless the op
+        `handles_empty`, the launch is skipped when `n` is 0 (a user's function may
+        fail on zero rows); an op that does runs unconditionally: a `tf.cond` costs a
+        few percent of a training step at batch 1 (BENCHMARKS.md, "The conds around
+        the launches outside the loop")."""
         import tensorflow as tf
+
+        def run():
+            if not inputs_only:
+                return self._call(o, args, n)
+            from scheduler.weight_grads import inputs_only as call
+            return call(lambda *a: self._call(o, list(a), n), args)
         if getattr(self.ops[o], "handles_empty", False) is True:
-            return self._call(o, args, n)
+            return run()
         types = [self.layout.value_types[k] for k in self.layout.op_out[o]]
-        return tf.cond(n > 0, lambda: self._call(o, args, n),
+        return tf.cond(n > 0, run,
                        lambda: [tf.zeros((0, *t.shape), dtype_name(t)) for t in types])
 
     def _call(self, o: int, args: list, n) -> list:

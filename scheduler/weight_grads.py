@@ -7,13 +7,16 @@ At batch 1 and 16 those small kernels are a large part of a training step. The
 executor can instead (`Executor(batched_weight_grads=True)`; off by default):
 
 1. call each loop op through `inputs_only`, whose gradient reaches the op's
-   arguments but not its weights, so the backward loop only carries values back;
-2. put a `WeightTap` on the rows the loop will fill, before the loop: an identity
-   whose gradient, once the backward loop is done, holds every loop value's total
+   arguments but not its weights, so the backward loop only carries values back
+   (its launch before the loop too, if it has one);
+2. put a `WeightTap` on the loop types' buffers, before the loop: an identity
+   whose gradient, once the backward loop is done, holds every row's total
    gradient;
 3. there, run each loop op once more on all its nodes of the batch (arguments
-   read from the buffers as the loop left them) and take its weight gradients in
-   one batched call, which the tap returns as the gradients of the weights' reads.
+   read from the buffers as the loop left them, and those of its launch before
+   the loop) and take its weight gradients in one batched call, which the tap
+   returns as the gradients of the weights' reads: one weight-sized gradient per
+   op and step.
 
 The values are the same sums in another order (tested against the oracle, as
 the per-iteration gradients are). It pays where the loop's launches are small
@@ -117,30 +120,30 @@ def tap_of(deferred: dict, types: Sequence, op_grads: Callable) -> WeightTap:
 
 
 class WeightTap:
-    """An identity on the loop's padding rows whose gradient adds the weights'.
+    """An identity on the loop's buffers whose gradient adds the weights'.
 
     Args:
         variables: the loop ops' weights (each once).
-        weight_grads: `weight_grads(pad_grads) -> list of gradients, one per
-            variable` (None where none flows); `pad_grads[i]` is the total gradient
-            of the i-th tapped tensor.
+        weight_grads: `weight_grads(grads) -> list of gradients, one per variable`
+            (None where none flows); `grads[i]` is the total gradient of the i-th
+            tapped tensor.
     """
 
     def __init__(self, variables: Sequence[tf.Variable], weight_grads: Callable):
         self.variables = list(variables)
         self.weight_grads = weight_grads
 
-    def __call__(self, pads: Sequence[tf.Tensor]) -> list:
-        """`pads`, unchanged; their gradient triggers the weight gradients."""
-        n = len(pads)
+    def __call__(self, tapped: Sequence[tf.Tensor]) -> list:
+        """`tapped`, unchanged; their gradient triggers the weight gradients."""
+        n = len(tapped)
 
         @tf.custom_gradient
         def tap(*xs):
-            def grad(*g_pads):
-                g_pads = [tf.zeros_like(p) if g is None else g for p, g in zip(xs, g_pads)]
-                return list(g_pads) + list(self.weight_grads(g_pads))
+            def grad(*g_xs):
+                g_xs = [tf.zeros_like(x) if g is None else g for x, g in zip(xs, g_xs)]
+                return list(g_xs) + list(self.weight_grads(g_xs))
 
             return [tf.identity(x) for x in xs[:n]], grad
 
         with tf.name_scope("weight_tap"):
-            return list(tap(*pads, *[tf.convert_to_tensor(v) for v in self.variables]))
+            return list(tap(*tapped, *[tf.convert_to_tensor(v) for v in self.variables]))

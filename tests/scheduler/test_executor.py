@@ -452,7 +452,8 @@ COUNTED = dataclasses.replace(
 
 # A chain of 7 cells, all in the loop (the first reads a head output), and an empty
 # launch before it (cell's step-0 nodes: none; it runs, as cell handles zero rows).
-@pytest.mark.parametrize("batched, runs", [(True, 1 + 1), (False, 1 + 7)])
+# Batched, the tap takes W1's gradient once, over the loop's launches and that one.
+@pytest.mark.parametrize("batched, runs", [(True, 1), (False, 1 + 7)])
 def test_loop_weight_gradients_run_once_per_step_when_batched(batched, runs):
     opset = OpSet([OPS[OP_ID["embed2"]], COUNTED], batched_weight_grads=batched)
     b = Builder(opset)
@@ -464,6 +465,24 @@ def test_loop_weight_gradients_run_once_per_step_when_batched(batched, runs):
     GRADIENT_RUNS.clear()
     check_gradients(graph, raw, "agenda", np.arange(graph.num_values), 0, opset=opset)
     assert len(GRADIENT_RUNS) == runs
+
+
+def test_a_loop_ops_launch_before_the_loop_joins_its_weight_gradient_once_per_step():
+    # the first cell reads constants only: its launch runs before the loop; batched,
+    # the tap takes W1's gradient once for it and the loop's six (TensorFlow would
+    # add a second, weight-sized gradient for the launch before the loop)
+    opset = OpSet([OPS[OP_ID["embed2"]], COUNTED], batched_weight_grads=True)
+    b = Builder(opset)
+    e = b.const(E, [0.3, -0.7])
+    x = b.node("cell", b.const(F, [0.1, -0.2, 0.3]), e, b.const(F, [0.5, 0.0, -0.4]))[0]
+    for _ in range(6):
+        x = b.node("cell", x, e, x)[0]
+    graph, raw = b.graph()
+    layout = opset.executor.layout
+    assert layout.op_names[layout.outer_ops[0]] == "cell"
+    GRADIENT_RUNS.clear()
+    check_gradients(graph, raw, "agenda", np.arange(graph.num_values), 0, opset=opset)
+    assert len(GRADIENT_RUNS) == 1
 
 
 def test_inference_traces_no_weight_tap():

@@ -699,27 +699,9 @@ def fit_transpose(batch_sizes: list, rounds: int, instances: int = 2,
     against TensorFlow's `transpose_b` product in every backward iteration (`items` per
     call: 32 at batch 1, 128 at 16, 256 otherwise)."""
     from scheduler import loop_products
-    variants = {"U^T once per step": True, "transpose_b": False}
-    names = list(variants)
-    print(f"\n## The loop's weight products transposed, ms per item of whole Model.fit "
-          f"calls "
-          f"(median of {rounds}, {instances} models each)")
-    print(f"| workload | B | {' | '.join(names)} | {names[1]} ÷ {names[0]} |")
-    print("|---|---|---|---|---|")
-    out = {}
-    for b in batch_sizes:
-        n, trees, labels, sentences = _fit_items(b, items)
-        fns = {}
-        for i in range(instances):
-            for name in _turn(names, i):
-                for work, (_, fit) in _fits(b, trees, labels, sentences,
-                                            workloads).items():
-                    with _patched(loop_products, "TRANSPOSE_ONCE", variants[name]):
-                        fit()  # traces: the variant is read then
-                    fns[(work, name, i)] = fit
-        raw = _rounds(fns, rounds)
-        out.update(_pair_rows(raw, b, workloads, names, instances, n))
-    return out
+    return _fit_flag(loop_products, "TRANSPOSE_ONCE", ("U^T once per step", "transpose_b"),
+                     "The loop's weight products transposed", batch_sizes, rounds, instances,
+                     items, workloads)
 
 
 def fit_outer(batch_sizes: list, rounds: int, instances: int = 2, items: int | None = None,
@@ -729,10 +711,19 @@ def fit_outer(batch_sizes: list, rounds: int, instances: int = 2, items: int | N
     TAP_OUTER_LAUNCHES`) against TensorFlow's gradients for those launches (`items`
     per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
     from scheduler import executor
-    variants = {"tap": True, "TensorFlow's": False}
-    names = list(variants)
-    print(f"\n## The weight gradients of the launches before the loop, ms per item of whole "
-          f"Model.fit calls (median of {rounds}, {instances} models each)")
+    return _fit_flag(executor, "TAP_OUTER_LAUNCHES", ("tap", "TensorFlow's"),
+                     "The weight gradients of the launches before the loop", batch_sizes,
+                     rounds, instances, items, workloads)
+
+
+def _fit_flag(module, flag: str, names: tuple, title: str, batch_sizes: list, rounds: int,
+              instances: int, items: int | None, workloads) -> dict:
+    """Whole `Model.fit` calls with `module.flag` True (variant `names[0]`) and False
+    (`names[1]`) while each model traces; a table of their ms per item and ratio."""
+    variants = dict(zip(names, (True, False)))
+    names = list(names)
+    print(f"\n## {title}, ms per item of whole Model.fit calls (median of {rounds}, "
+          f"{instances} models each)")
     print(f"| workload | B | {' | '.join(names)} | {names[1]} ÷ {names[0]} |")
     print("|---|---|---|---|---|")
     out = {}
@@ -743,7 +734,7 @@ def fit_outer(batch_sizes: list, rounds: int, instances: int = 2, items: int | N
             for name in _turn(names, i):
                 for work, (_, fit) in _fits(b, trees, labels, sentences,
                                             workloads).items():
-                    with _patched(executor, "TAP_OUTER_LAUNCHES", variants[name]):
+                    with _patched(module, flag, variants[name]):
                         fit()  # traces: the variant is read then
                     fns[(work, name, i)] = fit
         raw = _rounds(fns, rounds)

@@ -249,7 +249,11 @@ class Executor:
             pads[k] = tf.zeros(pad_shape, dtype_name(t))
         bufs = [tf.concat(made[k] + [pads[k]], 0) if k in pads else _joined(made[k])
                 for k in range(lay.n_types)]
-        if tap is not None:  # on whole buffers: every row's gradient, the loop's and others'
+        if tap is not None:
+            # on whole buffers: every row's gradient reaches the tap, the rows of
+            # the recorded launches before the loop too. No later launch before the
+            # loop reads those rows (a middle op's step-0 nodes read constants, a
+            # head op only head ops' outputs), so none of their gradient bypasses it.
             types = self._tapped_types()
             for k, b in zip(types, tap([bufs[k] for k in types])):
                 bufs[k] = b

@@ -80,7 +80,8 @@ def loop_census(graph) -> dict:
 
 
 def _model(workload: str):
-    """A compiled training `Model` of `workload` and a function of `n` items."""
+    """A compiled training `Model` of `workload`, and a function making `n` of its
+    training items: `(inputs, labels or None)`."""
     import keras
 
     rng = np.random.default_rng(0)

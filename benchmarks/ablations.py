@@ -2,7 +2,7 @@
 
 Run: `python -m benchmarks.ablations
 [--only rowlists,conds,cells,bidirectional,weightgrads,fusedcells,xla,
-fitweightgrads,xlaweightgrads,replay,projection,transpose,outer,executor]
+fitweightgrads,xlaweightgrads,replay,projection,transpose,outer,executor,grugates]
 [--rounds N]
 [--batch-sizes 16,64]`.
 Every variant is built on the same weights and batch; the calls of all variants
@@ -89,6 +89,10 @@ time per call counts, so the machine's load drifts over all of them alike.
   batch (`compiler.executor_choice`: TensorFlow's single-threaded one for batches
   of small loop launches) against TensorFlow's default executor always; whole
   `Model.predict` calls.
+- `grugates`: the bilstm tagger on GRU cells, their gated products `r * (h U_n)`
+  and `z * h + (1 - z) * n` with their own gradients (`models.gates.product`,
+  `interpolate`: what `GRUCell` does) against autodiff's, which builds the
+  broadcasting machinery in the loop; whole `Model.fit` calls.
 """
 
 from __future__ import annotations
@@ -557,7 +561,8 @@ def _fits(b: int, trees, labels, sentences, workloads=("TreeLSTM", "tagger"),
           jit: bool = False) -> dict:
     """`{workload: (model, fit)}`: a fresh sst-synth TreeLSTM (the zoo's cells, or
     "user TreeLSTM": a user's `td.Function`s over Keras `Dense` layers) and bilstm
-    tagger (SGD), `fit()` one whole `Model.fit` epoch over their items at batch `b`."""
+    tagger (SGD; "GRU tagger": the same with GRU cells), `fit()` one whole
+    `Model.fit` epoch over their items at batch `b`."""
     import keras
 
     from benchmarks.peers.refold_side import tagger_models
@@ -570,10 +575,11 @@ def _fits(b: int, trees, labels, sentences, workloads=("TreeLSTM", "tagger"),
             tree.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit,
                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
             out[name] = (tree, functools.partial(tree.fit, trees, labels))
-    if "tagger" in workloads:
-        tagger, _ = tagger_models()
-        tagger.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit)
-        out["tagger"] = (tagger, functools.partial(tagger.fit, sentences))
+    for name, cell in (("tagger", "lstm"), ("GRU tagger", "gru")):
+        if name in workloads:
+            tagger, _ = tagger_models(cell=cell)
+            tagger.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit)
+            out[name] = (tagger, functools.partial(tagger.fit, sentences))
     return {work: (model, functools.partial(fit, batch_size=b, epochs=1, verbose=0,
                                             shuffle=False))
             for work, (model, fit) in out.items()}
@@ -716,10 +722,37 @@ def fit_outer(batch_sizes: list, rounds: int, instances: int = 2, items: int | N
                      rounds, instances, items, workloads)
 
 
+def fit_grugates(batch_sizes: list, rounds: int, instances: int = 2,
+                 items: int | None = None, workloads=("GRU tagger",)) -> dict:
+    """ms per item of whole `Model.fit` calls of the tagger on GRU cells, their gated
+    products with their own gradients (`models.gates.product`, `interpolate`)
+    against autodiff's (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
+    return _fit_variants(lambda on: contextlib.nullcontext() if on else _autodiff_gru_gates(),
+                         ("own gradients", "autodiff"), "The GRU's gated products",
+                         batch_sizes, rounds, instances, items, workloads)
+
+
+@contextlib.contextmanager
+def _autodiff_gru_gates():
+    """`GRUCell` traced with its gated products as plain `*`, `+` and `1 - z`."""
+    from models import gates
+    with _patched(gates, "product", lambda a, b: a * b), \
+            _patched(gates, "interpolate", lambda z, a, b: z * a + (1.0 - z) * b):
+        yield
+
+
 def _fit_flag(module, flag: str, names: tuple, title: str, batch_sizes: list, rounds: int,
               instances: int, items: int | None, workloads) -> dict:
     """Whole `Model.fit` calls with `module.flag` True (variant `names[0]`) and False
     (`names[1]`) while each model traces; a table of their ms per item and ratio."""
+    return _fit_variants(lambda on: _patched(module, flag, on), names, title, batch_sizes,
+                         rounds, instances, items, workloads)
+
+
+def _fit_variants(scope, names: tuple, title: str, batch_sizes: list, rounds: int,
+                  instances: int, items: int | None, workloads) -> dict:
+    """Whole `Model.fit` calls of models traced in `scope(True)` (variant `names[0]`)
+    and in `scope(False)` (`names[1]`); a table of their ms per item and ratio."""
     variants = dict(zip(names, (True, False)))
     names = list(names)
     print(f"\n## {title}, ms per item of whole Model.fit calls (median of {rounds}, "
@@ -734,7 +767,7 @@ def _fit_flag(module, flag: str, names: tuple, title: str, batch_sizes: list, ro
             for name in _turn(names, i):
                 for work, (_, fit) in _fits(b, trees, labels, sentences,
                                             workloads).items():
-                    with _patched(module, flag, variants[name]):
+                    with scope(variants[name]):
                         fit()  # traces: the variant is read then
                     fns[(work, name, i)] = fit
         raw = _rounds(fns, rounds)
@@ -843,6 +876,9 @@ def main(argv=None) -> dict:
     if "outer" in only:
         out["outer"] = fit_outer([int(b) for b in args.batch_sizes.split(",")], args.rounds,
                                  args.instances)
+    if "grugates" in only:
+        out["grugates"] = fit_grugates([int(b) for b in args.batch_sizes.split(",")],
+                                       args.rounds, args.instances)
     if "executor" in only:
         out["executor"] = predict_executor([int(b) for b in args.batch_sizes.split(",")],
                                            args.rounds, args.instances)

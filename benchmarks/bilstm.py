@@ -36,17 +36,19 @@ def sentence(rng: np.random.Generator) -> dict:
 
 
 class TaggerModel:
-    """The bilstm tagger as blocks; its layers are shared with the baselines."""
+    """The bilstm tagger as blocks; its layers are shared with the baselines.
+    `cell="gru"` makes it a BiGRU tagger (the GRU ablation)."""
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, cell: str = "lstm"):
         import keras
 
         import blocks as td
         from models import encoders, heads, rnn_cells
         keras.utils.set_random_seed(seed)
+        cell_class = {"lstm": rnn_cells.LSTMCell, "gru": rnn_cells.GRUCell}[cell]
         self.embedding = td.Embedding(VOCAB, EMBED, name="embedding")
-        self.forward = rnn_cells.LSTMCell(HIDDEN, input_size=EMBED, name="forward")
-        self.backward = rnn_cells.LSTMCell(HIDDEN, input_size=EMBED, name="backward")
+        self.forward = cell_class(HIDDEN, input_size=EMBED, name="forward")
+        self.backward = cell_class(HIDDEN, input_size=EMBED, name="backward")
         self.output = td.FC(TAGS, activation=None, name="tag_logits")
         words = td.GetItem("words") >> td.Map(td.Scalar("int32") >> self.embedding)
         self.block = heads.tagger(words >> encoders.bidirectional(self.forward, self.backward),

@@ -15,6 +15,9 @@ slice-forward, concat-backward custom gradient.
 with `cut_gates`), with its own gradient under a tape (the TreeLSTM cells and `LSTMCell` use it;
 `python -m benchmarks.ablations --only fusedcells` against autodiff).
 
+`product` and `interpolate`: a GRU's gated products, `r * a` and `z * a + (1 - z) * b`,
+with their own gradients under a tape (`GRUCell` uses them).
+
 >>> import tensorflow as tf
 >>> z = tf.reshape(tf.range(12.0), [2, 6])
 >>> [g.numpy().tolist() for g in cut_gates(z, 3)]
@@ -112,3 +115,53 @@ def _fused_memory(z, cs: list, layout: str) -> tuple:
 
     h, c = memory(z, *cs)
     return h, c
+
+
+def product(a, b):
+    """`a * b` for two tensors of one shape, with its own gradient under a tape.
+
+    Autodiff's gradient of `*` on tensors of a dynamic row count builds the
+    broadcasting machinery (`Shape`, `BroadcastGradientArgs`, `Sum`, `Reshape`)
+    though nothing broadcasts; in the engine's loop a batch-1 step pays for it
+    on every launch. This gradient is two products.
+
+    >>> import tensorflow as tf
+    >>> product(tf.constant([[2.0, 3.0]]), tf.constant([[4.0, 5.0]])).numpy().tolist()
+    [[8.0, 15.0]]
+    """
+    import tensorflow as tf
+    from tensorflow.python.eager import record
+    if not record.could_possibly_record():
+        return a * b
+
+    @tf.custom_gradient
+    def fused(a, b):
+        return a * b, lambda dy: (dy * b, dy * a)
+    return fused(a, b)
+
+
+def interpolate(z, a, b):
+    """`z * a + (1 - z) * b` for tensors of one shape (a GRU's new state: `z` its
+    update gate, `a` the old state, `b` the candidate), computed as
+    `b + z * (a - b)`, with its own gradient under a tape (as `product`'s: no
+    broadcasting machinery, and no `1 - z` against a scalar).
+
+    >>> import tensorflow as tf
+    >>> z, a, b = tf.constant([[0.25]]), tf.constant([[4.0]]), tf.constant([[0.0]])
+    >>> interpolate(z, a, b).numpy().tolist()
+    [[1.0]]
+    """
+    import tensorflow as tf
+    from tensorflow.python.eager import record
+    if not record.could_possibly_record():
+        return b + z * (a - b)
+
+    @tf.custom_gradient
+    def fused(z, a, b):
+        diff = a - b
+
+        def grad(dy):
+            d_a = dy * z
+            return dy * diff, d_a, dy - d_a
+        return b + z * diff, grad
+    return fused(z, a, b)

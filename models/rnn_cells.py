@@ -285,8 +285,8 @@ class GRUCell(_RecurrentCell):
         h_z, h_r, h_n = gates.cut_gates(from_h, 3)
         z = tf.sigmoid(tf.add_n([x_z, h_z]))
         r = tf.sigmoid(tf.add_n([x_r, h_r]))
-        candidate = self.activation(tf.add_n([x_n, r * h_n]))
-        h = z * h + (1.0 - z) * candidate
+        candidate = self.activation(tf.add_n([x_n, gates.product(r, h_n)]))
+        h = gates.interpolate(z, h, candidate)
         return h, h
 
 

@@ -95,14 +95,15 @@ class RefoldSide:
         """Nothing to stop (the runner calls it as it does on its worker processes)."""
 
 
-def tagger_models(scheduler: str = "agenda"):
+def tagger_models(scheduler: str = "agenda", cell: str = "lstm"):
     """The bilstm tagger as two `Model`s on one set of layers: one trains with a loss
-    at every word (`td.Metric`, Fold style), the other predicts logits without tags."""
+    at every word (`td.Metric`, Fold style), the other predicts logits without tags
+    (`cell="gru"`: on GRU cells)."""
     import blocks as td
     from benchmarks.bilstm import TAGS, TaggerModel
     from compiler import Model
     from models import encoders, heads
-    tagger = TaggerModel(seed=0)
+    tagger = TaggerModel(seed=0, cell=cell)
     words = td.GetItem("words") >> td.Map(td.Scalar("int32") >> tagger.embedding)
     logits = heads.tagger(words >> encoders.bidirectional(tagger.forward, tagger.backward),
                           TAGS, logits_layer=tagger.output)

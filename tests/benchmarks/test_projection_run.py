@@ -1,5 +1,6 @@
-"""`python -m benchmarks.ablations --only projection`, `--only transpose` and `--only
-executor` run, at a tiny size, and print their tables."""
+"""`python -m benchmarks.ablations --only projection`, `--only transpose`, `--only
+outer`, `--only executor` and `--only grugates` run, at a tiny size, and print their
+tables."""
 
 from __future__ import annotations
 
@@ -53,3 +54,9 @@ def test_executor_ablation_times_both_variants_of_predict_and_prints_their_ratio
     out = ablations.predict_executor([1], 1, instances=1, items=2)
     _assert_pair_table(out, capsys.readouterr().out, 1, ["TreeLSTM", "tagger"],
                        ["chosen per batch", "default executor"])
+
+
+def test_gru_gates_ablation_times_both_variants_and_prints_their_ratio(capsys):
+    out = ablations.fit_grugates([1], 1, instances=1, items=2)
+    _assert_pair_table(out, capsys.readouterr().out, 1, ["GRU tagger"],
+                       ["own gradients", "autodiff"])

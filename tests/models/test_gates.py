@@ -83,6 +83,27 @@ def test_lstm_memory_is_its_plain_forward_without_a_tape_in_a_graph():
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("fn, by_hand", [
+    ("product", lambda a, b: a * b),
+    ("interpolate", lambda z, a, b: z * a + (1.0 - z) * b),
+], ids=["product", "interpolate"])
+def test_a_grus_gated_products_equal_autodiff_in_values_and_gradients(fn, by_hand):
+    from models import gates
+    rng = np.random.default_rng(11)
+    n_args = 2 if fn == "product" else 3
+    args = [tf.constant(rng.normal(size=(4, 3)), tf.float32) for _ in range(n_args)]
+    weight = tf.constant(rng.normal(size=(4, 3)), tf.float32)
+    results = []
+    for f in (getattr(gates, fn), by_hand):
+        with tf.GradientTape() as tape:
+            tape.watch(args)
+            out = f(*args)
+            loss = tf.reduce_sum(tf.tanh(out) * weight)
+        results.append([out.numpy()] + [g.numpy() for g in tape.gradient(loss, args)])
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("layout, n_kids", [("iof", 1), ("iouu", 0), ("ioufx", 1), ("iouf", 2)])
 def test_lstm_memory_rejects_a_layout_that_does_not_match_the_children(layout, n_kids):
     from models.gates import lstm_memory

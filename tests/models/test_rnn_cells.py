@@ -244,8 +244,8 @@ def test_an_rnn_of_a_split_cell_names_its_path_on_a_wrong_input():
 
 
 @pytest.mark.parametrize("replay", [True, False], ids=["replayed", "tensorflow's"])
-@pytest.mark.parametrize("cell", [rnn_cells.SimpleRNNCell, rnn_cells.LSTMCell],
-                         ids=["simple", "lstm"])
+@pytest.mark.parametrize("cell", [rnn_cells.SimpleRNNCell, rnn_cells.LSTMCell,
+                                  rnn_cells.GRUCell], ids=["simple", "lstm", "gru"])
 def test_the_loop_of_a_projected_cell_has_no_broadcasting_gradients(cell, replay):
     """The state's product is added to the projected input as AddN: `+` of two
     [None, n] tensors in a differentiated loop body also takes the gradient's

@@ -21,6 +21,10 @@ backward loop the engine replays at small batches, or TensorFlow's), sorted into
   `Merge`, a `Switch`, an `Identity` and a `NextIteration` run on every iteration,
   whether the body changes it or not (and an `Enter` and an `Exit` once a loop).
 
+These are the traced graph's nodes. Grappler rewrites the graph before it runs and
+may merge identical constants or drop pass-throughs, so those two kinds are upper
+bounds; loop variables it keeps.
+
 `--loop-vars` times a `tf.while_loop` of 22 iterations (a one-row matmul and a tanh
 each) with `k` extra loop variables that the body passes through unchanged, taking
 turns: the cost of one loop variable per iteration.

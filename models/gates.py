@@ -1,4 +1,4 @@
-"""Gate arithmetic of the zoo's gated cells: `cut_gates`, `lstm_memory`.
+"""Gate arithmetic of the zoo's gated cells: `cut_gates`, `lstm_memory`, `product`, `interpolate`.
 
 `cut_gates`: a gated cell's pre-activations cut into its gates.
 

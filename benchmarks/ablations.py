@@ -852,39 +852,24 @@ def main(argv=None) -> dict:
         out["conds"] = conds(args.batch, args.rounds, args.instances)
     if "cells" in only:
         out["cells"] = cells(args.batch, args.rounds)
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
     if "bidirectional" in only:
-        out["bidirectional"] = bidirectional(
-            [int(b) for b in args.batch_sizes.split(",")], args.rounds)
+        out["bidirectional"] = bidirectional(sizes, args.rounds)
     if "weightgrads" in only:
-        out["weightgrads"] = weightgrads(
-            [int(b) for b in args.batch_sizes.split(",")], args.rounds, args.instances)
+        out["weightgrads"] = weightgrads(sizes, args.rounds, args.instances)
     if "fusedcells" in only:
-        out["fusedcells"] = fusedcells([int(b) for b in args.batch_sizes.split(",")], args.rounds,
-                                       args.cpu_time)
+        out["fusedcells"] = fusedcells(sizes, args.rounds, args.cpu_time)
     if "xla" in only:
-        out["xla"] = xla([int(b) for b in args.batch_sizes.split(",")], args.rounds)
+        out["xla"] = xla(sizes, args.rounds)
     for name, jit in (("fitweightgrads", False), ("xlaweightgrads", True)):
         if name in only:
-            out[name] = fit_weightgrads([int(b) for b in args.batch_sizes.split(",")],
-                                        args.rounds, args.instances, jit)
-    if "replay" in only:
-        out["replay"] = fit_replay([int(b) for b in args.batch_sizes.split(",")], args.rounds,
-                                   args.instances)
-    if "transpose" in only:
-        out["transpose"] = fit_transpose([int(b) for b in args.batch_sizes.split(",")],
-                                         args.rounds, args.instances)
-    if "outer" in only:
-        out["outer"] = fit_outer([int(b) for b in args.batch_sizes.split(",")], args.rounds,
-                                 args.instances)
-    if "grugates" in only:
-        out["grugates"] = fit_grugates([int(b) for b in args.batch_sizes.split(",")],
-                                       args.rounds, args.instances)
-    if "executor" in only:
-        out["executor"] = predict_executor([int(b) for b in args.batch_sizes.split(",")],
-                                           args.rounds, args.instances)
-    if "projection" in only:
-        out["projection"] = fit_projection([int(b) for b in args.batch_sizes.split(",")],
-                                           args.rounds, args.instances)
+            out[name] = fit_weightgrads(sizes, args.rounds, args.instances, jit)
+    # whole-call ablations of two variants: (batch sizes, rounds, models a variant)
+    for name, ablation in (("replay", fit_replay), ("transpose", fit_transpose),
+                           ("outer", fit_outer), ("grugates", fit_grugates),
+                           ("executor", predict_executor), ("projection", fit_projection)):
+        if name in only:
+            out[name] = ablation(sizes, args.rounds, args.instances)
     return out
 
 

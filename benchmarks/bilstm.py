@@ -45,7 +45,10 @@ class TaggerModel:
         import blocks as td
         from models import encoders, heads, rnn_cells
         keras.utils.set_random_seed(seed)
-        cell_class = {"lstm": rnn_cells.LSTMCell, "gru": rnn_cells.GRUCell}[cell]
+        cells = {"lstm": rnn_cells.LSTMCell, "gru": rnn_cells.GRUCell}
+        if cell not in cells:
+            raise ValueError(f"TaggerModel: cell must be one of {sorted(cells)}, got {cell!r}")
+        cell_class = cells[cell]
         self.embedding = td.Embedding(VOCAB, EMBED, name="embedding")
         self.forward = cell_class(HIDDEN, input_size=EMBED, name="forward")
         self.backward = cell_class(HIDDEN, input_size=EMBED, name="backward")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from benchmarks import ablations
 
 
@@ -60,3 +62,20 @@ def test_gru_gates_ablation_times_both_variants_and_prints_their_ratio(capsys):
     out = ablations.fit_grugates([1], 1, instances=1, items=2)
     _assert_pair_table(out, capsys.readouterr().out, 1, ["GRU tagger"],
                        ["own gradients", "autodiff"])
+
+
+def test_main_runs_each_whole_call_ablation_asked_for_with_its_arguments(monkeypatch):
+    names = {"replay": "fit_replay", "transpose": "fit_transpose", "outer": "fit_outer",
+             "grugates": "fit_grugates", "executor": "predict_executor",
+             "projection": "fit_projection"}
+    for name, fn in names.items():
+        monkeypatch.setattr(ablations, fn, lambda *args, name=name: (name, args))
+    out = ablations.main(["--only", "outer,grugates,projection", "--batch-sizes", "1,4",
+                          "--rounds", "3", "--instances", "2"])
+    assert out == {k: (k, ([1, 4], 3, 2)) for k in ("outer", "grugates", "projection")}
+
+
+def test_the_tagger_workload_names_an_unknown_cell():
+    from benchmarks.bilstm import TaggerModel
+    with pytest.raises(ValueError, match=r"cell must be one of \['gru', 'lstm'\], got 'rnn'"):
+        TaggerModel(cell="rnn")

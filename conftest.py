@@ -3,6 +3,7 @@ profiles, and a garbage collector that does not rescan what earlier test files l
 
 import gc
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # XLA's CPU backend compiles without LLVM's expensive optimisation passes: the tests'
@@ -27,8 +28,19 @@ def _freeze_what_the_module_left_alive():
     A worker runs many files, and what their traced TensorFlow graphs leave alive (about
     a million objects after one large file) made every later full collection, automatic
     or a test's `gc.collect()`, take seconds. Frozen objects are never scanned again;
-    each file's own objects are collected as before (a file's tests see no change)."""
+    each file's own objects are collected as before (a file's tests see no change).
+
+    Then checks that nothing imported a layer by its folder's bare name."""
     yield
     gc.collect()
     gc.freeze()
+    bare = sorted(m for m in sys.modules if m.split(".")[0] in _FOLDERS)
+    for m in bare:  # reported once, by the file that imported them
+        del sys.modules[m]
+    assert not bare, f"modules imported by their folders' bare names (use refold.*): {bare}"
+
+
+# The repository's layer folders: in a clone they are importable by these bare names too,
+# and a module imported so would be a second copy of `refold.<name>`, with its own classes.
+_FOLDERS = {"blocks", "compiler", "scheduler", "models", "serving", "examples"}
 

@@ -261,7 +261,7 @@ def cells(batch: int, rounds: int, leaves: int = 19) -> dict:
     """ms per step of engine and hand-batched TreeLSTM with each gate cut."""
     from benchmarks.treelstm import EngineVariant, HandBatched
     from benchmarks.workloads import TreeLSTMModel
-    from models import gates
+    from refold.models import gates
     shape, trees, labels = _treelstm_batch(batch, leaves)
     fns = {}
     for name, cut in gate_cuts().items():
@@ -293,9 +293,9 @@ def cells(batch: int, rounds: int, leaves: int = 19) -> dict:
 
 def bidirectional(batch_sizes: list, rounds: int) -> dict:
     """ms per step of the bilstm tagger: one CellPair, two RNNs, padded Keras."""
-    import blocks as td
+    import refold as td
     from benchmarks import bilstm
-    from models import heads
+    from refold.models import heads
     model = bilstm.TaggerModel(seed=0)
     words = td.GetItem("words") >> td.Map(td.Scalar("int32") >> model.embedding)
     two_rnns = td.AllOf(
@@ -381,8 +381,8 @@ def _autodiff_nary_call(self, *args):
     """`NaryTreeLSTMCell._call` before `lstm_memory`: Dense, then op by op."""
     import tensorflow as tf
 
-    from models import gates
-    from models.nodes import split_node_args
+    from refold.models import gates
+    from refold.models.nodes import split_node_args
     x, states = split_node_args(args, self.num_children, self.input_size)
     hs, cs = [s[0] for s in states], [s[1] for s in states]
     inputs = ([x] if x is not None else []) + hs
@@ -418,7 +418,7 @@ def _treelstm_fit_predict(b: int) -> tuple:
     import keras
 
     from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
-    from compiler import Model
+    from refold.compiler import Model
     rng = np.random.default_rng(0)
     n = {1: 32, 16: 128}.get(b, 256)
     trees = [sst_synth_tree(rng) for _ in range(n)]
@@ -438,7 +438,7 @@ def fusedcells(batch_sizes: list, rounds: int, cpu_time: bool = False) -> dict:
     """ms per step of the TreeLSTM and the tagger, cells fused or on autodiff."""
     from benchmarks import bilstm
     from benchmarks.treelstm import EngineVariant
-    from models import rnn_cells, tree_lstm
+    from refold.models import rnn_cells, tree_lstm
     variants = ("fused (zoo)", "autodiff (before)")
     out = {}
     print(f"\n## fused cells: {'CPU' if cpu_time else 'wall'} ms per step (median of {rounds})")
@@ -494,7 +494,7 @@ def xla(batch_sizes: list, rounds: int) -> dict:
     import keras
 
     from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
-    from compiler import Model
+    from refold.compiler import Model
     rng = np.random.default_rng(0)
     workload = TreeLSTMModel(seed=0)
     out = {}
@@ -567,7 +567,7 @@ def _fits(b: int, trees, labels, sentences, workloads=("TreeLSTM", "tagger"),
 
     from benchmarks.peers.refold_side import tagger_models
     from benchmarks.workloads import TreeLSTMModel, UserTreeLSTMModel
-    from compiler import Model
+    from refold.compiler import Model
     out = {}
     for name, workload in (("TreeLSTM", TreeLSTMModel), ("user TreeLSTM", UserTreeLSTMModel)):
         if name in workloads:
@@ -659,7 +659,7 @@ def fit_projection(batch_sizes: list, rounds: int, instances: int = 2,
     import keras
 
     from benchmarks.peers.refold_side import tagger_models
-    from models import encoders
+    from refold.models import encoders
     variants = {"projected first": encoders.projects_input, "whole cells in the loop":
                 lambda cell: False}
     names = list(variants)
@@ -704,7 +704,7 @@ def fit_transpose(batch_sizes: list, rounds: int, instances: int = 2,
     weight products `h U` with U transposed once per step (`scheduler.loop_products`)
     against TensorFlow's `transpose_b` product in every backward iteration (`items` per
     call: 32 at batch 1, 128 at 16, 256 otherwise)."""
-    from scheduler import loop_products
+    from refold.scheduler import loop_products
     return _fit_flag(loop_products, "TRANSPOSE_ONCE", ("U^T once per step", "transpose_b"),
                      "The loop's weight products transposed", batch_sizes, rounds, instances,
                      items, workloads)
@@ -716,7 +716,7 @@ def fit_outer(batch_sizes: list, rounds: int, instances: int = 2, items: int | N
     the loop ops' launches before the loop too (`scheduler.executor.
     TAP_OUTER_LAUNCHES`) against TensorFlow's gradients for those launches (`items`
     per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
-    from scheduler import executor
+    from refold.scheduler import executor
     return _fit_flag(executor, "TAP_OUTER_LAUNCHES", ("tap", "TensorFlow's"),
                      "The weight gradients of the launches before the loop", batch_sizes,
                      rounds, instances, items, workloads)
@@ -735,7 +735,7 @@ def fit_grugates(batch_sizes: list, rounds: int, instances: int = 2,
 @contextlib.contextmanager
 def _autodiff_gru_gates():
     """`GRUCell` traced with its gated products as plain `*`, `+` and `1 - z`."""
-    from models import gates
+    from refold.models import gates
     with _patched(gates, "product", lambda a, b: a * b), \
             _patched(gates, "interpolate", lambda z, a, b: z * a + (1.0 - z) * b):
         yield
@@ -796,7 +796,7 @@ def predict_executor(batch_sizes: list, rounds: int, instances: int = 2,
     (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
     from benchmarks.peers.refold_side import tagger_models
     from benchmarks.workloads import TreeLSTMModel
-    from compiler import Model
+    from refold.compiler import Model
     variants = {"chosen per batch": None, "default executor": 0}
     names = list(variants)
     print(f"\n## The inference executor, ms per item of whole Model.predict calls "

@@ -42,8 +42,8 @@ class TaggerModel:
     def __init__(self, seed: int = 0, cell: str = "lstm"):
         import keras
 
-        import blocks as td
-        from models import encoders, heads, rnn_cells
+        import refold as td
+        from refold.models import encoders, heads, rnn_cells
         keras.utils.set_random_seed(seed)
         cells = {"lstm": rnn_cells.LSTMCell, "gru": rnn_cells.GRUCell}
         if cell not in cells:
@@ -65,7 +65,7 @@ class Engine:
     def __init__(self, model: TaggerModel, scheduler: str = "agenda", lr: float = 0.01):
         import tensorflow as tf
 
-        from compiler import Compiler
+        from refold.compiler import Compiler
         self.compiler = c = Compiler.create(model.block, scheduler=scheduler)
         program = c.program
         self.loss_id = program.metric_id["loss"]

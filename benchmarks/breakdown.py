@@ -67,7 +67,7 @@ class Subjects:
         import keras
 
         from benchmarks.treelstm import EngineVariant
-        from compiler import Model
+        from refold.compiler import Model
         workload = TreeLSTMModel(seed=0)
         self.engine = EngineVariant(workload, "agenda", lr=lr)
         self.model = Model(workload.block)
@@ -110,7 +110,7 @@ def _flat_call(step, data):
     concrete function called on them without binding them again (`Handoff.call`)."""
     import tensorflow as tf
 
-    from compiler.handoff import Handoff
+    from refold.compiler.handoff import Handoff
     spec = tf.nest.map_structure(
         lambda a: tf.TensorSpec([None] * np.ndim(a), tf.as_dtype(np.asarray(a).dtype)), data)
     handoff = Handoff(spec)
@@ -248,7 +248,7 @@ def _workload_calls(workload: str, b: int, n: int) -> dict:
     import keras
 
     from benchmarks.peers.refold_side import tagger_models
-    from compiler import Model
+    from refold.compiler import Model
     rng = np.random.default_rng(0)
     if workload == "treelstm":
         train = infer = Model(TreeLSTMModel(seed=0).block)
@@ -309,7 +309,7 @@ def switches(b: int, n_trees: int, calls: int = 3) -> dict:
 
     import keras
 
-    from compiler import Model
+    from refold.compiler import Model
     rng = np.random.default_rng(0)
     trees = [sst_synth_tree(rng) for _ in range(n_trees)]
     labels = rng.integers(0, CLASSES, n_trees).astype(np.int32)

@@ -91,7 +91,7 @@ def _model(workload: str):
     rng = np.random.default_rng(0)
     if workload == "treelstm":
         from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
-        from compiler import Model
+        from refold.compiler import Model
         model = Model(TreeLSTMModel(seed=0).block)
         model.compile(optimizer=keras.optimizers.SGD(0.01),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))

@@ -31,9 +31,9 @@ from benchmarks.workloads import TreeLSTMModel
 @contextlib.contextmanager
 def unchecked():
     """Strict input conversion and cycle tracking replaced by unchecked versions."""
-    import blocks.evaluation
-    import blocks.inputs
-    from blocks.control import _ForwardDeclarationRef
+    import refold.blocks.evaluation
+    import refold.blocks.inputs
+    from refold.blocks.control import _ForwardDeclarationRef
 
     def lenient(x, ttype, allow_nonfinite=False):
         return np.asarray(x, ttype.numpy_dtype)
@@ -41,14 +41,14 @@ def unchecked():
     def untracked(self, ctx, x):
         return self._decl._target._eval(ctx, x)
 
-    saved = (blocks.inputs.to_array, blocks.evaluation.to_array,
+    saved = (refold.blocks.inputs.to_array, refold.blocks.evaluation.to_array,
              _ForwardDeclarationRef._evaluate)
-    blocks.inputs.to_array = blocks.evaluation.to_array = lenient
+    refold.blocks.inputs.to_array = refold.blocks.evaluation.to_array = lenient
     _ForwardDeclarationRef._evaluate = untracked
     try:
         yield
     finally:
-        (blocks.inputs.to_array, blocks.evaluation.to_array,
+        (refold.blocks.inputs.to_array, refold.blocks.evaluation.to_array,
          _ForwardDeclarationRef._evaluate) = saved
 
 
@@ -57,7 +57,7 @@ def main(argv=None) -> dict:
         argv, __doc__.splitlines()[0], trees=640, rounds=5, quick=(128, 2),
         extra=lambda p: p.add_argument("--json", help="also write the results to this file"))
 
-    from compiler.expansion import expand_all
+    from refold.compiler.expansion import expand_all
 
     trees, labels = sst_synth_data(args.trees)
     model = compiled_model(TreeLSTMModel(seed=0).block, cache=False)

@@ -110,7 +110,7 @@ def compiled_model(block, **options):
     at 0.01 on softmax cross-entropy from logits."""
     import keras
 
-    from compiler import Model
+    from refold.compiler import Model
     model = Model(block, **options)
     model.compile(optimizer=keras.optimizers.SGD(0.01),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))

@@ -33,8 +33,8 @@ def blocks_for(steps: int, seed: int = 0) -> dict:
     """The decoding block of each variant (shared layers), decoding `steps` steps."""
     import keras
 
-    import blocks as td
-    from examples.decoder.decoder import START, Seq2Seq
+    import refold as td
+    from refold.examples.decoder.decoder import START, Seq2Seq
     keras.utils.set_random_seed(seed)
     seq2seq = Seq2Seq(embed=16, hidden=64)
 
@@ -58,15 +58,15 @@ def blocks_for(steps: int, seed: int = 0) -> dict:
 
 def _python_step(seq2seq):
     """`decoder_step` with a configuration of symbols only (`(symbols, None)` there)."""
-    import blocks as td
+    import refold as td
     return td.Record((td.Identity(), td.InputTransform(lambda symbols: (symbols, None)))) \
         >> seq2seq.decoder_step(teacher=False)
 
 
 def run(batch_sizes: list[int], steps: int, seconds: float, seed: int = 0) -> dict:
     """`{variant: {batch size: strings/s}}`, and checks that the variants agree."""
-    from compiler import Compiler
-    from examples.decoder.decoder import reverse_task
+    from refold.compiler import Compiler
+    from refold.examples.decoder.decoder import reverse_task
     blocks = blocks_for(steps, seed)
     compilers = {v: Compiler.create(blocks[v]) for v in ("rounds", "device")}
     rng = np.random.default_rng(seed)

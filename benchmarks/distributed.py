@@ -34,8 +34,8 @@ def main(argv=None) -> dict:
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from benchmarks.workloads import TreeLSTMModel
-    from compiler import Model
-    from compiler.distributed import replica_parts
+    from refold.compiler import Model
+    from refold.compiler.distributed import replica_parts
 
     trees, labels = sst_synth_data(args.trees)
 

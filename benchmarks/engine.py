@@ -48,8 +48,8 @@ def _tf():
 
 def tree_lstm_all_nodes_block(model: TreeLSTMModel):
     """sst-synth variant A: logits at every node, emitted as metric "node_logits"."""
-    import blocks as td
-    from models import tree_lstm
+    import refold as td
+    from refold.models import tree_lstm
     tree = td.ForwardDeclaration(td.PyObjectType(), tree_lstm.state_type(HIDDEN))
 
     def with_loss(b):
@@ -66,7 +66,7 @@ def sequence_block(seed: int = 0, hidden: int = 128):
     """DyNet's Figure 1 case: an LSTM over each sequence, one loss after the last step."""
     import keras
 
-    import blocks as td
+    import refold as td
     keras.utils.set_random_seed(seed)
     cell = td.ScopedLayer(keras.layers.LSTMCell(hidden), "lstm")
     return (td.Map(td.Scalar("int32") >> td.Embedding(VOCAB, 128)) >> td.RNN(cell)
@@ -90,8 +90,8 @@ def two_kind_tree(rng, n_leaves: int | None = None):
 
 def two_kind_block(model: TreeLSTMModel):
     """Two internal-node blocks (for tags "a", "b") that share one binary cell layer."""
-    import blocks as td
-    from models import tree_lstm
+    import refold as td
+    from refold.models import tree_lstm
     tree = td.ForwardDeclaration(td.PyObjectType(), tree_lstm.state_type(HIDDEN))
     leaf = td.Scalar("int32") >> model.embedding >> model.leaf
     node_a = td.AllOf(td.GetItem(1) >> tree(), td.GetItem(2) >> tree()) >> model.cell
@@ -165,8 +165,8 @@ def _paired_rates(fns: dict, batches, reps: int) -> dict:
 
 
 def section_schedules(reps: int, batch: int = 64) -> dict:
-    from blocks.types import TensorType
-    from compiler import Compiler
+    from refold.blocks.types import TensorType
+    from refold.compiler import Compiler
     rng = np.random.default_rng(0)
     model = TreeLSTMModel(seed=0)
     out = {}
@@ -248,8 +248,8 @@ def section_memory(sizes=(256, 1024)) -> dict:
 
 
 def section_sharing(reps: int, batch: int = 64) -> dict:
-    from blocks.types import TensorType
-    from compiler import Compiler
+    from refold.blocks.types import TensorType
+    from refold.compiler import Compiler
     rng = np.random.default_rng(0)
     model = TreeLSTMModel(seed=0)
     block = two_kind_block(model)
@@ -276,7 +276,7 @@ def section_sharing(reps: int, batch: int = 64) -> dict:
 
 
 def section_expansion(n_trees: int, workers: int) -> dict:
-    from compiler import Compiler
+    from refold.compiler import Compiler
     rng = np.random.default_rng(0)
     model = TreeLSTMModel(seed=0)
     trees = [sst_synth_tree(rng) for _ in range(n_trees)]

@@ -56,8 +56,8 @@ def main(argv=None) -> dict:
     import keras
 
     from benchmarks.treelstm import EngineVariant
-    from compiler import Model
-    from compiler.parallel import StreamWorkers
+    from refold.compiler import Model
+    from refold.compiler.parallel import StreamWorkers
 
     trees, labels = sst_synth_data(args.trees)
     workload = TreeLSTMModel(seed=0)
@@ -185,9 +185,9 @@ def expansion_cpu(n_trees: int, batch: int, rounds: int) -> dict:
     (`example_expand_ms`, `example_plan_ms`); the two alternate batch by batch, after
     one warm-up pass. Also the tree nodes expanded per CPU second as one graph."""
     from benchmarks.workloads import count_nodes
-    from compiler import Model
-    from compiler.expansion import expand_all, expand_batch
-    from compiler.pipeline import InputPipeline
+    from refold.compiler import Model
+    from refold.compiler.expansion import expand_all, expand_batch
+    from refold.compiler.pipeline import InputPipeline
 
     trees, _ = sst_synth_data(n_trees)
     compiler = Model(TreeLSTMModel(seed=0).block, cache=False).compiler

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 import subprocess
 import sys
 import tempfile
@@ -32,9 +33,12 @@ BASE = "52bcfdc"  # main before the hand-off work (issue 14)
 
 
 def old_steps(base: str):
-    """`compiler/steps.py` of commit `base`, imported as a module of its own."""
+    """`compiler/steps.py` of commit `base`, imported as a module of its own (its
+    imports of the layers, from before they moved under `refold`, moved there too)."""
     text = subprocess.run(["git", "show", f"{base}:compiler/steps.py"], check=True,
                           capture_output=True, text=True).stdout
+    text = re.sub(r"^(\s*)(from|import) (blocks|compiler|scheduler|models)\b",
+                  r"\1\2 refold.\3", text, flags=re.M)
     path = tempfile.NamedTemporaryFile("w", suffix="_steps.py", delete=False)
     path.write(text)
     path.close()
@@ -51,7 +55,7 @@ class Workload:
         import keras
 
         from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
-        from compiler import Model
+        from refold.compiler import Model
         rng = np.random.default_rng(0)
         if name == "treelstm":
             self.x = [sst_synth_tree(rng) for _ in range(n)]

@@ -51,7 +51,7 @@ def rss_mb() -> float:
 
 def _quickstart(rng: np.random.Generator):
     """The README's quick-start block and an input maker (random trees of numbers)."""
-    import blocks as td
+    import refold as td
     tree = td.ForwardDeclaration(td.PyObjectType(), td.TensorType((8,)))
     leaf = td.Scalar() >> td.Function(lambda x: x[:, None]) >> td.FC(8)
     pair = td.Record((tree(), tree())) >> td.Concat() >> td.FC(8)
@@ -74,7 +74,7 @@ def child(case: str, workload: str, calls: int, warm_up: int) -> dict:
     """Runs one case in this process; returns its RSS samples."""
     import keras
 
-    from compiler import Model
+    from refold.compiler import Model
     rng = np.random.default_rng(0)
     block, make = (_quickstart if workload == "quickstart" else _treelstm)(rng)
     model = Model(block, cache=case != "predict-fresh")

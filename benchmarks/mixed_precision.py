@@ -23,7 +23,7 @@ POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
 def _model(policy: str):
-    from blocks.precision import global_policy
+    from refold.blocks.precision import global_policy
     with global_policy(policy):
         return compiled_model(TreeLSTMModel(seed=0).block)
 

@@ -31,9 +31,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from examples.calculator.calculator import dataset  # noqa: E402
-from examples.serving.client import concurrently, one_at_a_time  # noqa: E402
-from serving import BatchingPredictor, Predictor  # noqa: E402
+from refold.examples.calculator.calculator import dataset  # noqa: E402
+from refold.examples.serving.client import concurrently, one_at_a_time  # noqa: E402
+from refold.serving import BatchingPredictor, Predictor  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -89,9 +89,9 @@ def check_cost(pairs: int = 300) -> dict:
 
     import tensorflow as tf
 
-    from compiler import Model
-    from compiler.saving import write_saved_model
-    from examples.serving.__main__ import FACTORY
+    from refold.compiler import Model
+    from refold.compiler.saving import write_saved_model
+    from refold.examples.serving.__main__ import FACTORY
     model = Model.from_factory(FACTORY, {"state": 32})
     ratios = {}
     with tempfile.TemporaryDirectory() as work:
@@ -126,8 +126,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as work:
         path = args.export
         if path is None:
-            from examples.serving.__main__ import parse_args as example_args
-            from examples.serving.__main__ import train_and_export
+            from refold.examples.serving.__main__ import parse_args as example_args
+            from refold.examples.serving.__main__ import train_and_export
             path = os.path.join(work, "calculator")
             train_and_export(example_args([]), path)
         predictor = Predictor(path)

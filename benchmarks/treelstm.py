@@ -50,8 +50,8 @@ class EngineVariant:
 
     def __init__(self, model: TreeLSTMModel, scheduler: str, lr: float = 0.01):
         tf = _tf()
-        from blocks.types import TensorType
-        from compiler import Compiler
+        from refold.blocks.types import TensorType
+        from refold.compiler import Compiler
         self.compiler = Compiler.create(model.block, scheduler=scheduler)
         self.k_logits = self.compiler.program.type_id[TensorType((CLASSES,))]
         variables = model.variables

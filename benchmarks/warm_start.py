@@ -6,12 +6,12 @@ machine compiles them and writes them to the cache (next to the sources, or unde
 `NUMBA_CACHE_DIR`); every later process loads them. Each round runs, in fresh
 subprocesses, one fit of the sst-synth TreeLSTM (64 trees, batch 64) with
 `NUMBA_CACHE_DIR` set to a new empty directory (cold), then again with the same
-directory (warm), and once more with a new directory that `python -m compiler.warmup`
+directory (warm), and once more with a new directory that `python -m refold.compiler.warmup`
 filled first (after warm-up: a different block than the one fitted), and reports the
 seconds from the start of the process to the end of the first fit, and of the fit alone.
 
     python -m benchmarks.warm_start             # 2 rounds
-    python -m compiler.warmup                   # what an install step runs to fill the cache
+    python -m refold.compiler.warmup                   # what an install step runs to fill the cache
 
 With `--against DIR` it times instead the first fit of this checkout against the one
 in DIR (e.g. a `git worktree` of an earlier commit), both with their kernel caches
@@ -39,7 +39,7 @@ start = time.perf_counter()
 import json, sys
 import keras, numpy as np
 from benchmarks.workloads import CLASSES, TreeLSTMModel, sst_synth_tree
-from compiler import Model
+from refold.compiler import Model
 rng = np.random.default_rng(0)
 n = int(sys.argv[1])
 trees = [sst_synth_tree(rng) for _ in range(n)]
@@ -122,7 +122,7 @@ def main(argv=None) -> dict:
             runs["warm"].append(first_fit(cache_dir, args.trees, args.batch_size,
                                           args.metrics))
         with tempfile.TemporaryDirectory(prefix="refold-numba-") as cache_dir:
-            _run(cache_dir, "-m", "compiler.warmup")
+            _run(cache_dir, "-m", "refold.compiler.warmup")
             runs["after warm-up"].append(first_fit(cache_dir, args.trees, args.batch_size,
                                                    args.metrics))
     result = {}

@@ -27,9 +27,9 @@ _SERVE = """
 import pickle, sys, time
 from benchmarks.common import sst_synth_data
 from benchmarks.workloads import TreeLSTMModel
-from blocks.evaluation import start_deep_thread
-from compiler import Model
-from compiler.streaming import plan_in_worker
+from refold.blocks.evaluation import start_deep_thread
+from refold.compiler import Model
+from refold.compiler.streaming import plan_in_worker
 
 def serve():
     trees, _ = sst_synth_data(int(sys.argv[1]))

@@ -11,8 +11,8 @@ import functools
 
 import numpy as np
 
-import blocks as td
-from models import tree_lstm
+import refold as td
+from refold.models import tree_lstm
 
 VOCAB, EMBED, HIDDEN, CLASSES = 16_000, 300, 150, 5
 

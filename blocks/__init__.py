@@ -1,12 +1,12 @@
 """Refold's block language: typed combinators in TensorFlow Fold's vocabulary.
 
-Import it as Fold users did (`import blocks as td`). A block maps one input to
+Import it as Fold users did (`import refold as td`). A block maps one input to
 one output; blocks compose into a model for structured data, type-checked as
 they are put together, and `block.eval(x)` runs one input without batching, on
 the reference evaluator (`blocks.evaluation`); the batching engine is `compiler`,
 which this package does not import.
 
->>> import blocks as td
+>>> import refold as td
 >>> import tensorflow as tf
 >>> double = td.Scalar() >> td.Function(lambda x: 2.0 * x)
 >>> double.output_type
@@ -15,11 +15,11 @@ TensorType((), 'float32')
 42.0
 """
 
-from blocks.block import Block, IOBase
-from blocks.composition import AllOf, Composition, Pipe, Record, Wire, convert_to_block
-from blocks.control import ForwardDeclaration, OneOf, Optional
-from blocks.errors import InputError, InputKeyError, InternalError
-from blocks.inputs import (
+from refold.blocks.block import Block, IOBase
+from refold.blocks.composition import AllOf, Composition, Pipe, Record, Wire, convert_to_block
+from refold.blocks.control import ForwardDeclaration, OneOf, Optional
+from refold.blocks.errors import InputError, InputKeyError, InternalError
+from refold.blocks.inputs import (
     GetItem,
     InputTransform,
     Length,
@@ -31,10 +31,10 @@ from blocks.inputs import (
     Vector,
     Void,
 )
-from blocks.layers import FC, Embedding, Layer, ScopedLayer
-from blocks.metrics import Metric
-from blocks.op import Op
-from blocks.sequences import (
+from refold.blocks.layers import FC, Embedding, Layer, ScopedLayer
+from refold.blocks.metrics import Metric
+from refold.blocks.op import Op
+from refold.blocks.sequences import (
     RNN,
     Broadcast,
     Fold,
@@ -49,8 +49,8 @@ from blocks.sequences import (
     Zip,
     ZipWith,
 )
-from blocks.tensors import Concat, FromTensor, Function, Identity, Zeros
-from blocks.types import (
+from refold.blocks.tensors import Concat, FromTensor, Function, Identity, Zeros
+from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,
     ResultType,
@@ -61,8 +61,8 @@ from blocks.types import (
     canonicalize_type,
     convert_to_type,
 )
-from blocks.unfold import Unfold
-from blocks.validation import validate
+from refold.blocks.unfold import Unfold
+from refold.blocks.validation import validate
 
 __all__ = [
     # types

@@ -10,7 +10,7 @@ whole type logic of a block in one place and pushes whatever the known types
 imply to the block itself and to its children. Because types only ever go from
 unknown to known, propagation terminates.
 
->>> from blocks import InputTransform, Scalar, Map, Length
+>>> from refold.blocks import InputTransform, Scalar, Map, Length
 >>> m = InputTransform(sorted) >> Map(Scalar()) >> Length()
 >>> m.children[1].input_type
 SequenceType(TensorType((), 'float32'))
@@ -24,9 +24,10 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from blocks.errors import InputError, InputKeyError, InternalError
-from blocks.op import Op
-from blocks.types import (
+from refold.blocks import registry
+from refold.blocks.errors import InputError, InputKeyError, InternalError
+from refold.blocks.op import Op
+from refold.blocks.types import (
     PyObjectType,
     ResultType,
     TupleType,
@@ -81,6 +82,7 @@ def block_factory(fn):
             result._factory_call = record
         return result
 
+    registry.register_own(call)
     return call
 
 
@@ -125,6 +127,7 @@ class IOBase:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        registry.register_own(cls)
         if "__init__" in cls.__dict__:
             cls.__init__ = _record_construction(cls.__dict__["__init__"])
 
@@ -371,16 +374,16 @@ class Block(IOBase):
     # --- composition ------------------------------------------------------------------
 
     def __rshift__(self, rhs: Any) -> Block:
-        from blocks.composition import Pipe
+        from refold.blocks.composition import Pipe
         return Pipe(self, rhs, _from_rshift=True)
 
     def __rrshift__(self, lhs: Any) -> Block:
-        from blocks.composition import Pipe
+        from refold.blocks.composition import Pipe
         return Pipe(lhs, self, _from_rshift=True)
 
     def reads(self, *others: Any) -> Block:
         """Inside `Composition.scope()`: this block reads the outputs of `others`."""
-        from blocks.composition import current_composition
+        from refold.blocks.composition import current_composition
         comp = current_composition()
         if comp is None:
             raise ValueError(f"{self.path}: reads() was called outside of a Composition scope")
@@ -390,13 +393,13 @@ class Block(IOBase):
     def __getitem__(self, key: Any):
         """`block[i]` is a wire to the i-th item of the output (for `reads`/`connect`);
         `block[a:b]` is a `GetItem` block reading this block (inside a scope)."""
-        from blocks.composition import Wire, current_composition
+        from refold.blocks.composition import Wire, current_composition
         if isinstance(key, slice):
             comp = current_composition()
             if comp is None:
                 raise ValueError(
                     f"{self.path}: slicing a block's output needs a Composition scope")
-            from blocks.inputs import GetItem
+            from refold.blocks.inputs import GetItem
             return GetItem(key).reads(self)
         return Wire(self, key)
 
@@ -431,12 +434,12 @@ class Block(IOBase):
 
         Blocks that evaluate children on every node (`Pipe`, `Record`, `OneOf`, a
         forward declaration) inline this instead: `try: child._evaluate(...)` and
-        `except Exception as e: raise_named(child, e)` is the same, one Python frame
+        `except Exception as e: raise_named(child, e, x)` is the same, one Python frame
         fewer per block and node."""
         try:
             return self._evaluate(ctx, x)
         except Exception as e:
-            raise_named(self, e)
+            raise_named(self, e, x)
 
 
     def eval(self, inp: Any = None, tolist: bool = False):
@@ -452,41 +455,44 @@ class Block(IOBase):
         for a Python object output, and `(result, {metric_name: array})` when the
         expression emits metrics. `tolist=True` turns arrays into Python values.
 
-        >>> from blocks import Scalar, Function
+        >>> from refold.blocks import Scalar, Function
         >>> import tensorflow as tf
         >>> float((Scalar() >> Function(tf.negative)).eval(3))
         -3.0
         """
-        from blocks.evaluation import reference_eval
+        from refold.blocks.evaluation import reference_eval
         return reference_eval(self, inp, tolist=tolist)
 
     def max_depth(self, inp: Any = None) -> int:
         """The number of dependent op layers this input needs (Fold's count).
 
-        >>> from blocks import Scalar
+        >>> from refold.blocks import Scalar
         >>> Scalar().max_depth(42)
         0
         """
-        from blocks.evaluation import max_depth
+        from refold.blocks.evaluation import max_depth
         return max_depth(self, inp)
 
 
-def raise_named(block: Block, e: Exception):
-    """Raises what `block._eval` raises when its `_evaluate` raised `e` (call it in
-    the `except` clause that caught `e`): an `InputError` as it is, an
+def raise_named(block: Block, e: Exception, x: Any):
+    """Raises what `block._eval` raises when its `_evaluate(ctx, x)` raised `e` (call
+    it in the `except` clause that caught `e`): an `InputError` as it is, an
     `InternalError` naming the innermost block, and any other error (a user
-    function's, a TF op's) as an `InputError` naming `block`."""
+    function's, a TF op's) as an `InputError` naming `block`. An `InputError` notes
+    `x`, so that it can say where in the example it happened (`InputError.locate_in`)."""
     if isinstance(e, InputError):
+        e.note_input(x)
         raise  # the exception the caller is handling
     if isinstance(e, InternalError):
         if e.block_path is None:  # the innermost block: the one whose code failed
             e.block_path = block.path
         raise
-    if isinstance(e, KeyError):
-        raise InputKeyError(block.path, f"missing key or index {e}") from e
     if isinstance(e, RecursionError):
         raise
-    raise InputError(block.path, f"{type(e).__name__}: {e}") from e
+    err = InputKeyError(block.path, f"missing key or index {e}") if isinstance(e, KeyError) \
+        else InputError(block.path, f"{type(e).__name__}: {e}")
+    err.note_input(x)
+    raise err from e
 
 
 def bad_input(block: IOBase, reason: str) -> InputError:

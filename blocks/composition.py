@@ -6,7 +6,7 @@ tuple `(a, c)`; `b.reads(a[0])` feeds the first item of `a`'s (tuple) output.
 `comp.input` and `comp.output` stand for the composition's own input and output.
 
 >>> import tensorflow as tf
->>> from blocks import Composition, Scalar, Function
+>>> from refold.blocks import Composition, Scalar, Function
 >>> c = Composition()
 >>> with c.scope():
 ...     x = Scalar().reads(c.input[0])
@@ -29,14 +29,14 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from blocks.block import Block, bad_input, raise_named
-from blocks.types import (
+from refold.blocks.block import Block, bad_input, raise_named
+from refold.blocks.types import (
     PyObjectType,
     ResultType,
     TupleType,
     VoidType,
 )
-from blocks.values import describe
+from refold.blocks.values import describe
 
 _local = threading.local()
 
@@ -338,7 +338,7 @@ class Pipe(Composition):
     """
 
     def __new__(cls, *blocks: Any, name: str | None = None, _from_rshift: bool = False):
-        from blocks.tensors import Identity
+        from refold.blocks.tensors import Identity
         converted = [convert_to_block(b) for b in blocks]
         kept = [b for b in converted if type(b) is not Identity]
         if len(kept) == 0:
@@ -370,7 +370,7 @@ class Pipe(Composition):
             try:  # `child._eval`, inlined (see `Block._eval`)
                 x = child._evaluate(ctx, x)
             except Exception as e:
-                raise_named(child, e)
+                raise_named(child, e, x)
         return x
 
     @property
@@ -411,14 +411,14 @@ def convert_to_block(block_like: Any) -> Block:
     tensor, variable or numpy array becomes `FromTensor`; a dict, list or tuple of
     block-likes becomes a `Record`.
 
-    >>> from blocks import Scalar
+    >>> from refold.blocks import Scalar
     >>> convert_to_block((Scalar(), Scalar()))
     <td.Record ordered=True>
     """
     if isinstance(block_like, Block):
         return block_like
-    from blocks.layers import Layer, is_keras_layer
-    from blocks.tensors import FromTensor, Function
+    from refold.blocks.layers import Layer, is_keras_layer
+    from refold.blocks.tensors import FromTensor, Function
     if isinstance(block_like, Layer) or is_keras_layer(block_like):
         return Function(block_like)
     if isinstance(block_like, (dict, list, tuple)):
@@ -446,7 +446,7 @@ class Record(Block):
     3-tuple for 2 fields is an `InputError`); one with explicit keys takes those
     items of any larger input.
 
-    >>> from blocks import Scalar
+    >>> from refold.blocks import Scalar
     >>> Record({'b': Scalar('int32'), 'a': Scalar()}).eval({'a': 1, 'b': 2})
     (array(1., dtype=float32), array(2, dtype=int32))
     """
@@ -554,7 +554,7 @@ class Record(Block):
                 try:  # `c._eval`, inlined (see `Block._eval`)
                     out.append(c._evaluate(ctx, v))
                 except Exception as e:
-                    raise_named(c, e)
+                    raise_named(c, e, v)
             return tuple(out)
         n = len(self._keys)
         if self._positional and isinstance(x, (tuple, list)) and len(x) > n:
@@ -566,7 +566,7 @@ class Record(Block):
             try:
                 item = x[key]
             except (KeyError, IndexError, TypeError):
-                from blocks.errors import InputKeyError
+                from refold.blocks.errors import InputKeyError
                 have = f"keys {sorted(map(repr, x))}" if isinstance(x, dict) else (
                     f"a {type(x).__name__}")
                 if self._positional and isinstance(x, (tuple, list)):
@@ -577,7 +577,7 @@ class Record(Block):
             try:  # `child._eval`, inlined (see `Block._eval`)
                 out.append(child._evaluate(ctx, item))
             except Exception as e:
-                raise_named(child, e)
+                raise_named(child, e, item)
         return tuple(out)
 
 
@@ -592,14 +592,14 @@ class AllOf(Block):
     `AllOf()` is `Void()`; `AllOf(b)` outputs a 1-tuple. Blocks with a void input
     (constants) are not given the input.
 
-    >>> from blocks import Scalar, Length, Identity
+    >>> from refold.blocks import Scalar, Length, Identity
     >>> AllOf(Length(), Identity()).eval([1, 2])
     (array(2., dtype=float32), [1, 2])
     """
 
     def __new__(cls, *blocks: Any, name: str | None = None):
         if not blocks:
-            from blocks.inputs import Void
+            from refold.blocks.inputs import Void
             return Void(name=name)
         return super().__new__(cls, *blocks, name=name)
 

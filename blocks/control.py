@@ -5,7 +5,7 @@
 over trees are written.
 
 >>> import tensorflow as tf
->>> from blocks import (ForwardDeclaration, OneOf, Record, Scalar, Function,
+>>> from refold.blocks import (ForwardDeclaration, OneOf, Record, Scalar, Function,
 ...                     PyObjectType, TensorType)
 >>> total = ForwardDeclaration(PyObjectType(), TensorType(()))
 >>> leaf = Scalar()
@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from blocks.block import PY, Block, IOBase, bad_input, raise_named
-from blocks.composition import convert_to_block
-from blocks.errors import InputKeyError
-from blocks.types import PyObjectType, VoidType
-from blocks.values import describe
+from refold.blocks.block import PY, Block, IOBase, bad_input, raise_named
+from refold.blocks.composition import convert_to_block
+from refold.blocks.errors import InputKeyError
+from refold.blocks.types import PyObjectType, VoidType
+from refold.blocks.values import describe
 
 
 class OneOf(Block):
@@ -120,13 +120,13 @@ class OneOf(Block):
         try:  # `case._eval`, inlined (see `Block._eval`)
             return case._evaluate(ctx, x)
         except Exception as e:
-            raise_named(case, e)
+            raise_named(case, e, x)
 
 
 class Optional(Block):
     """`some_case(x)`, or `none_case` (zeros of the output type by default) when x is None.
 
-    >>> from blocks import Scalar
+    >>> from refold.blocks import Scalar
     >>> Optional(Scalar()).eval(None)
     array(0., dtype=float32)
     """
@@ -134,7 +134,7 @@ class Optional(Block):
     _expected_input_types = (PyObjectType,)
 
     def __init__(self, some_case: Any, none_case: Any = None, name: str | None = None):
-        from blocks.tensors import Zeros
+        from refold.blocks.tensors import Zeros
         some = convert_to_block(some_case)
         none = Zeros() if none_case is None else convert_to_block(none_case)
         super().__init__([some, none], input_type=PY, name=name)
@@ -250,7 +250,7 @@ class _ForwardDeclarationRef(Block):
             try:  # `target._eval`, inlined (see `Block._eval`)
                 return target._evaluate(ctx, x)
             except Exception as e:
-                raise_named(target, e)
+                raise_named(target, e, x)
         # A cyclic input (a node that is its own descendant) would recurse
         # forever. The objects on the recursion path are alive, so their ids are
         # distinct; meeting one again under the same declaration is a cycle
@@ -264,7 +264,7 @@ class _ForwardDeclarationRef(Block):
         try:
             return target._evaluate(ctx, x)  # `target._eval`, inlined
         except Exception as e:
-            raise_named(target, e)
+            raise_named(target, e, x)
         finally:
             path.discard(key)
 

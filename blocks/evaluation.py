@@ -28,7 +28,7 @@ object it is evaluating. Meeting the same object again under the same declaratio
 means the input contains itself, which is reported as an `InputError` naming the
 block path instead of recursing until the recursion limit.
 
->>> from blocks import Scalar, Map
+>>> from refold.blocks import Scalar, Map
 >>> Map(Scalar('int32')).eval([1, 2])
 [array(1, dtype=int32), array(2, dtype=int32)]
 """
@@ -43,15 +43,15 @@ from typing import Any
 
 import numpy as np
 
-from blocks.errors import BadValueError, InputError, InternalError
-from blocks.op import Op
-from blocks.precision import compute_dtype, held_dtype, to_held
-from blocks.types import (
+from refold.blocks.errors import BadValueError, InputError, InternalError
+from refold.blocks.op import Op
+from refold.blocks.precision import compute_dtype, held_dtype, to_held
+from refold.blocks.types import (
     ResultType,
     TensorType,
     VoidType,
 )
-from blocks.values import describe, to_array
+from refold.blocks.values import describe, to_array
 
 _STACK_BYTES = 512 * 1024 * 1024
 _RECURSION_LIMIT = 1_000_000
@@ -285,10 +285,13 @@ def reference_eval(block, inp: Any, tolist: bool = False) -> Any:
     because for one input it is several times faster than building a `Compiler`.
     Return conventions: see `Block.eval`.
     """
-    from blocks.validation import metric_types, validate
+    from refold.blocks.validation import metric_types, validate
     metrics_of = metric_types(validate(block))
     ctx = ReferenceContext(compute_dtype(block), metrics_of.values())
-    result = call_with_deep_stack(lambda: block._eval(ctx, root_input(block, ctx, inp)))
+    try:
+        result = call_with_deep_stack(lambda: block._eval(ctx, root_input(block, ctx, inp)))
+    except InputError as e:
+        raise e.locate_in(inp) from e.__cause__
     result = to_numpy(block.output_type, result, tolist)
     if not metrics_of:
         return result
@@ -303,7 +306,7 @@ def reference_eval(block, inp: Any, tolist: bool = False) -> Any:
 
 def max_depth(block, inp: Any) -> int:
     """`block.max_depth(inp)`: the deepest op call the input needs."""
-    from blocks.validation import validate
+    from refold.blocks.validation import validate
     validate(block)
     ctx = DepthContext()
     call_with_deep_stack(lambda: block._eval(ctx, root_input(block, ctx, inp)))

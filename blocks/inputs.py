@@ -3,7 +3,7 @@
 These blocks run on the Python side of evaluation (they add no op to the graph),
 except that `Tensor`, `Length` and the one-hot blocks emit constants.
 
->>> from blocks import Scalar, Vector, GetItem, Length, OneHot
+>>> from refold.blocks import Scalar, Vector, GetItem, Length, OneHot
 >>> Scalar('int32').eval(7)
 array(7, dtype=int32)
 >>> (GetItem('xs') >> Length()).eval({'xs': [1, 2, 3]})
@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from blocks.block import PY, Block, bad_input, block_factory
-from blocks.errors import BadValueError, InputKeyError
-from blocks.types import (
+from refold.blocks.block import PY, Block, bad_input, block_factory
+from refold.blocks.errors import BadValueError, InputKeyError
+from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,
     SequenceType,
@@ -29,8 +29,8 @@ from blocks.types import (
     TupleType,
     VoidType,
 )
-from blocks.values import describe as _describe
-from blocks.values import scalar_ranges, to_array
+from refold.blocks.values import describe as _describe
+from refold.blocks.values import scalar_ranges, to_array
 
 
 class Tensor(Block):
@@ -52,7 +52,7 @@ class Tensor(Block):
     >>> Scalar().eval(float('nan'))
     Traceback (most recent call last):
     ...
-    blocks.errors.InputError: Scalar: expected a TensorType((), 'float32'), got nan: \
+    refold.blocks.errors.InputError: Scalar: expected a TensorType((), 'float32'), got nan: \
 nan is not finite (give the block allow_nonfinite=True to accept NaN and inf)
     >>> Scalar(allow_nonfinite=True).eval(float('inf'))
     array(inf, dtype=float32)

@@ -5,7 +5,7 @@ A layer is a callable over *batches* with a typed input and output, like a
 shares its weights. `layer >> block` and `block >> layer` wrap it in a `Function`.
 Keras 3 layers do the work underneath; `layer.weights` lists the variables.
 
->>> from blocks import Vector, FC
+>>> from refold.blocks import Vector, FC
 >>> fc = FC(3, activation=None)
 >>> a, b = Vector(2) >> fc, Vector(2) >> fc   # one set of weights, used twice
 >>> bool((a.eval([1, 2]) == b.eval([1, 2])).all())
@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from blocks.block import IOBase
-from blocks.types import TensorType, TupleType
+from refold.blocks.block import IOBase
+from refold.blocks.types import TensorType, TupleType
 
 
 def _keras():
@@ -99,12 +99,12 @@ class Layer(IOBase):
         return f"<td.{self._label()}>"
 
     def __rshift__(self, rhs: Any):
-        from blocks.tensors import Function
+        from refold.blocks.tensors import Function
         return Function(self) >> rhs
 
     def __rrshift__(self, lhs: Any):
-        from blocks.composition import Pipe
-        from blocks.tensors import Function
+        from refold.blocks.composition import Pipe
+        from refold.blocks.tensors import Function
         return Pipe(lhs, Function(self), _from_rshift=True)
 
 
@@ -240,7 +240,7 @@ class Embedding(Layer):
     def _check_ids(self, ids) -> None:
         import numpy as np
 
-        from blocks.errors import BadValueError
+        from refold.blocks.errors import BadValueError
         ids = np.asarray(ids)
         bad = ids[(ids < 0) | (ids >= self._num_buckets)]
         if bad.size:
@@ -269,7 +269,7 @@ class ScopedLayer(Layer):
     and `Fold`; the types of output and state are known from the cell.
 
     >>> import keras
-    >>> from blocks import ScopedLayer
+    >>> from refold.blocks import ScopedLayer
     >>> ScopedLayer(keras.layers.LSTMCell(4)).output_type  # (output, (h, c))
     TupleType(TensorType((4,), 'float32'),
               TupleType(TensorType((4,), 'float32'), TensorType((4,), 'float32')))
@@ -305,7 +305,7 @@ class ScopedLayer(Layer):
             # Build the weights now (by one call on zeros), not inside a traced function.
             import tensorflow as tf
 
-            from blocks.tensors import batch_call_structure, flat_tensor_types
+            from refold.blocks.tensors import batch_call_structure, flat_tensor_types
             flat = [tf.zeros((1, *t.shape), t.dtype) for t in flat_tensor_types(self.input_type)]
             self(*batch_call_structure(self.input_type, flat))
 

@@ -6,7 +6,7 @@ under its name, however many there are per input: a loss at every tree node is a
 Python object) is collected alongside.
 
 >>> import tensorflow as tf
->>> from blocks import Map, Scalar, Metric, Function, Void
+>>> from refold.blocks import Map, Scalar, Metric, Function, Void
 >>> block = Map(Scalar() >> Function(tf.square) >> Metric('squares')) >> Void()
 >>> result, metrics = block.eval([1, 2, 3])
 >>> metrics['squares'].tolist()
@@ -15,8 +15,8 @@ Python object) is collected alongside.
 
 from __future__ import annotations
 
-from blocks.block import Block
-from blocks.types import PyObjectType, TensorType, TupleType, VoidType
+from refold.blocks.block import Block
+from refold.blocks.types import PyObjectType, TensorType, TupleType, VoidType
 
 
 class Metric(Block):

@@ -7,7 +7,7 @@ so is each output. The reference evaluator calls it with batch size 1; the
 batching engine calls it once for every group of nodes it schedules together.
 
 >>> import tensorflow as tf
->>> from blocks.types import TensorType
+>>> from refold.blocks.types import TensorType
 >>> neg = Op("neg", lambda x: [tf.negative(x)], [TensorType(())], [TensorType(())])
 >>> neg
 Op('neg', (TensorType((), 'float32'),) -> (TensorType((), 'float32'),))
@@ -23,7 +23,7 @@ before they see an input; an op called without being declared is refused there
 (`compiler.lowering.UnloweredOpError`). Instances whose ops share an `Op.key`
 run in one launch.
 
->>> import blocks as td, keras
+>>> import refold as td, keras
 >>> class Scale(td.Block):
 ...     # multiplies a vector by a learned vector, element by element
 ...     def __init__(self, size, name=None):
@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 
-from blocks.types import TensorType
+from refold.blocks.types import TensorType
 
 
 class Op:

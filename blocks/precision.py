@@ -25,7 +25,7 @@ those types in the policy's compute dtype instead, by one rule applied alike in
 Other dtypes (float64, integers) are never changed.
 
 >>> import keras
->>> import blocks as td
+>>> import refold as td
 >>> keras.mixed_precision.set_global_policy("mixed_bfloat16")
 >>> block = td.Map(td.Vector(2) >> td.FC(3)) >> td.Sum()
 >>> low = compute_dtype(block)
@@ -44,7 +44,7 @@ import contextlib
 from collections.abc import Iterable
 from typing import Any
 
-from blocks.types import TensorType
+from refold.blocks.types import TensorType
 
 LOW_DTYPES = ("float16", "bfloat16")
 
@@ -77,8 +77,8 @@ def compute_dtype(root) -> str | None:
     keras = sys.modules.get("keras")
     if keras is None:
         return None
-    from blocks.layers import is_keras_layer
-    from blocks.validation import validate
+    from refold.blocks.layers import is_keras_layer
+    from refold.blocks.validation import validate
     found: dict[str, str] = {}
     low = _mixed(keras.mixed_precision.global_policy())
     if low:

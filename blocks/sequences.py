@@ -6,7 +6,7 @@ A sequence is a Python list while it is evaluated; its type is
 value forever; `Zip` truncates to the shortest finite input.
 
 >>> import tensorflow as tf
->>> from blocks import Scalar, Map, Function, Fold, Sum, FromTensor
+>>> from refold.blocks import Scalar, Map, Function, Fold, Sum, FromTensor
 >>> [float(v) for v in Map(Scalar() >> Function(tf.square)).eval([1, 2, 3])]
 [1.0, 4.0, 9.0]
 >>> float((Map(Scalar()) >> Sum()).eval([1, 2, 3]))
@@ -20,9 +20,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from blocks.block import PY, Block, bad_input, block_factory
-from blocks.composition import AllOf, Pipe, convert_to_block
-from blocks.types import (
+from refold.blocks.block import PY, Block, bad_input, block_factory
+from refold.blocks.composition import AllOf, Pipe, convert_to_block
+from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,
     SequenceType,
@@ -182,7 +182,7 @@ class RNN(Block):
                  initial_state_from_input: bool = False, name: str | None = None):
         if initial_state is not None and initial_state_from_input:
             raise ValueError("Cannot specify initial_state if initial_state_from_input is True.")
-        from blocks.tensors import Zeros
+        from refold.blocks.tensors import Zeros
         split = getattr(cell, "split_recurrence", None)
         parts = split() if callable(split) else None
         self.per_element_block = None if parts is None else convert_to_block(parts[0])
@@ -270,7 +270,7 @@ class Reduce(Block):
     _expected_input_types = (SequenceType, TupleType, PyObjectType)
 
     def __init__(self, combine_block: Any, default_block: Any = None, name: str | None = None):
-        from blocks.tensors import Zeros
+        from refold.blocks.tensors import Zeros
         combine = convert_to_block(combine_block)
         default = Zeros() if default_block is None else convert_to_block(default_block)
         super().__init__([combine, default], name=name)
@@ -319,7 +319,7 @@ def _reducer(fn_name: str, doc: str):
     def make(name: str | None = None) -> Reduce:
         import tensorflow as tf
 
-        from blocks.tensors import Function
+        from refold.blocks.tensors import Function
         block = Reduce(Function(getattr(tf, fn_name), handles_empty=True), name=name)
         block._constructor_name = make.__name__
         return block
@@ -339,14 +339,14 @@ Max.__name__ = "Max"
 def Mean(name: str | None = None) -> Block:  # noqa: N802
     """The mean of a sequence of tensors (zeros when empty).
 
-    >>> from blocks import Map, Scalar
+    >>> from refold.blocks import Map, Scalar
     >>> float((Map(Scalar()) >> Mean()).eval([1, 2, 6]))
     3.0
     """
     import tensorflow as tf
 
-    from blocks.inputs import Length
-    from blocks.tensors import Function
+    from refold.blocks.inputs import Length
+    from refold.blocks.tensors import Function
 
     def mean(total, count):
         count = tf.reshape(count, [-1] + [1] * (total.shape.rank - 1))
@@ -379,7 +379,7 @@ class Zip(Block):
     plain Python object (a list of configurations, say) is zipped as a sequence of
     Python objects, so per-position data need not be turned into tensors first:
 
-    >>> import blocks as td
+    >>> import refold as td
     >>> pairs = td.AllOf(td.GetItem(0) >> td.Scalar() >> td.Broadcast(), td.GetItem(1)) >> td.Zip()
     >>> [(float(a), b) for a, b in pairs.eval((2, ["x", "y"]))]
     [(2.0, 'x'), (2.0, 'y')]
@@ -481,7 +481,7 @@ class Nth(Block):
         try:
             return seq[n]
         except IndexError:
-            from blocks.errors import InputKeyError
+            from refold.blocks.errors import InputKeyError
             raise InputKeyError(self.path, f"index {n!r} is out of range for a sequence of "
                                            f"length {len(seq)}") from None
         except TypeError:

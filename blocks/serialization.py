@@ -12,15 +12,20 @@ and a use elsewhere refers to it by its attribute path from the maker. A
 `Composition` wired with `reads` saves its children and wires. Types are saved
 with every entry and set again at the end, so explicitly set types come back.
 
-Python functions are saved by their importable name (`module:qualname`) when
-they have one. Lambdas and closures are saved as Keras saves a `Lambda` layer's
+Classes and factories are saved by their registered names (`"refold>Map"`,
+`blocks.registry`), so a file does not depend on which module holds them; other
+Python functions and classes are saved by their importable name (`module:qualname`)
+when they have one. Files of version 1, written before Refold's modules moved under
+`refold`, name `blocks.sequences:Map` and the like; they load as `refold.blocks...`.
+
+Lambdas and closures are saved as Keras saves a `Lambda` layer's
 function: as Python bytecode (marshal, base64; with their defaults, closure
 values and the modules they use by name), which only `safe_mode=False` loads,
 since loading runs code stored in the file. With `safe_mode=True` the error
 names the block path and the fix. Weights are not part of the config: a `Model`
 saves them beside it (`keras.models.load_model` restores both).
 
->>> import blocks as td, tensorflow as tf
+>>> import refold as td, tensorflow as tf
 >>> block = td.Map(td.Scalar() >> td.Function(tf.square)) >> td.Sum()
 >>> again = deserialize(serialize(block))
 >>> again.output_type, float(again.eval([1.0, 2.0]))
@@ -29,7 +34,7 @@ saves them beside it (`keras.models.load_model` restores both).
 >>> deserialize(serialize(lam), safe_mode=True)
 Traceback (most recent call last):
 ...
-blocks.serialization.UnsafeConfigError: Pipe[1] > Function (argument tf_fn): its \
+refold.blocks.serialization.UnsafeConfigError: Pipe[1] > Function (argument tf_fn): its \
 function '<lambda>' \
 is saved as Python bytecode, and safe mode does not run code from a file. If you \
 trust the file, load it with safe_mode=False (keras.models.load_model(path, \
@@ -54,8 +59,9 @@ from typing import Any
 
 import numpy as np
 
-from blocks.block import FactoryCall, IOBase
-from blocks.types import (
+from refold.blocks import registry
+from refold.blocks.block import FactoryCall, IOBase
+from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,
     ResultType,
@@ -66,7 +72,10 @@ from blocks.types import (
 )
 
 FORMAT = "refold.blocks"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)  # 1: classes by module path, the modules at the top level (before `refold`)
+# The top-level packages of version-1 files, now under `refold.`.
+_MOVED = frozenset({"blocks", "compiler", "scheduler", "models", "serving", "examples"})
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 # Names that safe mode will not import from a file: they run commands, read or
@@ -107,9 +116,9 @@ def deserialize(config: dict, safe_mode: bool | None = None) -> IOBase:
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise ValueError(f"not a saved Refold block expression (no format {FORMAT!r}): "
                          f"{str(config)[:80]}")
-    if config.get("version") != VERSION:
+    if config.get("version") not in READS:
         raise ValueError(f"a Refold block config of version {config.get('version')}; this "
-                         f"Refold reads version {VERSION}")
+                         f"Refold reads versions {', '.join(map(str, READS))}")
     if safe_mode is None:
         safe_mode = _keras_safe_mode()
     return _Reader(config, safe_mode).load()
@@ -165,7 +174,9 @@ class _Writer:
             entry["kwargs"] = {k: self.value(v, f"{path} (argument {k} of its factory)")
                                for k, v in call.kwargs.items()}
         else:
-            entry["class"] = _importable_name(type(obj))
+            entry["class"] = _saved_name(type(obj))
+            if ">" in (entry["class"] or ""):
+                entry["module"] = type(obj).__module__  # where to look, if not registered yet
             if entry["class"] is None:
                 raise TypeError(f"{path}: cannot save a {type(obj).__qualname__}: its class "
                                 "is not importable by name (define it at module level)")
@@ -219,7 +230,9 @@ class _Writer:
                         "functions, types, arrays and plain Python values")
 
     def function(self, fn: Any, where: str, depth: int) -> dict:
-        name = _importable_name(fn)
+        name = _saved_name(fn)
+        if name is not None and ">" in name:
+            return {"__function__": name, "module": fn.__module__}
         if name is not None and not name.startswith("__main__:"):
             return {"__function__": name}
         if not isinstance(fn, types.FunctionType):
@@ -294,6 +307,11 @@ def _find(owner: Any, target: Any) -> list | None:
     return None
 
 
+def _saved_name(obj: Any) -> str | None:
+    """Its registered name ("package>name") if it has one, else `_importable_name`."""
+    return registry.registered_name(obj) or _importable_name(obj)
+
+
 def _importable_name(obj: Any) -> str | None:
     """`"module:qualname"` if importing it gives back `obj` itself."""
     module = getattr(obj, "__module__", None)
@@ -335,7 +353,7 @@ def _is_eager_tensor(v: Any) -> bool:
 
 
 def _is_declaration(obj: Any) -> bool:
-    from blocks.control import ForwardDeclaration
+    from refold.blocks.control import ForwardDeclaration
     return isinstance(obj, ForwardDeclaration)
 
 
@@ -381,6 +399,7 @@ def _type_from(c: Any) -> ResultType | None:
 class _Reader:
     def __init__(self, config: dict, safe_mode: bool):
         self.entries = config["objects"]
+        self.version = config["version"]
         self.root = config["root"]
         self.safe_mode = safe_mode
         self.made: dict[int, Any] = {}
@@ -433,7 +452,7 @@ class _Reader:
                 kwargs = {k: self.value(v) for k, v in e["kwargs"].items()}
                 obj = fn(*self.value(e["args"]), **kwargs)
             else:
-                cls = self._class(e["class"], path)
+                cls = self._class(e["class"], path, e.get("module"))
                 config = {k: self.value(v) for k, v in e["config"].items()}
                 obj = cls.from_config(config)
         except UnsafeConfigError:
@@ -451,14 +470,21 @@ class _Reader:
             self._declarations.append((obj, e["resolves_to"]))
         return obj
 
-    def _class(self, name: str, path: str) -> type:
-        cls = self._named(name, path)
+    def _class(self, name: str, path: str, module: str | None) -> type:
+        cls = self._named(name, path, module)
         if not (isinstance(cls, type) and issubclass(cls, IOBase)):
             raise ValueError(f"{path}: {name} is not a block or layer class")
         return cls
 
-    def _named(self, name: str, where: str) -> Any:
+    def _named(self, name: str, where: str, module: str | None = None) -> Any:
+        if ">" in name:
+            found = registry.find(name, module)
+            if found is None:
+                raise ValueError(f"{where}: the saved config names {name!r}, which nothing "
+                                 "registers here: import the module that defines it first")
+            return found
         module, _, qualname = name.partition(":")
+        module = self.module_name(module)
         if self.safe_mode and (module.split(".")[0] in _UNSAFE_MODULES or (
                 module == "builtins" and qualname in _UNSAFE_BUILTINS)):
             raise UnsafeConfigError(
@@ -470,6 +496,18 @@ class _Reader:
         except (ImportError, AttributeError) as e:
             raise ValueError(f"{where}: the saved config names {name}, which cannot be "
                              f"imported here: {e}") from e
+
+    def module_name(self, module: str) -> str:
+        """`module` as this Refold names it: a version-1 file's `blocks.sequences` is
+        `refold.blocks.sequences` (a user's own module of that name is tried second)."""
+        if self.version == 1 and module.split(".")[0] in _MOVED:
+            moved = f"refold.{module}"
+            try:
+                importlib.import_module(moved)
+                return moved
+            except ImportError:
+                pass
+        return module
 
     def value(self, v: Any) -> Any:
         if isinstance(v, list):
@@ -502,9 +540,9 @@ class _Reader:
             import keras
             return keras.saving.deserialize_keras_object(x)
         if tag == "__function__":
-            return self._named(x, self._where)
+            return self._named(x, self._where, v.get("module"))
         if tag == "__module__":
-            return importlib.import_module(x)
+            return importlib.import_module(self.module_name(x))
         if tag == "__code__":
             return self._code(x)
         raise ValueError(f"not a saved value: {str(v)[:80]}")
@@ -513,8 +551,9 @@ class _Reader:
         where = saved.get("where", "?")
         named = saved.get("name_in_main")
         if named is not None:  # defined in a script: the running script's, if it has it
+            module, qualname = named.split(":", 1)
             try:
-                return _resolve(*named.split(":", 1))
+                return _resolve(self.module_name(module), qualname)
             except (ImportError, AttributeError):
                 pass
         if self.safe_mode:
@@ -531,7 +570,7 @@ class _Reader:
                              "cannot load; save it by name (a module-level function)")
         code = marshal.loads(base64.b64decode(saved["code"]))
         scope: dict = {"__builtins__": builtins}
-        name = saved["module"]  # None for code run by exec()
+        name = saved["module"] and self.module_name(saved["module"])  # None: run by exec()
         module = sys.modules.get(name) if name else None
         if module is None and name and name != "__main__":
             try:

@@ -4,7 +4,7 @@
 inputs and outputs carry a leading batch dimension, which block types leave out.
 
 >>> import tensorflow as tf
->>> from blocks import Scalar, Function
+>>> from refold.blocks import Scalar, Function
 >>> square = Function(tf.square)
 >>> (Scalar() >> square).eval(3.0)
 array(9., dtype=float32)
@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from blocks.block import Block
-from blocks.errors import BadValueError
-from blocks.op import Op
-from blocks.types import (
+from refold.blocks.block import Block
+from refold.blocks.errors import BadValueError
+from refold.blocks.op import Op
+from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,
     ResultType,
@@ -242,7 +242,7 @@ class Function(Block):
         self._output_checked = False
         self._op: Op | None = None
         self._io: tuple | None = None  # (flatten, op, unflatten), made at the first call
-        from blocks.layers import Layer
+        from refold.blocks.layers import Layer
         self._layer = tf_fn if isinstance(tf_fn, Layer) else None
         super().__init__(name=name)
         if self._layer is not None:
@@ -334,7 +334,7 @@ class Function(Block):
     def weights(self) -> list:
         """The function's Keras layers: a `blocks.Layer`'s, or the function itself
         if it is a Keras layer; none for a plain function."""
-        from blocks.layers import Layer, is_keras_layer
+        from refold.blocks.layers import Layer, is_keras_layer
         fn = self._tf_fn
         if isinstance(fn, Layer):
             return fn._keras_layers()
@@ -369,12 +369,12 @@ class Function(Block):
         try:  # a single tensor in (flatten is `_one`) needs no call to flatten it
             flat_out = ctx.op(op, [x] if flatten is _one else flatten(x))
         except BadValueError as e:
-            from blocks.errors import InputError
+            from refold.blocks.errors import InputError
             raise InputError(self.path, f"{self._fn_name()}: {e}") from None
         except _tf().errors.OpError as e:  # only the eager reference evaluator gets here
             import re
 
-            from blocks.errors import InputError
+            from refold.blocks.errors import InputError
             reason = re.sub(r"\{\{.*?\}\}\s*", "", str(e.message)).strip().splitlines()[0]
             raise InputError(self.path, f"{self._fn_name()} failed on this input: "
                              f"{type(e).__name__}: {reason}") from e
@@ -401,7 +401,7 @@ class Identity(Block):
 class Concat(Function):
     """Concatenates a tuple of tensors along `concat_dim` (scalars become vectors).
 
-    >>> from blocks import Scalar, Vector
+    >>> from refold.blocks import Scalar, Vector
     >>> ((Scalar(), Vector(2)) >> Concat()).eval((1, [2, 3]))
     array([1., 2., 3.], dtype=float32)
     """

@@ -25,7 +25,7 @@ it starts, one traced program for every batch; structure decided inside it would
 need another engine, while rounds reuse this one unchanged.
 
 >>> import tensorflow as tf
->>> import blocks as td
+>>> import refold as td
 >>> step = td.GetItem(0) >> td.Function(lambda s: 2.0 * s) >> td.AllOf(
 ...     td.Identity(), td.Identity())             # (state, config) -> (state', output)
 >>> doubling = td.Unfold(step, decide=lambda config, out: float(out),
@@ -43,9 +43,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from blocks.block import PY, Block, bad_input
-from blocks.composition import convert_to_block
-from blocks.types import PyObjectType, SequenceType, TupleType
+from refold.blocks.block import PY, Block, bad_input
+from refold.blocks.composition import convert_to_block
+from refold.blocks.types import PyObjectType, SequenceType, TupleType
 
 
 class Unfold(Block):

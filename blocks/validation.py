@@ -6,7 +6,7 @@ every forward declaration is resolved, that compositions are acyclic and use
 every output, and that metrics of one name agree on their type. `validate` runs
 them (and orders each composition's children for evaluation).
 
->>> from blocks import Function, Scalar
+>>> from refold.blocks import Function, Scalar
 >>> import tensorflow as tf
 >>> validate(Function(tf.negative))
 Traceback (most recent call last):
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from blocks.block import PY, Block
-from blocks.types import PyObjectType
+from refold.blocks.block import PY, Block
+from refold.blocks.types import PyObjectType
 
 
 def iter_blocks(root: Block) -> Iterator[Block]:
@@ -48,8 +48,8 @@ def validate(root: Block) -> list[Block]:
     Returns every block of the expression. Raises `TypeError` (types) or
     `ValueError` (wiring) naming the block path.
     """
-    from blocks.composition import Composition
-    from blocks.metrics import Metric
+    from refold.blocks.composition import Composition
+    from refold.blocks.metrics import Metric
     if root.input_type is None and issubclass(PyObjectType, root._input_classes):
         root.set_input_type(PY)
     blocks = list(iter_blocks(root))
@@ -84,7 +84,7 @@ def validate(root: Block) -> list[Block]:
 
 def metric_types(blocks: list[Block]) -> dict:
     """`{name: value TensorType}` of every metric among `blocks`, sorted by name."""
-    from blocks.metrics import Metric
+    from refold.blocks.metrics import Metric
     found = {b.metric_name: b.value_type for b in blocks if isinstance(b, Metric)}
     return dict(sorted(found.items()))
 

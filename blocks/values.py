@@ -18,13 +18,13 @@ The checks are numpy reductions over the converted array; a Python `float` or
 `int` (most inputs: leaves of trees) takes a shortcut of a few comparisons.
 
 >>> import numpy as np
->>> from blocks.types import TensorType
+>>> from refold.blocks.types import TensorType
 >>> to_array(2, TensorType((), 'float32'))
 array(2., dtype=float32)
 >>> to_array('3.5', TensorType((), 'float32'))
 Traceback (most recent call last):
 ...
-blocks.errors.BadValueError: expected a TensorType((), 'float32'), got '3.5': a string \
+refold.blocks.errors.BadValueError: expected a TensorType((), 'float32'), got '3.5': a string \
 is not a number
 """
 
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from blocks.errors import BadValueError
-from blocks.types import TensorType
+from refold.blocks.errors import BadValueError
+from refold.blocks.types import TensorType
 
 _FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
 _COMPLEX = frozenset({"complex64", "complex128"})

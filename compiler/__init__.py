@@ -5,9 +5,8 @@ an op graph (`expansion`), and runs batches through the scheduler's executor.
 `Model` is a compiled block as a `keras.Model`: fit, evaluate, predict, save
 (`load_model` reads it back, as `keras.models.load_model` does), export.
 
-The names below are imported on first use, so that a process that needs only
-the inference half (`serving`: expansion and planning) does not load the training
-stack (`Model`, its input pipeline and step functions).
+The names below are imported on first use (`import refold` imports `Model`, which
+registers it with Keras, and with it the rest).
 """
 
 from __future__ import annotations
@@ -15,13 +14,13 @@ from __future__ import annotations
 import importlib
 
 _WHERE = {
-    "BatchPlan": "compiler.compiler", "Compiler": "compiler.compiler",
-    "ExampleGraph": "compiler.expansion", "expand": "compiler.expansion",
-    "Program": "compiler.lowering", "lower": "compiler.lowering",
-    "Model": "compiler.model",
-    "ModelFileError": "compiler.saving", "load_model": "compiler.saving",
-    "NonFiniteLossError": "compiler.steps",
-    "Lines": "compiler.streaming",
+    "BatchPlan": "refold.compiler.compiler", "Compiler": "refold.compiler.compiler",
+    "ExampleGraph": "refold.compiler.expansion", "expand": "refold.compiler.expansion",
+    "Program": "refold.compiler.lowering", "lower": "refold.compiler.lowering",
+    "Model": "refold.compiler.model",
+    "ModelFileError": "refold.compiler.saving", "load_model": "refold.compiler.saving",
+    "NonFiniteLossError": "refold.compiler.steps",
+    "Lines": "refold.compiler.streaming",
 }
 
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
-from blocks.errors import InputError
-from compiler.compiler import find_bad_input
-from compiler.pipeline import as_inputs
+from refold.blocks.errors import InputError
+from refold.compiler.compiler import find_bad_input
+from refold.compiler.pipeline import as_inputs
 
 
 @contextlib.contextmanager

@@ -1,8 +1,8 @@
 """`Compiler`: runs a block expression on batches of inputs with dynamic batching.
 
 >>> import tensorflow as tf
->>> import blocks as td
->>> from compiler import Compiler
+>>> import refold as td
+>>> from refold.compiler import Compiler
 >>> block = td.Map(td.Scalar() >> td.Function(tf.square)) >> td.Sum()
 >>> c = Compiler.create(block)
 >>> [float(r) for r in c.run([[1, 2], [3], []])]
@@ -17,24 +17,24 @@ import functools
 import itertools
 import operator
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from blocks.precision import compute_dtype, held_program
-from blocks.types import TensorType
-from compiler.dataflow import op_feeds
-from compiler.executor_choice import InferenceExecutorChoice
-from compiler.expansion import BatchGraph, ExampleGraph, expand_all, expand_batch
-from compiler.lowering import Program, lower
-from compiler.rounds import expand_in_rounds
-from scheduler.executor import Executor, Feed
-from scheduler.graph import OpGraph
-from scheduler.planner import Plan, Planner, plan_record
-from scheduler.schedules import Schedule, ScheduleStats
+from refold.blocks.precision import compute_dtype, held_program
+from refold.blocks.types import TensorType
+from refold.compiler.dataflow import op_feeds
+from refold.compiler.executor_choice import InferenceExecutorChoice
+from refold.compiler.expansion import BatchGraph, ExampleGraph, expand_all, expand_batch
+from refold.compiler.expansion_cache import ExpansionCache
+from refold.compiler.lowering import Program, lower
+from refold.compiler.rounds import expand_in_rounds
+from refold.scheduler.executor import Executor, Feed
+from refold.scheduler.graph import OpGraph
+from refold.scheduler.planner import Plan, Planner, plan_record
+from refold.scheduler.schedules import Schedule, ScheduleStats
 
 
 @dataclass
@@ -110,11 +110,13 @@ class Compiler:
         scheduler: `"agenda"` (DyNet's agenda-based batching, the default),
             `"depth"` (TensorFlow Fold's depth-based batching), or the name of
             one added with `scheduler.register_scheduler`.
-        cache: keep each input's expanded graph, keyed by the input object's
-            identity, so later batches skip expansion (inputs must then not be
-            mutated). `True` keeps up to `DEFAULT_CACHE_SIZE` inputs, an int that
-            many; past that the least recently used is dropped, so a long stream
-            of fresh inputs cannot grow memory without bound. `False` keeps none.
+        cache: keep each input's expanded graph, found by the input object's
+            identity and checked against a fingerprint of its content, so later
+            batches skip expansion and an input changed in place is expanded again
+            (`compiler.expansion_cache`). `True` keeps up to `DEFAULT_CACHE_SIZE`
+            inputs, an int that many; past that the least recently used is
+            dropped, so a long stream of fresh inputs cannot grow memory without
+            bound. `False` keeps none.
             A block whose structure depends on computed values (`blocks.Unfold`)
             is never cached: its inputs expand in rounds that run the model
             (`compiler.rounds`), and its decisions change with the weights.
@@ -152,9 +154,7 @@ class Compiler:
             feeds=op_feeds(self.program))
         self.planner = Planner(self.executor.layout, scheduler, len(self.program.metric_names))
         self.cache_size = _cache_size(cache)
-        self._cache: OrderedDict[int, tuple[Any, ExampleGraph]] | None = \
-            OrderedDict() if self.cache_size else None
-        self._cache_lock = threading.Lock()  # a stream's planning thread shares it
+        self._cache = ExpansionCache(self.cache_size) if self.cache_size else None
         self._run_fn = None
         # run's traced functions on the batch as few tensors, per executor choice
         self._run_flat: dict = {}
@@ -175,7 +175,7 @@ class Compiler:
     def pool(self):
         """The worker pool (forked on first call), or None without workers."""
         if self.workers and self._pool is None:
-            from compiler.parallel import ExpansionPool
+            from refold.compiler.parallel import ExpansionPool
             self._pool = ExpansionPool(self, self.workers)
         return self._pool
 
@@ -186,8 +186,8 @@ class Compiler:
         if not self.workers:
             return None
         if self._stream_workers is None:
-            from compiler.parallel import StreamWorkers, warm_planner
-            from compiler.streaming import plan_in_worker
+            from refold.compiler.parallel import StreamWorkers, warm_planner
+            from refold.compiler.streaming import plan_in_worker
             warm_planner(self)
             self._stream_workers = StreamWorkers(functools.partial(plan_in_worker, self),
                                                  self.workers, "refold-stream-worker")
@@ -214,28 +214,14 @@ class Compiler:
         `in_workers=False`, never in the worker processes."""
         if self._cache is None:
             return self._expand_fresh(list(inputs), start, in_workers=in_workers)
-        cache = self._cache
-        out: list[ExampleGraph | None] = []
-        missing, missing_at = [], []
-        with self._cache_lock:
-            for i, x in enumerate(inputs):
-                hit = cache.get(id(x))
-                if hit is not None and hit[0] is x:
-                    cache.move_to_end(id(x))
-                    out.append(hit[1])
-                else:
-                    out.append(None)
-                    missing.append(x)
-                    missing_at.append(i)
-        if missing:
+        out: list[ExampleGraph | None] = [self._cache.get(x) for x in inputs]
+        missing_at = [i for i, g in enumerate(out) if g is None]
+        if missing_at:
+            missing = [inputs[i] for i in missing_at]
             fresh = self._expand_fresh(missing, start, missing_at, in_workers)
-            with self._cache_lock:
-                for i, x, g in zip(missing_at, missing, fresh):
-                    out[i] = g
-                    if _is_cacheable(x):
-                        cache[id(x)] = (x, g)
-                while len(cache) > self.cache_size:
-                    cache.popitem(last=False)  # the least recently used
+            for i, x, g in zip(missing_at, missing, fresh):
+                out[i] = g
+                self._cache.put(x, g)
         return out  # type: ignore[return-value]
 
     @property
@@ -247,7 +233,7 @@ class Compiler:
                       in_workers: bool = True) -> list[ExampleGraph]:
         """Expands inputs (in the workers for large batches); an error names the
         input's index, `start + positions[i]` (or `start + i`)."""
-        from blocks.errors import InputError
+        from refold.blocks.errors import InputError
         try:
             if self.program.reads_values:
                 return self._expand_in_rounds(inputs)
@@ -287,7 +273,7 @@ class Compiler:
         a few batches ahead (the cache is not used there). An `InputError` names
         the example's index in its batch.
 
-        >>> import blocks as td
+        >>> import refold as td
         >>> c = Compiler.create(td.Map(td.Scalar() >> td.Function(lambda x: x * 2)))
         >>> [p.stats.launches for p in c.plan_batches([[[1.0]], [[1.0, 2.0], [3.0]]], ahead=1)]
         [1, 1]
@@ -401,7 +387,7 @@ class Compiler:
         (each choice its own trace: no `tf.function` is shared between them)."""
         import tensorflow as tf
 
-        from compiler.handoff import Handoff
+        from refold.compiler.handoff import Handoff
         handoff, compute = Handoff(self.executor.input_signature()), self.executor.compute
         with self.inference_executor.tracing(single):
             fn = tf.function(lambda *t: compute(handoff.unfold(t)), autograph=False,
@@ -427,7 +413,7 @@ class Compiler:
     def _run_in_rounds(self, inputs: list, tolist: bool) -> list:
         """`run` of a block that reads computed values: the results are read from the
         rounds (`compiler.rounds`), which compute every node once, forward only."""
-        from blocks.errors import InputError
+        from refold.blocks.errors import InputError
         try:
             graphs, contexts, self.last_rounds = expand_in_rounds(
                 self.program, inputs, self._run_graphs, finish=True)
@@ -508,8 +494,8 @@ def find_bad_input(root, inputs: Iterable[Any], skip: Iterable[int] = ()):
     """The `InputError` (with the input's index) of the first input that fails on the
     reference evaluator, whose errors name the block path; None if all pass. Used to
     say which input made a batched run fail inside TensorFlow."""
-    from blocks.errors import InputError
-    from blocks.evaluation import reference_eval
+    from refold.blocks.errors import InputError
+    from refold.blocks.evaluation import reference_eval
     skip = set(skip)
     for i, x in enumerate(inputs):
         if i in skip:
@@ -542,16 +528,10 @@ def _cache_size(cache) -> int:
                      f"{cache!r}")
 
 
-def _is_cacheable(x: Any) -> bool:
-    # Small immutable values (numbers, strings) may share identities; not worth it.
-    return not isinstance(x, (int, float, str, bytes, bool, type(None)))
-
-
 def _planned_ahead(plans: Iterator[BatchPlan], ahead: int) -> Iterator[BatchPlan]:
     """`plans`, produced by a background thread up to `ahead` items in advance; an
     exception raised there is raised here, at the item where it happened."""
     import queue
-    import threading
     items: queue.Queue = queue.Queue(maxsize=ahead)
     stop = threading.Event()
 

@@ -26,10 +26,10 @@ flow into it (`IN`) and out of it (`OUT`), grown to a fixpoint over the rules:
 A rule applies only where the block evaluates as its class does (a subclass
 that overrides `_evaluate` gets the last rule), so the result may hold edges that
 never occur but misses none. The planner checks every batch anyway: a node that
-reads a value computed after it is an internal error, never a wrong result.
+reads a value computed after it is an `EngineError`, never a wrong result.
 
->>> import blocks as td
->>> from compiler.lowering import lower
+>>> import refold as td
+>>> from refold.compiler.lowering import lower
 >>> project, cell = td.FC(3, name="project"), td.FC(3, name="cell")
 >>> rnn = td.Map(td.Vector(3) >> project) >> td.Fold(td.Concat() >> cell, td.Zeros(3))
 >>> program = lower(rnn)
@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from blocks.block import Block
-from blocks.composition import AllOf, Composition, Pipe, Record
-from blocks.control import OneOf
-from blocks.sequences import RNN, Map
-from blocks.tensors import FromTensor, Function
-from blocks.validation import iter_blocks
+from refold.blocks.block import Block
+from refold.blocks.composition import AllOf, Composition, Pipe, Record
+from refold.blocks.control import OneOf
+from refold.blocks.sequences import RNN, Map
+from refold.blocks.tensors import FromTensor, Function
+from refold.blocks.validation import iter_blocks
 
 
 def op_feeds(program) -> np.ndarray:

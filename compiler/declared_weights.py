@@ -16,8 +16,8 @@ built when the model is made (`build_functions`): Keras makes a layer's weights 
 first call, and the optimizer must know them before the first step.
 
 >>> import warnings, keras
->>> import blocks as td
->>> from compiler import Model
+>>> import refold as td
+>>> from refold.compiler import Model
 >>> hidden = keras.layers.Dense(2, name="hidden")
 >>> fn = td.Function(lambda x: hidden(x), infer_output_type=False)
 >>> _ = fn.set_output_type(td.TensorType((2,)))
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import warnings
 
-from blocks.validation import validate
+from refold.blocks.validation import validate
 
 ADVICE = ("Make the function a Keras layer (a keras.layers.Layer whose call does its work "
           "tracks the layers it holds) and pass that, td.Function(layer)")
@@ -43,7 +43,7 @@ def build_functions(root) -> None:
     """Builds the Keras layers of functions not called to infer their output type
     (`td.Function.build_layers`): Keras makes a layer's weights at its first call,
     and a model must have them before its optimizer is built."""
-    from blocks import Function
+    from refold.blocks import Function
     for b in validate(root):
         if isinstance(b, Function):
             b.build_layers()
@@ -66,7 +66,7 @@ def _behind(variable) -> list:
 def check_functions(root, layers: list, variables: list) -> set[int]:
     """Warns of each `td.Function` that read undeclared weights when it was called to
     infer its output type; returns the ids of the variables it warned of."""
-    from blocks import Function
+    from refold.blocks import Function
     declared, warned = declared_ids(layers, variables), set()
     for b in validate(root):
         missed = [v for v in b.variables_read() if id(v) not in declared] \
@@ -110,7 +110,7 @@ class TracedWeights:
 
     def _suspects(self) -> str:
         """The functions not called before tracing (`infer_output_type=False`)."""
-        from blocks import Function
+        from refold.blocks import Function
         paths = [b.path for b in validate(self._root)
                  if isinstance(b, Function) and not b.infers_output_type]
         return (f" (read by one of the functions made with infer_output_type=False: "

@@ -5,8 +5,8 @@ weights are mirrored); then train as on one device, with Keras' callbacks,
 validation data, metrics, sample weights and `History`:
 
 >>> import keras, tensorflow as tf
->>> import blocks as td
->>> from compiler import Model
+>>> import refold as td
+>>> from refold.compiler import Model
 >>> strategy = tf.distribute.MirroredStrategy(["CPU:0"])   # or several devices
 >>> with strategy.scope():
 ...     block = td.Map(td.Scalar() >> td.Function(lambda x: x[:, None]) >> td.FC(1)) \\
@@ -63,8 +63,8 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
-from compiler.pipeline import Labels, as_inputs, check_batch_size
-from compiler.steps import STEP_FINITE, STEP_LOSS, NonFiniteLossError, next_indices
+from refold.compiler.pipeline import Labels, as_inputs, check_batch_size
+from refold.compiler.steps import STEP_FINITE, STEP_LOSS, NonFiniteLossError, next_indices
 
 STRATEGIES = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
 

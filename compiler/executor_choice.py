@@ -113,7 +113,7 @@ def by_rows(layout, arrays: dict, max_rows: float, traced: Collection[bool],
     within `near_factor` of it takes the one choice traced (in `traced`) rather than
     tracing its own, since near the threshold both cost about the same and a trace
     costs seconds."""
-    from scheduler.weight_grads import mean_loop_rows
+    from refold.scheduler.weight_grads import mean_loop_rows
     rows = mean_loop_rows(layout, arrays)
     if rows is None or max_rows == 0:
         return False

@@ -11,8 +11,8 @@ expanded a batch at a time into one context instead (`expand_batch`, a
 `BatchGraph`): the same graph, with no per-example graph to make and concatenate.
 
 >>> import tensorflow as tf
->>> import blocks as td
->>> from compiler.lowering import lower
+>>> import refold as td
+>>> from refold.compiler.lowering import lower
 >>> block = td.Map(td.Scalar() >> td.Function(tf.negative))
 >>> program = lower(block)
 >>> graph = expand(program, [1.0, 2.0])
@@ -30,11 +30,11 @@ from typing import Any
 import numba
 import numpy as np
 
-from blocks.errors import InputError
-from blocks.evaluation import call_with_deep_stack, root_input
-from blocks.types import TensorType
-from scheduler.graph import OpGraph
-from scheduler.planner import plan_record
+from refold.blocks.errors import InputError
+from refold.blocks.evaluation import call_with_deep_stack, root_input
+from refold.blocks.types import TensorType
+from refold.scheduler.graph import OpGraph
+from refold.scheduler.planner import plan_record
 
 
 @dataclass
@@ -136,7 +136,7 @@ class ExpansionContext:
     def op(self, op, args: list) -> list[int]:
         signature = self._op_signatures.get(op)
         if signature is None:  # imported here: the error path only
-            from compiler.lowering import UnloweredOpError
+            from refold.compiler.lowering import UnloweredOpError
             raise UnloweredOpError.of(op)
         o, out_types, prelude_only, check = signature
         vd = self.value_depth
@@ -199,7 +199,7 @@ class ExpansionContext:
             del self._sources[o]
 
     def read(self, value_type, value):
-        from blocks.errors import InternalError
+        from refold.blocks.errors import InternalError
         raise InternalError("this block reads computed values (Unfold), so its inputs "
                             "expand in rounds (compiler.rounds.expand_in_rounds)")
 
@@ -228,7 +228,7 @@ class ExpansionContext:
             np.asarray(self.constant_code[first:], np.int64), self._n_types,
             len(self.value_depth) - values, nodes)
         if not ok:
-            from blocks.errors import InternalError
+            from refold.blocks.errors import InternalError
             raise InternalError("the recorded values do not match the nodes' outputs")
         return fields[0], fields[1], fields[2]
 
@@ -313,7 +313,7 @@ def expand_all(program, inputs: list, start: int = 0) -> list[ExampleGraph]:
             try:
                 out.append(_expand_here(program, x))
             except InputError as e:
-                raise e.with_example_index(start + i) from e.__cause__
+                raise e.locate_in(x).with_example_index(start + i) from e.__cause__
         return out
     return call_with_deep_stack(run)
 
@@ -375,6 +375,7 @@ def _expand_batch_here(program, inputs: list, skip: bool) -> BatchGraph:
         try:
             result = root._eval(ctx, root_input(root, ctx, x))
         except InputError as e:
+            e.locate_in(x)
             if not skip:
                 raise e.with_example_index(i) from e.__cause__
             ctx.rewind(mark)

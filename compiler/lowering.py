@@ -10,7 +10,7 @@ the same function with the same weights, so they become one op and are batched
 together: two `Function` blocks that share a layer and a signature run as one
 launch, where TensorFlow Fold batched per block instance only.
 
->>> import blocks as td
+>>> import refold as td
 >>> fc = td.FC(4)
 >>> block = td.Record((td.Vector(3) >> fc, td.Vector(3) >> fc))
 >>> program = lower(block)
@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from blocks.block import Block
-from blocks.composition import convert_to_block
-from blocks.errors import InternalError
-from blocks.metrics import Metric
-from blocks.op import Op
-from blocks.types import TensorType
-from blocks.validation import validate
+from refold.blocks.block import Block
+from refold.blocks.composition import convert_to_block
+from refold.blocks.errors import InternalError
+from refold.blocks.metrics import Metric
+from refold.blocks.op import Op
+from refold.blocks.types import TensorType
+from refold.blocks.validation import validate
 
 
 @dataclass

@@ -23,8 +23,8 @@ Two ways to give the loss:
   does). All other metrics are reported as their mean over all values of the epoch.
 
 >>> import numpy as np, tensorflow as tf, keras
->>> import blocks as td
->>> from compiler import Model
+>>> import refold as td
+>>> from refold.compiler import Model
 >>> keras.utils.set_random_seed(0)
 >>> block = td.Map(td.Scalar() >> td.Function(lambda x: x[:, None])) >> td.Sum() \\
 ...     >> td.FC(2, activation=None)
@@ -54,23 +54,23 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from blocks.errors import InputError
-from blocks.layers import is_keras_layer
-from blocks.precision import global_policy
-from blocks.serialization import deserialize, serialize
-from blocks.types import TensorType
-from blocks.validation import validate
-from compiler import signature as packed
-from compiler.blame import blaming
-from compiler.compiler import Compiler
-from compiler.declared_weights import (
+from refold.blocks.errors import InputError
+from refold.blocks.layers import is_keras_layer
+from refold.blocks.precision import global_policy
+from refold.blocks.serialization import deserialize, serialize
+from refold.blocks.types import TensorType
+from refold.blocks.validation import validate
+from refold.compiler import signature as packed
+from refold.compiler.blame import blaming
+from refold.compiler.compiler import Compiler
+from refold.compiler.declared_weights import (
     TracedWeights,
     build_functions,
     check_functions,
     declared_ids,
 )
-from compiler.distributed import ReplicaSteps, is_distributed, sharded_feeder
-from compiler.pipeline import (
+from refold.compiler.distributed import ReplicaSteps, is_distributed, sharded_feeder
+from refold.compiler.pipeline import (
     InputPipeline,
     Labels,
     as_inputs,
@@ -79,9 +79,9 @@ from compiler.pipeline import (
     hold_out,
     split_validation,
 )
-from compiler.predicting import predict_loop
-from compiler.saving import atomic_write, refuse_after_nan, write_saved_model
-from compiler.steps import (
+from refold.compiler.predicting import predict_loop
+from refold.compiler.saving import atomic_write, refuse_after_nan, write_saved_model
+from refold.compiler.steps import (
     STEP_FINITE,
     STEP_LOSS,
     StepFunction,
@@ -89,8 +89,8 @@ from compiler.steps import (
     all_finite,
     apply_if_finite_on_every_replica,
 )
-from compiler.streaming import StreamFeeder, is_stream, reads_once
-from compiler.xla import XlaBatches, metric_weights
+from refold.compiler.streaming import StreamFeeder, is_stream, reads_once
+from refold.compiler.xla import XlaBatches, metric_weights
 
 
 @keras.saving.register_keras_serializable(package="refold")
@@ -111,10 +111,11 @@ class Model(keras.Model):
         seed: seeds the per-epoch shuffling (epoch `e` uses `seed + e`), so a run
             resumed from a checkpoint sees the same batches as an uninterrupted one.
         name: the Keras model name.
-        cache: keep inputs' expanded graphs (keyed by the input object) so later
-            epochs skip expansion: `True` up to `compiler.compiler.DEFAULT_CACHE_SIZE`
-            inputs, an int up to that many (the least recently used dropped), `False`
-            none. Cached inputs are held in memory and must not be mutated.
+        cache: keep inputs' expanded graphs (found by the input object, checked
+            against a fingerprint of its content) so later epochs skip expansion:
+            `True` up to `compiler.compiler.DEFAULT_CACHE_SIZE` inputs, an int up to
+            that many (the least recently used dropped), `False` none. An input
+            changed in place is expanded again; cached inputs are held in memory.
         workers: expand the inputs of in-memory lists never seen before, and the
             batches of streams (`compiler.streaming`), in that many forked worker
             processes (see `Compiler`), for machines with spare cores; 0 (default)
@@ -259,6 +260,23 @@ class Model(keras.Model):
         for m, t in enumerate(self.program.metric_types):
             values[m] = outs[self.program.type_id[t]][bounds[m, 0]:bounds[m, 1]]
         return y_pred, values
+
+    def __call__(self, inputs, *args, **kwargs):
+        """`model(inputs)` on a list of Python inputs: their outputs as one tensor
+        `[N, ...]`, differentiable under `tf.GradientTape`, as a Keras model called on
+        a batch (`predict` gives the same values as numpy). On a batch's packed arrays
+        (what the step functions pass), Keras' own call."""
+        if isinstance(inputs, dict) and "batch_size" in inputs:
+            return super().__call__(inputs, *args, **kwargs)
+        if self._out_type is None:
+            raise TypeError(
+                f"model(inputs) returns one tensor per input, but this block's output is "
+                f"{self.block.output_type}"
+                + (" with metrics" if self.program.metric_types else "")
+                + ": use model.predict(inputs) (results in block.eval's form)")
+        arrays = self.packed_inputs(as_inputs(inputs, "inputs"))
+        return super().__call__({k: tf.convert_to_tensor(v) for k, v in arrays.items()},
+                                *args, **kwargs)
 
     def call(self, inputs: dict, training: bool = False):
         y_pred, _ = self._forward(inputs)

@@ -37,8 +37,8 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
-from blocks.errors import InputError
-from compiler.expansion import expand_all
+from refold.blocks.errors import InputError
+from refold.compiler.expansion import expand_all
 
 # The program the workers expand with; set in the parent just before forking and
 # inherited by the children (never pickled).
@@ -46,13 +46,15 @@ _PROGRAMS: dict[int, Any] = {}
 
 
 def _expand_chunk(key: int, inputs: list) -> tuple:
-    """Runs in a worker: ("ok", graphs) or ("input_error", index, class, path, reason)."""
+    """Runs in a worker: ("ok", graphs) or ("input_error", index, class, path, reason,
+    data path)."""
     program = _PROGRAMS[key]
     program = getattr(program, "program", program)  # a Compiler or a Program
     try:
         return ("ok", expand_all(program, inputs, 0))
     except InputError as e:
-        return ("input_error", e.example_index, type(e).__name__, e.block_path, e.reason)
+        return ("input_error", e.example_index, type(e).__name__, e.block_path, e.reason,
+                e.data_path)
 
 
 def _plan_chunk(key: int, inputs: list, grouped: bool) -> tuple:
@@ -61,16 +63,17 @@ def _plan_chunk(key: int, inputs: list, grouped: bool) -> tuple:
     try:
         return ("ok", compiler._plan_serial(inputs, grouped))
     except InputError as e:
-        return ("input_error", e.example_index, type(e).__name__, e.block_path, e.reason)
+        return ("input_error", e.example_index, type(e).__name__, e.block_path, e.reason,
+                e.data_path)
 
 
 def _raise_input_error(reply: tuple, offset: int) -> None:
-    _, index, cls_name, path, reason = reply
-    from blocks import errors
+    _, index, cls_name, path, reason, data_path = reply
+    from refold.blocks import errors
     cls = getattr(errors, cls_name, InputError)
     if not (isinstance(cls, type) and issubclass(cls, InputError)):
         cls = InputError
-    raise cls(path, reason, offset + (index or 0))
+    raise cls(path, reason, offset + (index or 0), data_path)
 
 
 class ExpansionPool:
@@ -183,7 +186,7 @@ def warm_planner(compiler) -> None:
     LLVM's initialisation there, which is not safe after a fork."""
     scheduler = getattr(compiler, "scheduler", None)
     if scheduler is not None:
-        from compiler.warmup import warm_up
+        from refold.compiler.warmup import warm_up
         warm_up([scheduler])
 
 
@@ -423,7 +426,7 @@ def _serve(task, conn, others, nice: int = 0) -> None:
             pass
     for c in others:
         c.close()
-    from blocks.evaluation import start_deep_thread
+    from refold.blocks.evaluation import start_deep_thread
     start_deep_thread(_serve_loop, task, conn, name="refold-worker-loop").join()
 
 

@@ -28,10 +28,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from blocks.errors import InputError
-from blocks.types import TensorType
-from compiler import signature as packed
-from compiler.compiler import BatchPlan, Compiler
+from refold.blocks.errors import InputError
+from refold.blocks.types import TensorType
+from refold.compiler import signature as packed
+from refold.compiler.compiler import BatchPlan, Compiler
 
 # With `verbose` on, expanding more inputs than this shows a progress bar.
 PROGRESS_AFTER = 1000
@@ -335,7 +335,8 @@ def _show(row: np.ndarray) -> str:
 
 
 def as_inputs(x: Any, what: str = "x") -> list:
-    """`x` as a list of Python inputs; refuses None, one input, and prepared datasets."""
+    """`x` as a list of Python inputs; refuses None, nothing, one input, and prepared
+    datasets."""
     if x is None:
         raise ValueError(f"no inputs: {what} is None")
     if isinstance(x, (str, bytes, dict)) or not isinstance(x, Iterable):
@@ -344,7 +345,10 @@ def as_inputs(x: Any, what: str = "x") -> list:
     if isinstance(x, (tf.data.Dataset, keras.utils.PyDataset)):
         raise TypeError(f"{what} must be a list of Python inputs; Model packs its own "
                         "batches")
-    return x if isinstance(x, list) else list(x)
+    inputs = x if isinstance(x, list) else list(x)
+    if not inputs:
+        raise ValueError(f"{what} is empty: give at least one input")
+    return inputs
 
 
 def split_validation(data) -> tuple:

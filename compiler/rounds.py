@@ -21,8 +21,8 @@ training. Inference (`Compiler.run`) needs none: a last round computes what no
 read asked for, and the results are read from the rounds' values.
 
 >>> import tensorflow as tf
->>> import blocks as td
->>> from compiler import Compiler
+>>> import refold as td
+>>> from refold.compiler import Compiler
 >>> step = td.GetItem(0) >> td.Function(lambda s: s + 1.0) >> td.AllOf(
 ...     td.Identity(), td.Identity())
 >>> count = td.AllOf(td.Scalar(), td.Identity()) >> td.Unfold(
@@ -42,11 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from blocks.errors import InputError
-from blocks.evaluation import call_with_deep_stack, root_input
-from blocks.types import TensorType
-from compiler.expansion import ExampleGraph, ExpansionContext
-from scheduler.graph import OpGraph
+from refold.blocks.errors import InputError
+from refold.blocks.evaluation import call_with_deep_stack, root_input
+from refold.blocks.types import TensorType
+from refold.compiler.expansion import ExampleGraph, ExpansionContext
+from refold.scheduler.graph import OpGraph
 
 _THREAD_STACK_BYTES = 64 * 1024 * 1024
 
@@ -268,7 +268,7 @@ def _expand_in_rounds(program, inputs: list, run_graphs: RunGraphs,
         i = min(errors)
         e = errors[i]
         if isinstance(e, InputError):
-            raise e.with_example_index(i) from e.__cause__
+            raise e.locate_in(inputs[i]).with_example_index(i) from e.__cause__
         raise e
     if finish and any(ctx.has_pending() for ctx in contexts):
         _run_round(contexts, run_graphs)

@@ -23,8 +23,8 @@ input order. Only expanding and planning the inputs (`compiler.Compiler`, or the
 consistency checks a SavedModel runs first, so a malformed request fails with a
 message naming the tensor at fault rather than deep in the executor.
 
->>> import blocks as td
->>> from compiler.compiler import Compiler
+>>> import refold as td
+>>> from refold.compiler.compiler import Compiler
 >>> c = Compiler.create(td.Map(td.Scalar()) >> td.Sum())
 >>> arrays = pack(c.plan([[1.0, 2.0], [3.0]], grouped=True), c.program)
 >>> sorted(arrays), arrays["consts_float32"].tolist(), arrays["batch_size"].tolist()
@@ -38,9 +38,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from compiler.compiler import BatchPlan
-from compiler.lowering import Program
-from scheduler.executor import Executor
+from refold.compiler.compiler import BatchPlan
+from refold.compiler.lowering import Program
+from refold.scheduler.executor import Executor
 
 
 def signature(executor: Executor) -> dict:

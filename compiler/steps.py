@@ -28,9 +28,9 @@ from collections.abc import Callable, Collection, Sequence
 
 import tensorflow as tf
 
-from compiler.executor_choice import InferenceExecutorChoice, by_rows, rows_limit
-from compiler.handoff import Handoff
-from compiler.pipeline import BatchFeeder
+from refold.compiler.executor_choice import InferenceExecutorChoice, by_rows, rows_limit
+from refold.compiler.handoff import Handoff
+from refold.compiler.pipeline import BatchFeeder
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -121,7 +121,7 @@ class WeightGradsChoice:
     NEAR = 2.0  # `key`: a batch this close to `max_rows` may take the other choice's trace
 
     def __init__(self, executor, max_rows: float | None = None, replay: bool = True):
-        from scheduler.weight_grads import ONCE_PER_STEP_ROWS
+        from refold.scheduler.weight_grads import ONCE_PER_STEP_ROWS
         self.executor = executor
         self.max_rows = ONCE_PER_STEP_ROWS if max_rows is None else max_rows
         self.replay = replay

@@ -50,8 +50,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from blocks.errors import InputError
-from blocks.evaluation import start_deep_thread
+from refold.blocks.errors import InputError
+from refold.blocks.evaluation import start_deep_thread
 
 # Batches planned ahead of the step, waiting in the queue.
 AHEAD = 4
@@ -350,7 +350,7 @@ class StreamFeeder:
         return err
 
     def _labels(self, raw: RawBatch):
-        from compiler.pipeline import Labels, class_weights
+        from refold.compiler.pipeline import Labels, class_weights
         if raw.y is None:
             return Labels(None, None)
         what = "labels" if self.what == "x" else f"{self.what} labels"
@@ -393,8 +393,8 @@ def plan_in_worker(compiler, payload: tuple) -> tuple:
     `expand_skipping` says them, the inputs left out or the error of the first bad
     one. The batch is expanded as one graph (`compiler.expansion.expand_batch`):
     inputs that arrive pickled never hit the compiler's cache (keyed by the object)."""
-    from compiler.expansion import expand_batch
-    from compiler.pipeline import InputPipeline
+    from refold.compiler.expansion import expand_batch
+    from refold.compiler.pipeline import InputPipeline
     inputs, skip = payload
     try:
         batch = expand_batch(compiler.program, inputs, skip)

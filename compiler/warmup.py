@@ -1,4 +1,4 @@
-"""Compiles the planning kernels ahead of the first `fit`: `python -m compiler.warmup`.
+"""Compiles the planning kernels ahead of the first `fit`: `python -m refold.compiler.warmup`.
 
 The scheduler's Numba kernels are compiled with `cache=True`: the first process on a
 machine that plans a batch compiles them (tens of seconds, BENCHMARKS.md) and writes
@@ -7,8 +7,8 @@ This command pays that once, at install time (a Dockerfile, a CI setup step), so
 that no user-facing first `fit` does: it plans a small batch of a tree model with a
 metric under every registered scheduler, grouped and not, which calls every kernel.
 
->>> stats = warm_up()                   # cached already: nothing left to compile
->>> stats["compiled"]
+>>> first = warm_up()                   # compiles what the on-disk cache lacks
+>>> warm_up()["compiled"]               # then nothing is left to compile
 []
 """
 
@@ -20,9 +20,9 @@ from collections.abc import Iterator
 
 import numba
 
-import blocks as td
-from compiler.compiler import Compiler
-from scheduler.schedules import SCHEDULERS
+import refold.blocks as td
+from refold.compiler.compiler import Compiler
+from refold.scheduler.schedules import SCHEDULERS
 
 
 def _block():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scheduler.xla import XlaExecutor
+from refold.scheduler.xla import XlaExecutor
 
 # The smallest bucket of rows: batches of a few small inputs share few compiled
 # programs (buffers, launches outside the loop and the loop's iteration table

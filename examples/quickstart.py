@@ -1,5 +1,5 @@
 """A first Refold program: a recursive block over expression trees, evaluated one input
-at a time. Run it with `python -m examples.quickstart`.
+at a time. Run it with `python -m refold.examples.quickstart`.
 
 Each tree is a number (a leaf) or a dict `{"op": "+" or "*", "left": tree, "right": tree}`.
 The model embeds leaves with a small fully connected layer and combines children with
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import blocks as td
+import refold as td
 
 STATE = 8
 

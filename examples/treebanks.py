@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from examples.parser.treebank import Sentence
-from examples.read_report import ReadReport
+from refold.examples.parser.treebank import Sentence
+from refold.examples.read_report import ReadReport
 
 __all__ = ["Reading", "parse", "read"]
 

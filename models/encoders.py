@@ -15,8 +15,8 @@
 The tree encoders take `per_node`, a block run at every node on `(state, node)`,
 e.g. `heads.node_classifier(...)` for a loss at every node.
 
->>> import blocks as td
->>> from models import rnn_cells
+>>> import refold as td
+>>> from refold.models import rnn_cells
 >>> bi = td.Map(td.Vector(2)) >> bidirectional(rnn_cells.GRUCell(3), rnn_cells.GRUCell(3))
 >>> bi.output_type
 SequenceType(TensorType((6,), 'float32'))
@@ -32,11 +32,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import blocks as td
-from blocks.block import Block, block_factory
-from blocks.layers import Layer
-from blocks.types import TupleType
-from models.rnn_cells import CellPair, InputProjection, ProjectedCell, projects_input
+import refold.blocks as td
+from refold.blocks.block import Block, block_factory
+from refold.blocks.layers import Layer
+from refold.blocks.types import TupleType
+from refold.models.rnn_cells import CellPair, InputProjection, ProjectedCell, projects_input
 
 
 @block_factory

@@ -14,8 +14,8 @@ others as means.
   encoders (`models.encoders`), with a loss at every node;
 - `classification_metrics()`: `(logits, label) -> nothing`, the metrics alone.
 
->>> import blocks as td
->>> from models import encoders, rnn_cells
+>>> import refold as td
+>>> from refold.models import encoders, rnn_cells
 >>> words = td.GetItem("words") >> td.Map(td.Scalar("int32") >> td.Embedding(10, 4))
 >>> model = tagger(words >> encoders.bidirectional(rnn_cells.LSTMCell(3),
 ...                                                rnn_cells.LSTMCell(3)), 5, tags="tags")
@@ -32,8 +32,8 @@ from typing import Any
 
 import tensorflow as tf
 
-import blocks as td
-from blocks.block import Block, block_factory
+import refold.blocks as td
+from refold.blocks.block import Block, block_factory
 
 
 def _cross_entropy(logits, labels):
@@ -54,7 +54,7 @@ def classification_metrics(loss: str = "loss", accuracy: str | None = "accuracy"
 
     The label is an int32 scalar tensor (e.g. `td.Scalar("int32")` of a Python int).
 
-    >>> import blocks as td
+    >>> import refold as td
     >>> block = (td.Vector(2), td.Scalar("int32")) >> classification_metrics()
     >>> _, m = block.eval(([0.0, 0.0], 1))
     >>> round(float(m["loss"][0]), 4), float(m["accuracy"][0])   # log(2); ties go to 0
@@ -133,7 +133,7 @@ def node_classifier(num_classes: int, label: Any = "label", logits_layer: td.FC 
     `per_node`. The logits come from the state's `h` (its first item if it is a
     tuple), the label from `node[label]` (or a block reading the node).
     """
-    from models.encoders import _StateH
+    from refold.models.encoders import _StateH
     head = logits_layer or td.FC(num_classes, activation=None, name="node_logits")
     scores = td.GetItem(0) >> _StateH() >> head
     target = td.GetItem(1) >> _reader(label) >> td.Scalar("int32")
@@ -145,9 +145,9 @@ def variables(block: Any) -> list:
     `tf.Variable`s, for a `tf.GradientTape`."""
     import keras
 
-    from blocks.layers import Layer
-    from blocks.tensors import FromTensor, Function
-    from blocks.validation import validate
+    from refold.blocks.layers import Layer
+    from refold.blocks.tensors import FromTensor, Function
+    from refold.blocks.validation import validate
     seen: dict[int, Any] = {}
     for b in validate(td.convert_to_block(block)):
         found = []

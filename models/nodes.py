@@ -6,7 +6,7 @@ A cell over N ordered children reads, at one node:
 - `(child_1, ..., child_N)` when it has no input vector,
 - `(x, (child_1, ..., child_N))` otherwise.
 
->>> from blocks.types import TensorType
+>>> from refold.blocks.types import TensorType
 >>> node_input_type(TensorType((4,)), 2, None)
 TupleType(TensorType((4,), 'float32'), TensorType((4,), 'float32'))
 >>> len(node_input_type(TensorType((4,)), 2, 3))   # (x, children)
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from blocks.types import TensorType, TupleType
+from refold.blocks.types import TensorType, TupleType
 
 
 def node_input_type(child_type: Any, num_children: int, input_size: int | None):

@@ -14,7 +14,7 @@ The input size is taken from the first input type the cell meets, or given as
 projection `x W + b` (`InputProjection`) on every element before the engine's loop,
 the rest (`ProjectedCell`) in it.
 
->>> import blocks as td
+>>> import refold as td
 >>> cell = LSTMCell(4)
 >>> encoder = td.Map(td.Vector(3)) >> td.RNN(cell)        # (outputs, final (h, c))
 >>> outputs, (h, c) = encoder.eval([[1, 0, 0], [0, 1, 0]])
@@ -35,11 +35,11 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-import blocks as td
-from blocks.block import block_factory
-from blocks.layers import Layer
-from blocks.types import ResultType, TensorType, TupleType
-from models import gates
+import refold.blocks as td
+from refold.blocks.block import block_factory
+from refold.blocks.layers import Layer
+from refold.blocks.types import ResultType, TensorType, TupleType
+from refold.models import gates
 
 
 class _CellWeights(keras.layers.Layer):
@@ -300,7 +300,7 @@ class CellPair(Layer):
     directions into one launch per step, instead of one launch per direction
     per step (half the loop iterations, and one op in the loop, not two).
 
-    >>> import blocks as td
+    >>> import refold as td
     >>> pair = CellPair(LSTMCell(2, input_size=3), GRUCell(4, input_size=3))
     >>> pair.output_type[1]    # the two states
     TupleType(TupleType(TensorType((2,), 'float32'), TensorType((2,), 'float32')),
@@ -366,7 +366,7 @@ class InputProjection(Layer):
     own weights.
 
     >>> import numpy as np
-    >>> import blocks as td
+    >>> import refold as td
     >>> cell = LSTMCell(2, input_size=3)
     >>> project = td.Vector(3) >> InputProjection(cell)
     >>> step = td.Record((td.Vector(8), (td.Vector(2), td.Vector(2)))) >> ProjectedCell(cell)

@@ -24,7 +24,7 @@ sees that child's `h`:
 
 Its input is `(x, children)`: a vector and a *sequence* of child states.
 
->>> import blocks as td
+>>> import refold as td
 >>> cell = NaryTreeLSTMCell(4, num_children=2)
 >>> node = td.Record((td.Zeros(state_type(4)), td.Zeros(state_type(4)))) >> cell
 >>> node.output_type == state_type(4)
@@ -44,12 +44,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import blocks as td
-from blocks.block import Block
-from blocks.layers import Layer
-from blocks.types import SequenceType, TensorType, TupleType
-from models import gates
-from models.nodes import node_input_type, split_node_args
+import refold.blocks as td
+from refold.blocks.block import Block
+from refold.blocks.layers import Layer
+from refold.blocks.types import SequenceType, TensorType, TupleType
+from refold.models import gates
+from refold.models.nodes import node_input_type, split_node_args
 
 
 def state_type(hidden: int) -> TupleType:

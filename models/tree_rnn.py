@@ -7,7 +7,7 @@ input vector (if any) and its N children's states by one layer:
 
 A leaf is the `N = 0` case on an input vector.
 
->>> import blocks as td
+>>> import refold as td
 >>> leaf = TreeRNNCell(4, num_children=0, input_size=2)
 >>> node = TreeRNNCell(4, num_children=2)
 >>> tree = td.ForwardDeclaration(td.PyObjectType(), td.TensorType((4,)))
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from blocks.layers import Layer
-from blocks.types import TensorType
-from models.nodes import node_input_type, split_node_args
+from refold.blocks.layers import Layer
+from refold.blocks.types import TensorType
+from refold.models.nodes import node_input_type, split_node_args
 
 
 class TreeRNNCell(Layer):

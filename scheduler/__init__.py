@@ -7,11 +7,12 @@ block expressions to op graphs and uses it through two calls: `Planner.plan`
 the values read out).
 """
 
-from scheduler.executor import Executor, Feed
-from scheduler.graph import OpGraph
-from scheduler.layout import Layout
-from scheduler.planner import Plan, Planner, plan_record
-from scheduler.schedules import (
+from refold.scheduler.errors import EngineError
+from refold.scheduler.executor import Executor, Feed
+from refold.scheduler.graph import OpGraph
+from refold.scheduler.layout import Layout
+from refold.scheduler.planner import Plan, Planner, plan_record
+from refold.scheduler.schedules import (
     SCHEDULERS,
     Schedule,
     Scheduler,
@@ -23,4 +24,4 @@ from scheduler.schedules import (
 
 __all__ = ["OpGraph", "Layout", "Schedule", "ScheduleStats", "Scheduler", "SCHEDULERS",
            "register_scheduler", "depth_schedule", "agenda_schedule", "Planner", "Plan",
-           "plan_record", "Executor", "Feed"]
+           "plan_record", "Executor", "Feed", "EngineError"]

@@ -60,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.layout import Layout, dtype_name
+from refold.scheduler.layout import Layout, dtype_name
 
 # Whether the tap also takes the weight gradients of a deferred loop op's launch
 # before the loop (read when a step is traced; `benchmarks.ablations --only outer`
@@ -201,7 +201,7 @@ class Executor:
         tap = self._weight_tap(deferred, final, outer, seg) if deferred else None
         bufs = self._before_loop(made, seg, tap, deferred, outer)
         if replay:
-            from scheduler.reverse import replay_loop
+            from refold.scheduler.reverse import replay_loop
             post, ends = replay_loop(self, [bufs[k] for k in self.layout.loop_types], seg)
             final.update(zip(self.layout.loop_types, ends))
             post = dict(zip(self.layout.loop_types, post))
@@ -275,7 +275,7 @@ class Executor:
         `weight_grads.inputs_only` if its weight gradients are `deferred`)."""
         import tensorflow as tf
 
-        from scheduler.loop_products import transposed_once
+        from refold.scheduler.loop_products import transposed_once
         lay = self.layout
         ins = lay.op_in[o]
         slot = {k: i for i, k in enumerate(lay.loop_types)}
@@ -288,7 +288,7 @@ class Executor:
                     for a, k in enumerate(ins)]
         with transposed_once():  # its weight products' gradients: scheduler.loop_products
             if o in deferred:
-                from scheduler.weight_grads import inputs_only
+                from refold.scheduler.weight_grads import inputs_only
                 outs = inputs_only(lambda *a: self._call(o, list(a), n), args)
             else:
                 outs = self._call(o, args, n)
@@ -339,7 +339,7 @@ class Executor:
         (`differentiable=False`: for a loop no gradient goes through)."""
         import tensorflow as tf
 
-        from scheduler.inplace import write_read
+        from refold.scheduler.inplace import write_read
         lay = self.layout
         loop_types = lay.loop_types
         shapes = [tuple(t.shape) for t in lay.value_types]
@@ -386,7 +386,7 @@ class Executor:
         launch's outputs, not yet written, are read by no launch)."""
         import tensorflow as tf
 
-        from scheduler.inplace import final_read
+        from refold.scheduler.inplace import final_read
         _, n_out = self._row_lists()
         post = {}
         for i, k in enumerate(self.layout.loop_types):
@@ -434,7 +434,7 @@ class Executor:
         if not (enabled and self.layout.loop_ops and record.could_possibly_record()):
             return {}
         if not hasattr(self, "_loop_weights"):
-            from scheduler.weight_grads import variables_of
+            from refold.scheduler.weight_grads import variables_of
             lay, tapped = self.layout, set(self._tapped_types())
             self._loop_weights, self._all_deferrable = {}, True
             for o in lay.loop_ops:
@@ -455,7 +455,7 @@ class Executor:
         """The tap whose gradient adds the deferred weights' gradients (`final`:
         per loop type, its buffer after the loop, filled in by `_after_loop`;
         `outer`: the deferred ops' launches before the loop, by `_before_loop`)."""
-        from scheduler.weight_grads import tap_of
+        from refold.scheduler.weight_grads import tap_of
 
         def op_grads(o, vs, g_buf):
             return self._op_weight_grads(o, vs, final, g_buf, seg, outer.get(o))
@@ -546,7 +546,7 @@ class Executor:
         def run():
             if not inputs_only:
                 return self._call(o, args, n)
-            from scheduler.weight_grads import inputs_only as call
+            from refold.scheduler.weight_grads import inputs_only as call
             return call(lambda *a: self._call(o, list(a), n), args)
         if getattr(self.ops[o], "handles_empty", False) is True:
             return run()

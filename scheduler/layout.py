@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from refold.scheduler.errors import EngineError
+
 
 def dtype_name(value_type) -> str:
     """The numpy dtype name of a value type (`float32` when it has none)."""
@@ -175,8 +177,7 @@ class Layout:
         if code == TOO_LARGE:
             return ValueError("the batch is too large for int32 indices")
         if code == OUT_OF_ORDER:
-            from blocks.errors import InternalError
-            return InternalError(
+            return EngineError(
                 f"a node of op {self.op_names[op]!r} reads a value computed after it: the "
                 "layout's stages say an op cannot feed it that does (an op feeds another "
                 "that its `feeds` matrix, from compiler.dataflow, says it never feeds)")

@@ -15,8 +15,8 @@ the compiled path is tested against. Both read the ops' `Layout` only.
 >>> import numpy as np
 >>> from collections import namedtuple
 >>> from types import SimpleNamespace as Op
->>> from scheduler.graph import OpGraph
->>> from scheduler.layout import Layout
+>>> from refold.scheduler.graph import OpGraph
+>>> from refold.scheduler.layout import Layout
 >>> t = namedtuple("ValueType", "shape dtype")((), "float32")
 >>> double = Op(name="double", input_types=[t], output_types=[t])
 >>> g = OpGraph.build([0, 0], [1, 1], [0, 1], [0, 0, 0], [-1, 0, 1], [0, 0, 0],
@@ -39,11 +39,24 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from scheduler.executor import Feed
-from scheduler.graph import OpGraph, _merge_records
-from scheduler.layout import LOOKUP_IN_LOOP, NOT_CONSTANT, OK, OUT_OF_ORDER, TOO_LARGE, Layout
-from scheduler.packing import _pack, _segments, pack_rows, pack_segments
-from scheduler.schedules import SCHEDULERS, Schedule, Scheduler, ScheduleStats, schedule_stats
+from refold.scheduler.executor import Feed
+from refold.scheduler.graph import OpGraph, _merge_records
+from refold.scheduler.layout import (
+    LOOKUP_IN_LOOP,
+    NOT_CONSTANT,
+    OK,
+    OUT_OF_ORDER,
+    TOO_LARGE,
+    Layout,
+)
+from refold.scheduler.packing import _pack, _segments, pack_rows, pack_segments
+from refold.scheduler.schedules import (
+    SCHEDULERS,
+    Schedule,
+    Scheduler,
+    ScheduleStats,
+    schedule_stats,
+)
 
 
 def plan_record(graph: OpGraph, results, metric_ids, metric_values) -> np.ndarray:

@@ -34,10 +34,10 @@ host on a GPU) and the data stays on the device. Graph mode only: the XLA step
 >>> import numpy as np, tensorflow as tf
 >>> from collections import namedtuple
 >>> from types import SimpleNamespace as Op
->>> from scheduler.executor import Executor
->>> from scheduler.graph import OpGraph
->>> from scheduler.planner import Planner
->>> from scheduler.schedules import SCHEDULERS
+>>> from refold.scheduler.executor import Executor
+>>> from refold.scheduler.graph import OpGraph
+>>> from refold.scheduler.planner import Planner
+>>> from refold.scheduler.schedules import SCHEDULERS
 >>> t = namedtuple("ValueType", "shape dtype")((), "float32")
 >>> w = tf.Variable(3.0)
 >>> scale = Op(name="scale", input_types=[t], output_types=[t], fn=lambda x: [w * x])
@@ -58,8 +58,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from scheduler.executor import _parts
-from scheduler.layout import dtype_name
+from refold.scheduler.executor import _parts
+from refold.scheduler.layout import dtype_name
 
 
 def replay_loop(executor, bufs: list, seg) -> tuple[list, list]:

@@ -23,7 +23,7 @@ tail ops, `scheduler.executor`) run once before or after its loop, whatever
 their steps here. The stats describe the schedule, not those merged launches.
 
 >>> import numpy as np
->>> from scheduler.graph import OpGraph
+>>> from refold.scheduler.graph import OpGraph
 >>> # two chains of different length, each ending in op 1 ("loss"): a-a-loss, a-a-a-a-loss
 >>> def chain(n):
 ...     ops = [0] * n + [1]
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from scheduler.graph import OpGraph
+from refold.scheduler.graph import OpGraph
 
 
 @dataclass

@@ -51,10 +51,10 @@ compiled step.
 >>> import numpy as np, tensorflow as tf
 >>> from collections import namedtuple
 >>> from types import SimpleNamespace as Op
->>> from scheduler.executor import Executor
->>> from scheduler.graph import OpGraph
->>> from scheduler.planner import Planner
->>> from scheduler.schedules import SCHEDULERS
+>>> from refold.scheduler.executor import Executor
+>>> from refold.scheduler.graph import OpGraph
+>>> from refold.scheduler.planner import Planner
+>>> from refold.scheduler.schedules import SCHEDULERS
 >>> t = namedtuple("ValueType", "shape dtype")((), "float32")
 >>> double = Op(name="double", input_types=[t], output_types=[t], fn=lambda x: [2 * x])
 >>> ex = Executor([double], [t])
@@ -74,8 +74,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from scheduler.executor import Executor
-from scheduler.layout import dtype_name
+from refold.scheduler.executor import Executor
+from refold.scheduler.layout import dtype_name
 
 
 def bucket(n: int) -> int:
@@ -401,7 +401,7 @@ class XlaExecutor:
         blocks = {k: tf.split(xs[k], n_in[k]) if n_in[k] > 1 else [xs[k]] for k in xs}
         args = [blocks[k][int(lay.arg_typepos[o, a])] for a, k in enumerate(lay.op_in[o])]
         if o in deferred:
-            from scheduler.weight_grads import inputs_only
+            from refold.scheduler.weight_grads import inputs_only
             outs = inputs_only(lambda *a: self.executor._call(o, list(a), width), args)
         else:
             outs = self.executor._call(o, args, width)
@@ -457,7 +457,7 @@ class XlaExecutor:
     def _weight_tap(self, deferred: dict, final: dict, arrays: dict):
         """The tap on the loop types' buffers whose gradient adds the deferred
         weights' gradients (`final`: per loop type, its buffer after the loop)."""
-        from scheduler.weight_grads import tap_of
+        from refold.scheduler.weight_grads import tap_of
         return tap_of(deferred, self.executor._tapped_types(),
                       lambda o, vs, g_buf: self._op_weight_grads(o, vs, final, g_buf, arrays))
 

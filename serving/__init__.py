@@ -12,8 +12,8 @@ from; this package is its client, which needs no training code:
 - `RequestError`: a request the model cannot take, naming the tensor at fault.
 """
 
-from serving.batching import BatchingPredictor
-from serving.predictor import Predictor
-from serving.requests import RequestError
+from refold.serving.batching import BatchingPredictor
+from refold.serving.predictor import Predictor
+from refold.serving.requests import RequestError
 
 __all__ = ["Predictor", "BatchingPredictor", "RequestError"]

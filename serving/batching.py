@@ -11,9 +11,9 @@ arrives, so a bad one fails there, alone, and never spoils the batch it would
 have joined.
 
 >>> import os, tempfile, threading, keras
->>> import blocks as td
->>> from compiler import Model
->>> from serving import Predictor
+>>> import refold as td
+>>> from refold.compiler import Model
+>>> from refold.serving import Predictor
 >>> path = os.path.join(tempfile.mkdtemp(), "m")
 >>> Model(td.Map(td.Scalar()) >> td.Sum() >> td.Function(lambda x: x[:, None])).export(
 ...     path, verbose=False)
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from serving.predictor import Predictor
+from refold.serving.predictor import Predictor
 
 _STOP = object()
 

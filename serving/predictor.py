@@ -10,8 +10,8 @@ language, lowering, expansion and planning, never `compiler.model` (Keras
 training, the input pipeline, the step functions).
 
 >>> import os, tempfile, keras
->>> import blocks as td
->>> from compiler import Model
+>>> import refold as td
+>>> from refold.compiler import Model
 >>> keras.utils.set_random_seed(0)
 >>> model = Model(td.Map(td.Scalar()) >> td.Sum() >> td.Function(lambda x: x[:, None]))
 >>> path = os.path.join(tempfile.mkdtemp(), "sum")
@@ -22,7 +22,7 @@ training, the input pipeline, the step functions).
 >>> predictor.predict([[1.0, "two"]])
 Traceback (most recent call last):
 ...
-blocks.errors.InputError: example 0: Pipe[0] > Map > Scalar: expected ..., got 'two': ...
+refold.blocks.errors.InputError: example 0 at [1]: Pipe[0] > Map > Scalar: expected ..., got ...
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from blocks.serialization import deserialize
-from compiler.compiler import Compiler
-from compiler.expansion import ExampleGraph
-from compiler.signature import EXPORT_CONFIG, EXPORT_FORMAT, EXPORT_VERSION, pack
-from serving.requests import RequestError, conform, tensorflow_reason
+from refold.blocks.serialization import deserialize
+from refold.compiler.compiler import Compiler
+from refold.compiler.expansion import ExampleGraph
+from refold.compiler.signature import EXPORT_CONFIG, EXPORT_FORMAT, EXPORT_VERSION, pack
+from refold.serving.requests import RequestError, conform, tensorflow_reason
 
 
 class Predictor:
@@ -81,7 +81,7 @@ class Predictor:
         if server is None:
             self._run = _InProcess(self.path, signature_name, self.inputs)
         else:
-            from serving.rest import RestClient
+            from refold.serving.rest import RestClient
             self._run = RestClient(server, signature_name, self.config["output"]["dtype"])
 
     def _check_packs_alike(self) -> None:
@@ -128,7 +128,7 @@ class Predictor:
 
     def rest_request(self, inputs: Sequence[Any]) -> dict:
         """The JSON body TF Serving's REST `:predict` takes for these inputs."""
-        from serving.rest import request_body
+        from refold.serving.rest import request_body
         return request_body(self.request(inputs), self.signature_name)
 
 

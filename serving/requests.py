@@ -14,7 +14,7 @@ dtype('int32')
 >>> conform({"batch_size": 2, "index": [0, 1]}, spec)
 Traceback (most recent call last):
 ...
-serving.requests.RequestError: bad request: 'batch_size' must have shape [1], got shape ()
+refold.serving.requests.RequestError: bad request: 'batch_size' must have shape [1], got shape ()
 """
 
 from __future__ import annotations

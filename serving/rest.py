@@ -28,7 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
-from serving.requests import RequestError, conform
+from refold.serving.requests import RequestError, conform
 
 
 def request_body(arrays: dict, signature_name: str = "serving_default") -> dict:
@@ -52,7 +52,7 @@ def answer(signatures, body: dict, spec: dict) -> dict:
     """What TF Serving replies to `body` for a SavedModel whose signatures are
     `signatures` (name -> concrete function) taking tensors described by `spec`
     (the export's `inputs`): `{"outputs": ...}`, or `{"error": ...}`."""
-    from serving.predictor import run_signature
+    from refold.serving.predictor import run_signature
     name = body.get("signature_name", "serving_default") if isinstance(body, dict) else None
     if not isinstance(body, dict) or "inputs" not in body:
         return {"error": "bad request: the body must be a JSON object with 'inputs'"}
@@ -114,7 +114,7 @@ class RestServer:
     def __init__(self, path, name: str = "model", host: str = "127.0.0.1", port: int = 0):
         import tensorflow as tf
 
-        from serving.predictor import read_export_config
+        from refold.serving.predictor import read_export_config
         self.saved = tf.saved_model.load(str(path))
         spec = read_export_config(str(path))["inputs"]
         route = f"/v1/models/{name}:predict"

@@ -19,7 +19,7 @@ def test_the_readme_has_exactly_two_setup_commands():
     setup = readme().split("## Set up", 1)[1].split("\n## ", 1)[0]
     commands = re.findall(r"```sh\n(.*?)```", setup, re.S)
     assert [c.strip() for c in commands] == [
-        'python -m pip install -e ".[examples]" && python -m examples.sentiment',
+        'python -m pip install ".[examples]" && python -m refold.examples.sentiment',
         'python -m pip install -e ".[test]" && python -m pytest -q -n auto --dist loadfile']
 
 
@@ -35,7 +35,7 @@ def test_the_quick_start_runs_and_its_comments_are_true():
     printed = out.getvalue()
     assert "PyObjectType() -> TensorType((2,), 'float32')" in printed
     try:
-        exec(bad_line, {"td": __import__("blocks"), "tf": __import__("tensorflow")})
+        exec(bad_line, {"td": __import__("refold"), "tf": __import__("tensorflow")})
     except TypeError as e:
         assert str(e) == error_comment[len("# TypeError: "):]
     else:
@@ -62,7 +62,7 @@ def test_the_saving_section_runs_on_the_quick_start_model(tmp_path, monkeypatch)
     assert out.getvalue().rstrip().endswith("True")
     assert sorted(os.listdir(tmp_path)) == ["best.keras", "tree.keras"]  # backup: deleted
     assert len(scope["history"].history["val_loss"]) == 3
-    from blocks.serialization import UnsafeConfigError
+    from refold.blocks.serialization import UnsafeConfigError
     try:
         exec(unsafe_line, scope)
     except UnsafeConfigError as e:
@@ -89,7 +89,7 @@ def test_the_serving_section_runs_on_the_quick_start_model(tmp_path, monkeypatch
     np = scope["np"]
     np.testing.assert_allclose(scope["logits"],
                                scope["model"].predict([(1.0, -2.0)], verbose=0)[0], atol=1e-5)
-    from blocks.errors import InputError
+    from refold.blocks.errors import InputError
     try:
         exec(bad_line, scope)
     except InputError as e:

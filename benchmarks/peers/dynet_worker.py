@@ -172,7 +172,7 @@ def greedy_parse(dy, encode, score, batch) -> list:
     """The heads of each sentence of the minibatch, parsed greedily as
     `ParserModel.parse` does: every round one forward of the current configuration of
     every unfinished sentence, then each one's best legal transition."""
-    from examples.parser.transitions import Configuration
+    from refold.examples.parser.transitions import Configuration
     dy.renew_cg()
     encodings = [encode(s["tokens"]) for s in batch]
     configs = [Configuration(len(s["tokens"]) - 1) for s in batch]
@@ -201,8 +201,8 @@ def exploration_losses(dy, encode, score, batch, explore: float, epoch: int = 0)
     its best-scoring least-cost transition (the dynamic oracle) and moves it on by
     its prediction if that is correct, or with probability `explore` anyway, else by
     that best correct transition."""
-    from examples.parser.dynamic_oracle import best_transitions, costs
-    from examples.parser.transitions import Configuration
+    from refold.examples.parser.dynamic_oracle import best_transitions, costs
+    from refold.examples.parser.transitions import Configuration
     encodings = [encode(s["tokens"]) for s in batch]
     configs = [Configuration(len(s["heads"])) for s in batch]
     steps = [0] * len(batch)

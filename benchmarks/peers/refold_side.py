@@ -34,7 +34,7 @@ class RefoldSide:
                  jit_compile: bool = False):
         import keras
 
-        from compiler import Model
+        from refold.compiler import Model
         self.data = data
         self.scheduler = scheduler
         self.jit_compile = jit_compile
@@ -99,10 +99,10 @@ def tagger_models(scheduler: str = "agenda", cell: str = "lstm"):
     """The bilstm tagger as two `Model`s on one set of layers: one trains with a loss
     at every word (`td.Metric`, Fold style), the other predicts logits without tags
     (`cell="gru"`: on GRU cells)."""
-    import blocks as td
+    import refold as td
     from benchmarks.bilstm import TAGS, TaggerModel
-    from compiler import Model
-    from models import encoders, heads
+    from refold.compiler import Model
+    from refold.models import encoders, heads
     tagger = TaggerModel(seed=0, cell=cell)
     words = td.GetItem("words") >> td.Map(td.Scalar("int32") >> tagger.embedding)
     logits = heads.tagger(words >> encoders.bidirectional(tagger.forward, tagger.backward),
@@ -115,8 +115,8 @@ def char_tagger_models(vocabulary: int, scheduler: str = "agenda"):
     DyNet side, `CHAR_TAGGER` in `dynet_worker.py`), to train with a loss at every word,
     and the same architecture without tags to predict (its own weights: a pass costs
     the same whatever the weights are)."""
-    from compiler import Model
-    from examples.tagger.char_tagger import char_tagger_model
+    from refold.compiler import Model
+    from refold.examples.tagger.char_tagger import char_tagger_model
     sizes = dict(words="char", char_embed=20, char_hidden=64, hidden=128)
     return (Model(char_tagger_model(vocabulary, **sizes), scheduler=scheduler, seed=0),
             Model(char_tagger_model(vocabulary, tags=None, **sizes), scheduler=scheduler,
@@ -129,8 +129,8 @@ def parser_models(data: dict, scheduler: str = "agenda"):
     transition, the other predicts the logits of every configuration without the loss."""
     import keras
 
-    from compiler import Model
-    from examples.parser.model import ParserModel, Vocabulary
+    from refold.compiler import Model
+    from refold.examples.parser.model import ParserModel, Vocabulary
     keras.utils.set_random_seed(0)
     sizes = data["sizes"]
     parser = ParserModel(Vocabulary(**data["vocab"]), embed=sizes["embed"],
@@ -145,9 +145,9 @@ def exploration_model(data: dict, scheduler: str = "agenda"):
     as a `Model` (the loss at every transition the walk takes)."""
     import keras
 
-    from compiler import Model
-    from examples.parser.exploration import Exploration
-    from examples.parser.model import ParserModel, Vocabulary
+    from refold.compiler import Model
+    from refold.examples.parser.exploration import Exploration
+    from refold.examples.parser.model import ParserModel, Vocabulary
     keras.utils.set_random_seed(0)
     sizes = data["sizes"]
     parser = ParserModel(Vocabulary(**data["vocab"]), embed=sizes["embed"],

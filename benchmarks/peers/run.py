@@ -71,8 +71,8 @@ def make_data(workloads, n: int, seed: int = 0) -> dict:
     if "bilstm" in workloads:
         data["bilstm"] = {"sentences": [sentence(rng) for _ in range(n)]}
     if "parser" in workloads:
-        from examples.parser.model import Vocabulary, training_input
-        from examples.parser.synthetic import generate
+        from refold.examples.parser.model import Vocabulary, training_input
+        from refold.examples.parser.synthetic import generate
         sentences = generate(n, rng)
         vocab = Vocabulary.from_sentences(sentences)
         data["parser"] = {
@@ -80,9 +80,9 @@ def make_data(workloads, n: int, seed: int = 0) -> dict:
             "vocab": {"words": vocab.words, "tags": vocab.tags},
             "sizes": {**PARSER_SIZES, "words": len(vocab.words), "tags": len(vocab.tags)}}
     if "explore" in workloads:
-        from examples.parser.exploration import exploration_input
-        from examples.parser.model import Vocabulary
-        from examples.parser.synthetic import generate
+        from refold.examples.parser.exploration import exploration_input
+        from refold.examples.parser.model import Vocabulary
+        from refold.examples.parser.synthetic import generate
         sentences = generate(n, rng)
         vocab = Vocabulary.from_sentences(sentences)
         data["explore"] = {
@@ -90,7 +90,7 @@ def make_data(workloads, n: int, seed: int = 0) -> dict:
             "vocab": {"words": vocab.words, "tags": vocab.tags}, "explore": EXPLORE,
             "sizes": {**PARSER_SIZES, "words": len(vocab.words), "tags": len(vocab.tags)}}
     if "chartagger" in workloads:
-        from examples.tagger.rare_words import dataset
+        from refold.examples.tagger.rare_words import dataset
         sentences, _, _, vocabulary = dataset(n, 0, rng)
         data["chartagger"] = {"sentences": sentences, "vocabulary": len(vocabulary)}
     return data

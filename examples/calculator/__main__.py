@@ -1,6 +1,6 @@
 """Trains the calculator model to predict the sign of random arithmetic expressions.
 
-    python -m examples.calculator [--epochs 10] [--train-size 6000] [--max-depth 5]
+    python -m refold.examples.calculator [--epochs 10] [--train-size 6000] [--max-depth 5]
 
 Prints Keras' per-epoch log (validation on a dev set; early stopping keeps the best
 epoch), then the test accuracy overall, by expression depth and against always
@@ -17,7 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from examples.calculator.calculator import (  # noqa: E402
+from refold.examples.calculator.calculator import (  # noqa: E402
     CLASSES,
     dataset,
     depth,
@@ -28,7 +28,7 @@ from examples.calculator.calculator import (  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m examples.calculator", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m refold.examples.calculator", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train-size", type=int, default=6000)
     p.add_argument("--dev-size", type=int, default=500,
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Runs the example; returns the Keras history, test accuracies and predictions."""
     import keras
 
-    from compiler import Model
+    from refold.compiler import Model
     args = parse_args(argv)
     rng = np.random.default_rng(args.seed)
     train_x, train_y = dataset(args.train_size, rng, args.max_depth)

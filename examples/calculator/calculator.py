@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-import blocks as td
+import refold as td
 
 __all__ = ["OPS", "CLASSES", "evaluate", "sign_label", "depth", "to_infix",
            "random_expression", "dataset", "expression_classifier"]

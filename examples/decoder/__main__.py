@@ -2,7 +2,7 @@
 decodes the test set greedily with `td.Unfold`, the model's own argmax fed back
 until it emits the end symbol: by Python after each step, and on the device.
 
-    python -m examples.decoder [--epochs 8] [--train-size 6000] [--max-len 6]
+    python -m refold.examples.decoder [--epochs 8] [--train-size 6000] [--max-len 6]
 
 Prints Keras' per-epoch log, then the exact-match accuracy of greedy decoding on the
 test set against echoing the input unchanged (right for palindromes only), how many
@@ -20,11 +20,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from examples.decoder.decoder import Seq2Seq, emitted, reverse_task  # noqa: E402
+from refold.examples.decoder.decoder import Seq2Seq, emitted, reverse_task  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m examples.decoder", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m refold.examples.decoder", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train-size", type=int, default=6000)
     p.add_argument("--test-size", type=int, default=1000)
@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Runs the example; returns the history, accuracies and the decoded test strings."""
     import keras
 
-    from compiler import Model
+    from refold.compiler import Model
 
     args = parse_args(argv)
     keras.utils.set_random_seed(args.seed)
@@ -88,7 +88,7 @@ def greedy_decode(seq2seq: Seq2Seq, strings: list, max_steps: int, batch_size: i
                   lookahead: int | None) -> tuple[list, int, float]:
     """The symbols emitted for each string, the most rounds a batch took, the seconds
     (including tracing)."""
-    from compiler import Compiler
+    from refold.compiler import Compiler
     decoder = Compiler.create(seq2seq.greedy_block(max_steps, lookahead=lookahead))
     start = time.perf_counter()
     decoded, rounds = [], 0

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-import blocks as td
-from models import heads, rnn_cells
+import refold as td
+from refold.models import heads, rnn_cells
 
 DIGITS = 10
 END, START = 10, 11  # the symbols after the digits

@@ -1,10 +1,10 @@
 """Predicts the first word of a Python function's name from its syntax tree.
 
-    python -m examples.function_names [--classes 20] [--epochs 8] [--models ...]
+    python -m refold.examples.function_names [--classes 20] [--epochs 8] [--models ...]
 
 reads the shipped dataset (`data/functions.jsonl.gz`: the functions of CPython 3.11.7's
 standard library, test suites left out, split by file, duplicates removed; regenerate it
-with `python -m examples.function_names.extract`), keeps the functions whose first word
+with `python -m refold.examples.function_names.extract`), keeps the functions whose first word
 is one of the `--classes` most frequent in training (`--other` keeps the rest as one
 more class) and whose tree has at most `--max-nodes` nodes, and trains encoders of
 the same sizes with the same budget (`examples.function_names.models`): a child-sum
@@ -28,9 +28,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from examples.function_names.data import SPLITS, Task, read_records  # noqa: E402
-from examples.function_names.extract import DEFAULT_PATH  # noqa: E402
-from examples.function_names.models import (  # noqa: E402
+from refold.examples.function_names.data import SPLITS, Task, read_records  # noqa: E402
+from refold.examples.function_names.extract import DEFAULT_PATH  # noqa: E402
+from refold.examples.function_names.models import (  # noqa: E402
     DEFAULT_ENCODERS,
     ENCODERS,
     encoder_block,
@@ -38,7 +38,8 @@ from examples.function_names.models import (  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m examples.function_names", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m refold.examples.function_names",
+                                description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=DEFAULT_PATH, help="a dataset written by .extract")
     p.add_argument("--classes", type=int, default=20, help="the k most frequent first words")
@@ -118,8 +119,8 @@ def train(kind: str, task: Task, data: dict, args: argparse.Namespace):
     seconds)."""
     import keras
 
-    from compiler import Model
-    from examples.training import keep_best
+    from refold.compiler import Model
+    from refold.examples.training import keep_best
     keras.utils.set_random_seed(args.seed)
     block = encoder_block(kind, len(task.vocabulary), len(task.classes), args.embed,
                           args.hidden)
@@ -166,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         print(f"{kind}: {params} weights, trained in {seconds:.0f} s, kept epoch "
               f"{report_rows[kind]['best_epoch']} (best dev accuracy)")
     if not args.no_plot:
-        from examples.training import plot_curves
+        from refold.examples.training import plot_curves
         plot_curves(histories, [("loss", "cross-entropy"), ("accuracy", "accuracy")],
                     os.path.join(args.out, "curves.png"))
     total = time.perf_counter() - start

@@ -31,7 +31,7 @@ import gzip
 import json
 from collections import Counter
 
-from examples.read_report import ReadReport
+from refold.examples.read_report import ReadReport
 
 __all__ = ["ReadReport", "read_records", "check_tree", "Task", "SPLITS", "MAX_POSITION"]
 

@@ -1,6 +1,6 @@
 """Extracts the function-name dataset from the Python standard library's source.
 
-    python -m examples.function_names.extract [--stdlib DIR] [--out FILE]
+    python -m refold.examples.function_names.extract [--stdlib DIR] [--out FILE]
 
 walks the standard library (by default the running Python's, `sysconfig`'s "stdlib"
 path; the shipped file was made from CPython 3.11.7's), parses every `.py` file with
@@ -180,7 +180,7 @@ def extract(root: str, max_nodes: int = 500) -> tuple[list[dict], dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(prog="python -m examples.function_names.extract",
+    p = argparse.ArgumentParser(prog="python -m refold.examples.function_names.extract",
                                 description=__doc__.split("\n>>>")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--stdlib", default=sysconfig.get_paths()["stdlib"])

@@ -26,9 +26,9 @@ identifiers) with an `embed`-sized table and end in a linear layer to the classe
 
 from __future__ import annotations
 
-import blocks as td
-from examples.function_names.data import MAX_POSITION
-from models import encoders, rnn_cells, tree_lstm
+import refold as td
+from refold.examples.function_names.data import MAX_POSITION
+from refold.models import encoders, rnn_cells, tree_lstm
 
 __all__ = ["ENCODERS", "DEFAULT_ENCODERS", "encoder_block"]
 

@@ -1,13 +1,13 @@
 """Trains weave graph-convolution models on molecules, synthetic or real.
 
-    python -m examples.molecules [--epochs 8] [--train-size 2000] [--layers 2]
+    python -m refold.examples.molecules [--epochs 8] [--train-size 2000] [--layers 2]
 
 counts carbonyl groups in random molecule-like graphs: it prints Keras' per-epoch log
 (mean squared error and mean absolute error), then the test mean absolute error and
 exact-count accuracy (prediction rounded), against a model that always predicts the
 training mean, and a few test predictions.
 
-    python -m examples.molecules --data solubility [--epochs 40]
+    python -m refold.examples.molecules --data solubility [--epochs 40]
 
 predicts the aqueous solubility (logS) of the Huuskonen set (shipped, read through
 RDKit: `pip install rdkit`, or the `molecules` extra) and prints test RMSE and MAE
@@ -27,13 +27,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from examples.molecules.molecules import ATOM_FEATURES, PAIR_FEATURES, dataset  # noqa: E402
-from examples.molecules.solubility import SHIPPED  # noqa: E402
-from examples.molecules.weave import weave_model  # noqa: E402
+from refold.examples.molecules.molecules import ATOM_FEATURES, PAIR_FEATURES, dataset  # noqa: E402
+from refold.examples.molecules.solubility import SHIPPED  # noqa: E402
+from refold.examples.molecules.weave import weave_model  # noqa: E402
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m examples.molecules", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m refold.examples.molecules", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="synthetic",
                    help="'synthetic' (random graphs, carbonyl counts), 'solubility' (the "
@@ -92,10 +92,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
     `examples.molecules.solubility.run` for real data)."""
     import keras
 
-    from compiler import Model
+    from refold.compiler import Model
     args = parse_args(argv)
     if args.data != "synthetic":
-        from examples.molecules.solubility import run
+        from refold.examples.molecules.solubility import run
         return run(args)
     rng = np.random.default_rng(args.seed)
     train_x, train_y, _ = dataset(args.train_size, rng, args.max_distance)

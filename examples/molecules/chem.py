@@ -28,7 +28,7 @@ import csv
 import gzip
 import math
 
-from examples.read_report import ReadReport
+from refold.examples.read_report import ReadReport
 
 __all__ = ["ELEMENTS", "ATOM_FEATURES", "PAIR_FEATURES", "PAIR_NAMES", "ReadReport",
            "read_molecules", "parse_smiles", "featurize"]

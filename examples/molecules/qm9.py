@@ -13,7 +13,7 @@ the `qm9pack` package's tables, so that the example needs neither the 104 MB pac
 network (see `data/SOURCE.md`). They are regenerated, byte for byte, by
 
     pip install -e ".[qm9]"            # qm9pack
-    python -m examples.molecules.qm9   # writes examples/molecules/data/qm9.*.csv.gz
+    python -m refold.examples.molecules.qm9   # writes examples/molecules/data/qm9.*.csv.gz
 
 >>> round(HARTREE_EV * 0.5048, 3)     # methane's gap, 0.5048 Ha
 13.736
@@ -92,7 +92,7 @@ def write_split(path: str, rows: Sequence[tuple]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, str]:
-    p = argparse.ArgumentParser(prog="python -m examples.molecules.qm9",
+    p = argparse.ArgumentParser(prog="python -m refold.examples.molecules.qm9",
                                 description="Writes the QM9 subset from qm9pack's tables.")
     p.add_argument("--out", default=DATA)
     p.add_argument("--train", type=int, default=TRAIN)

@@ -1,6 +1,6 @@
 """The weave model on real molecules: aqueous solubility (logS) of the Huuskonen set.
 
-    python -m examples.molecules --data solubility
+    python -m refold.examples.molecules --data solubility
 
 reads the shipped SDF files (`examples/molecules/data`, see `SOURCE.md` there) through
 RDKit, holds out a tenth of the training molecules for validation (the epoch with the
@@ -13,7 +13,7 @@ lowest validation RMSE is kept), and reports test RMSE and MAE of three predicto
   (`examples.molecules.chem`), trained on the standardised property with mean squared
   error.
 
-    python -m examples.molecules --data qm9
+    python -m refold.examples.molecules --data qm9
 
 does the same for the HOMO-LUMO gap (eV) of a fixed random subset of QM9, 4,000
 training and 1,000 test molecules (`examples.molecules.qm9`, shipped as SMILES).
@@ -33,8 +33,8 @@ import time
 
 import numpy as np
 
-from examples.molecules import chem
-from examples.molecules.fingerprints import fit_ridge_cv, morgan_counts
+from refold.examples.molecules import chem
+from refold.examples.molecules.fingerprints import fit_ridge_cv, morgan_counts
 
 __all__ = ["SHIPPED", "TARGETS", "load_splits", "errors", "format_table", "run"]
 
@@ -107,9 +107,9 @@ def format_table(rows: dict[str, dict[str, dict[str, float]]]) -> str:
 def _train_weave(x: dict, y: dict, args: argparse.Namespace):
     import keras
 
-    from compiler import Model
-    from examples.molecules.weave import weave_model
-    from examples.training import keep_best
+    from refold.compiler import Model
+    from refold.examples.molecules.weave import weave_model
+    from refold.examples.training import keep_best
     mean, std = float(y["train"].mean()), float(y["train"].std())
     scaled = {k: (v - mean) / std for k, v in y.items()}
     keras.utils.set_random_seed(args.seed)
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> dict:
     seconds = time.perf_counter() - start
 
     if not args.no_plot:
-        from examples.training import plot_curves
+        from refold.examples.training import plot_curves
         plot_curves({"weave": history}, [("loss", f"MSE (standardised {target})"),
                                          ("rmse", f"RMSE (standardised {target})")],
                     os.path.join(args.out, "curves.png"))

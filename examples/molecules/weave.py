@@ -26,7 +26,7 @@ input. The engine batches each layer across all atoms (or pairs) of all molecule
 
 from __future__ import annotations
 
-import blocks as td
+import refold as td
 
 __all__ = ["inputs", "weave_layer", "weave_model"]
 

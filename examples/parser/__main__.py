@@ -1,10 +1,10 @@
 """Trains a transition-based dependency parser (a BiLSTM and an MLP over arc-hybrid
 configurations, Kiperwasser and Goldberg 2016) and parses the test set greedily.
 
-    python -m examples.parser                       # the shipped synthetic treebank
-    python -m examples.parser --data DIR            # DIR/{train,test}.conllu (e.g. UD)
-    python -m examples.parser --data turkish-web    # the Turkish Web Treebank (real data)
-    python -m examples.parser --train exploration   # follow its own predictions
+    python -m refold.examples.parser                       # the shipped synthetic treebank
+    python -m refold.examples.parser --data DIR            # DIR/{train,test}.conllu (e.g. UD)
+    python -m refold.examples.parser --data turkish-web    # the Turkish Web Treebank (real data)
+    python -m refold.examples.parser --train exploration   # follow its own predictions
 
 Training has a loss at every transition of the static oracle's gold sequence and a
 label loss at every arc (non-projective training trees are left out, and counted).
@@ -38,13 +38,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from examples.parser.treebank import Sentence, read_conllu  # noqa: E402
+from refold.examples.parser.treebank import Sentence, read_conllu  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m examples.parser", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m refold.examples.parser", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=DATA, help="a folder with train.conllu and "
                    "test.conllu, or turkish-web / turkish-wiki: the Turkish Web Treebank's "
@@ -80,7 +80,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def load_data(data: str) -> tuple[list[Sentence], list[Sentence]]:
     """(train, test) of `--data`: a folder's two CoNLL-U files, or a Turkish part."""
     if data.startswith("turkish-"):
-        from examples.parser import turkish
+        from refold.examples.parser import turkish
         return turkish.load(data[len("turkish-"):])
     return (read_conllu(os.path.join(data, "train.conllu")),
             read_conllu(os.path.join(data, "test.conllu")))
@@ -155,8 +155,8 @@ def format_table(results: dict[str, dict]) -> str:
 def training_items(sentences: Sequence[Sentence], vocab) -> tuple[list[dict], int]:
     """The model's inputs (with labels) for the projective sentences, and how many
     were not."""
-    from examples.parser.model import labelled_input
-    from examples.parser.transitions import NonProjectiveError
+    from refold.examples.parser.model import labelled_input
+    from refold.examples.parser.transitions import NonProjectiveError
     items, skipped = [], 0
     for s in sentences:
         try:
@@ -170,8 +170,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Runs the example; returns the training history, the scores and the parses."""
     import keras
 
-    from compiler import Model
-    from examples.parser.model import ParserModel, Vocabulary
+    from refold.compiler import Model
+    from refold.examples.parser.model import ParserModel, Vocabulary
     args = parse_args(argv)
     start = time.perf_counter()
     train, test = load_data(args.data)
@@ -188,8 +188,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
                          hidden=args.hidden, mlp=args.mlp, scheduler=args.scheduler)
     callbacks = []
     if args.train == "exploration":  # the same (projective) sentences as static training
-        from examples.parser.exploration import Exploration, exploration_input
-        from examples.parser.treebank import is_projective
+        from refold.examples.parser.exploration import Exploration, exploration_input
+        from refold.examples.parser.treebank import is_projective
         exploring = Exploration(parser, explore=args.explore)
         projective = [s for s in train if is_projective(s.heads)]
         items = [exploration_input(s, vocab, seed=i) for i, s in enumerate(projective)]

@@ -26,7 +26,7 @@ Hence, with stack `... s1 s0` and buffer `b0 ...`:
   dependents in the buffer;
 * RIGHT the same, with s1 in place of b0.
 
->>> from examples.parser.transitions import Configuration, SHIFT, LEFT
+>>> from refold.examples.parser.transitions import Configuration, SHIFT, LEFT
 >>> gold = [2, 0, 2]                    # 1 <- 2 -> 3, word 2 the root's
 >>> c = Configuration(3)
 >>> c.apply(SHIFT)                      # stack [1], buffer [2, 3, root]
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from examples.parser.transitions import Configuration
+from refold.examples.parser.transitions import Configuration
 
 __all__ = ["costs", "best_transitions"]
 

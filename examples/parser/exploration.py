@@ -25,8 +25,8 @@ Input, one per sentence (`exploration_input`)::
 
     {"tokens": [(word id, tag id), ...], "heads": [gold head of each word], "seed": k}
 
->>> from examples.parser.model import ParserModel, Vocabulary
->>> from examples.parser.treebank import Sentence
+>>> from refold.examples.parser.model import ParserModel, Vocabulary
+>>> from refold.examples.parser.treebank import Sentence
 >>> s = Sentence(["the", "dog", "sleeps"], ["DET", "NOUN", "VERB"], [2, 3, 0])
 >>> parser = ParserModel(Vocabulary.from_sentences([s]), embed=4, tag_embed=2,
 ...                      hidden=3, mlp=5)
@@ -46,13 +46,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import blocks as td
-from blocks.block import bad_input
-from examples.parser.dynamic_oracle import best_transitions, costs
-from examples.parser.model import ParserModel, Vocabulary
-from examples.parser.transitions import LEFT, RIGHT, SHIFT, STACK_FEATURES, Configuration
-from examples.parser.treebank import Sentence, check_tree
-from models.heads import classification_metrics
+import refold as td
+from refold.blocks.block import bad_input
+from refold.examples.parser.dynamic_oracle import best_transitions, costs
+from refold.examples.parser.model import ParserModel, Vocabulary
+from refold.examples.parser.transitions import LEFT, RIGHT, SHIFT, STACK_FEATURES, Configuration
+from refold.examples.parser.treebank import Sentence, check_tree
+from refold.models.heads import classification_metrics
 
 __all__ = ["Walk", "Exploration", "exploration_input"]
 

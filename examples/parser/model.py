@@ -36,7 +36,7 @@ is done after 2n rounds. `parse_labelled` also labels each arc with its directio
 best label.
 
 >>> import numpy as np
->>> from examples.parser.treebank import Sentence
+>>> from refold.examples.parser.treebank import Sentence
 >>> s = Sentence(["the", "dog", "sleeps"], ["DET", "NOUN", "VERB"], [2, 3, 0])
 >>> vocab = Vocabulary.from_sentences([s])
 >>> item = training_input(s, vocab)
@@ -67,8 +67,8 @@ from dataclasses import dataclass, field
 import keras
 import numpy as np
 
-import blocks as td
-from examples.parser.transitions import (
+import refold as td
+from refold.examples.parser.transitions import (
     LEFT,
     RIGHT,
     SHIFT,
@@ -78,8 +78,8 @@ from examples.parser.transitions import (
     labelled_oracle,
     oracle,
 )
-from examples.parser.treebank import Sentence
-from models import encoders, heads, rnn_cells
+from refold.examples.parser.treebank import Sentence
+from refold.models import encoders, heads, rnn_cells
 
 __all__ = ["Vocabulary", "training_input", "labelled_input", "ParserModel", "ROOT",
            "UNKNOWN"]
@@ -325,7 +325,7 @@ class ParserModel:
     def encode(self, tokens: Sequence[list]) -> list[np.ndarray]:
         """Each sentence's `[n + 1, 2 * hidden]` encodings, in one engine call."""
         if self._encoder_compiler is None:
-            from compiler import Compiler
+            from refold.compiler import Compiler
             self._encoder_compiler = Compiler.create(self.encoder, scheduler=self.scheduler,
                                                      cache=False)
         encoded = self._encoder_compiler.run([{"tokens": t} for t in tokens])

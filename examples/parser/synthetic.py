@@ -18,12 +18,12 @@ parsing task:
 
 Every tree is projective. The shipped files `data/{train,test}.conllu` are made by::
 
-    python -m examples.parser.synthetic --out examples/parser/data --seed 0
+    python -m refold.examples.parser.synthetic --out examples/parser/data --seed 0
 
 (2,000 / 400 sentences; the same seed and sizes always give the same files).
 
 >>> import numpy as np
->>> from examples.parser.treebank import is_projective
+>>> from refold.examples.parser.treebank import is_projective
 >>> s = random_sentence(np.random.default_rng(1))
 >>> len(s.words) == len(s.heads) and is_projective(s.heads) and s.heads.count(0) == 1
 True
@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from examples.parser.treebank import Sentence, write_conllu
+from refold.examples.parser.treebank import Sentence, write_conllu
 
 __all__ = ["random_sentence", "generate", "write_splits", "SPLITS", "INSTRUMENTS",
            "ATTRIBUTES", "main"]
@@ -217,7 +217,7 @@ def write_splits(out_dir: str | os.PathLike, seed: int = 0,
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m examples.parser.synthetic",
+        prog="python -m refold.examples.parser.synthetic",
         description="Writes the synthetic dependency treebank (train.conllu, test.conllu).")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "data"))
     parser.add_argument("--seed", type=int, default=0)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from examples.parser.treebank import check_tree, is_projective
+from refold.examples.parser.treebank import check_tree, is_projective
 
 __all__ = ["SHIFT", "LEFT", "RIGHT", "TRANSITIONS", "STACK_FEATURES", "Configuration",
            "NonProjectiveError", "oracle", "labelled_oracle"]

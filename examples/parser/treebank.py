@@ -60,7 +60,7 @@ def parse_conllu(text: str, source: str = "<text>") -> list[Sentence]:
     (`examples.treebanks`). A malformed line is a `ValueError` naming `source` and the
     line number, and a sentence that is not a tree one naming the sentence: a parser
     cannot learn from either, and a silent loss would change its scores."""
-    from examples.treebanks import parse
+    from refold.examples.treebanks import parse
     reading = parse(text, source)
     if reading.skipped:
         raise ValueError(f"{reading.first_error} ({reading.skipped} malformed sentences "

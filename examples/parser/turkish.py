@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from examples.parser.treebank import Sentence, read_conllu
+from refold.examples.parser.treebank import Sentence, read_conllu
 
 TEST_EVERY = 10
 PARTS = ("web", "wiki")

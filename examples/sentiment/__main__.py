@@ -1,8 +1,8 @@
 """Trains a TreeLSTM sentiment classifier and a bag-of-words baseline on a treebank.
 
-    python -m examples.sentiment                      # the shipped synthetic treebank
-    python -m examples.sentiment --data DIR           # SST: DIR/{train,dev,test}.txt
-    python -m examples.sentiment --data DIR --glove glove.840B.300d.txt --hidden 150 \\
+    python -m refold.examples.sentiment                      # the shipped synthetic treebank
+    python -m refold.examples.sentiment --data DIR           # SST: DIR/{train,dev,test}.txt
+    python -m refold.examples.sentiment --data DIR --glove glove.840B.300d.txt --hidden 150 \\
         --epochs 20
 
 Both models get a loss at every node (labels come with the trees) and are trained the
@@ -26,14 +26,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ star
 
 import numpy as np  # noqa: E402
 
-from examples.sentiment.model import (  # noqa: E402
+from refold.examples.sentiment.model import (  # noqa: E402
     ENCODERS,
     SentimentModel,
     accuracies,
     prepare,
 )
-from examples.sentiment.treebank import Vocabulary, read_glove, read_treebank  # noqa: E402
-from examples.training import keep_best, plot_curves  # noqa: E402
+from refold.examples.sentiment.treebank import Vocabulary, read_glove, read_treebank  # noqa: E402
+from refold.examples.training import keep_best, plot_curves  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 SPLITS = ("train", "dev", "test")
@@ -41,7 +41,7 @@ COLUMNS = ("root", "root_binary", "all", "all_binary")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m examples.sentiment", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m refold.examples.sentiment", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=DATA,
                    help="folder with train.txt, dev.txt, test.txt in SST (PTB) format "
@@ -110,7 +110,7 @@ def build_vocabulary(splits: dict[str, list[dict]], args: argparse.Namespace):
 def evaluate(model: SentimentModel, trees: list, batch_size: int = 128,
              scheduler: str = "agenda") -> dict[str, float]:
     """The four accuracies (see `model.accuracies`) of `model` on prepared `trees`."""
-    from compiler import Compiler
+    from refold.compiler import Compiler
     compilers = model.__dict__.setdefault("_eval_compilers", {})  # one trace per model
     if scheduler not in compilers:
         compilers[scheduler] = Compiler(model.eval_block, scheduler=scheduler, cache=False)
@@ -128,7 +128,7 @@ def train(encoder: str, data: dict[str, list], vocab_size: int, embeddings,
     """Trains one model; returns (SentimentModel, Keras History, best epoch, seconds)."""
     import keras
 
-    from compiler import Model
+    from refold.compiler import Model
     keras.utils.set_random_seed(args.seed)
     sentiment = SentimentModel(encoder, vocab_size, embed=args.embed, hidden=args.hidden,
                                embeddings=embeddings,

@@ -14,7 +14,7 @@ Trees are the dicts of `examples.sentiment.treebank` with word ids in place of w
 (`prepare`).
 
 >>> import numpy as np
->>> from examples.sentiment.treebank import parse_tree, Vocabulary
+>>> from refold.examples.sentiment.treebank import parse_tree, Vocabulary
 >>> tree = parse_tree("(3 (2 It) (4 (2 's) (4 great)))")
 >>> vocab = Vocabulary.from_trees([tree])
 >>> data = prepare([tree], vocab)
@@ -34,9 +34,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-import blocks as td
-from examples.sentiment.treebank import NUM_LABELS, Vocabulary
-from models import tree_lstm
+import refold as td
+from refold.examples.sentiment.treebank import NUM_LABELS, Vocabulary
+from refold.models import tree_lstm
 
 __all__ = ["ENCODERS", "SentimentModel", "prepare", "binarize", "accuracies"]
 

@@ -14,11 +14,11 @@ So the same words give opposite labels in different trees ("good but dull" and "
 but good"), and a bag-of-words model cannot reach the accuracy of a model that reads
 the tree. The shipped files ``data/{train,dev,test}.txt`` are made by::
 
-    python -m examples.sentiment.synthetic --out examples/sentiment/data --seed 0
+    python -m refold.examples.sentiment.synthetic --out examples/sentiment/data --seed 0
 
 (3,000 / 500 / 500 sentences; the same seed and sizes always give the same files).
 
->>> from examples.sentiment.treebank import parse_tree, to_ptb
+>>> from refold.examples.sentiment.treebank import parse_tree, to_ptb
 >>> to_ptb(relabel(parse_tree("(2 (2 not) (2 (2 very) (2 good)))")))
 '(1 (2 not) (4 (2 very) (3 good)))'
 >>> score_of("good but dull"), score_of("dull but good"), score_of("dull but new")
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from examples.sentiment.treebank import nodes, write_treebank
+from refold.examples.sentiment.treebank import nodes, write_treebank
 
 __all__ = ["LEXICON", "relabel", "score_of", "random_sentence", "generate", "write_splits",
            "SPLITS", "main"]
@@ -223,7 +223,7 @@ def write_splits(out_dir: str | os.PathLike, seed: int = 0,
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m examples.sentiment.synthetic",
+        prog="python -m refold.examples.sentiment.synthetic",
         description="Write a synthetic SST-format treebank with compositional sentiment.")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "data"),
                         help="output folder (default: the shipped examples/sentiment/data)")

@@ -1,6 +1,6 @@
 """From a trained model to answering requests: train, export, serve in a fresh process.
 
-    python -m examples.serving [--train-size 2000] [--epochs 3] [--requests 400]
+    python -m refold.examples.serving [--train-size 2000] [--epochs 3] [--requests 400]
                                [--clients 8] [--out DIR] [--load DIR]
 
 1. Trains the calculator's expression classifier (`examples.calculator`) for a few
@@ -30,14 +30,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from examples.calculator.calculator import CLASSES, dataset  # noqa: E402
+from refold.examples.calculator.calculator import CLASSES, dataset  # noqa: E402
 
-FACTORY = "examples.calculator.calculator:expression_classifier"
+FACTORY = "refold.examples.calculator.calculator:expression_classifier"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m examples.serving", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m refold.examples.serving", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train-size", type=int, default=2000)
     p.add_argument("--epochs", type=int, default=3)
@@ -58,7 +58,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def train_and_export(args: argparse.Namespace, path: str) -> None:
     import keras
 
-    from compiler import Model
+    from refold.compiler import Model
     rng = np.random.default_rng(args.seed)
     xs, ys = dataset(args.train_size, rng, args.max_depth)
     keras.utils.set_random_seed(args.seed)
@@ -80,11 +80,11 @@ def serve(args: argparse.Namespace, path: str, xs: list, work: str) -> dict:
     requests, report = os.path.join(work, "requests.json"), os.path.join(work, "report.json")
     with open(requests, "w") as f:
         json.dump(xs, f)
-    command = [sys.executable, "-m", "examples.serving.client", path, requests,
+    command = [sys.executable, "-m", "refold.examples.serving.client", path, requests,
                "--clients", str(args.clients), "--max-batch", str(args.max_batch),
                "--max-wait", str(args.max_wait), "--rounds", str(args.rounds),
                "--report", report]
-    print("serving in a fresh process: python -m examples.serving.client ...", flush=True)
+    print("serving in a fresh process: python -m refold.examples.serving.client ...", flush=True)
     subprocess.run(command, check=True, cwd=ROOT, timeout=1800)
     with open(report) as f:
         return json.load(f)

@@ -1,14 +1,14 @@
 """Trains a BiLSTM tagger (and a left-to-right LSTM of the same size) on the synthetic
 language of `examples.tagger.tagger`, with a loss at every word.
 
-    python -m examples.tagger [--epochs 6] [--train-size 2000] [--models bilstm,lstm]
+    python -m refold.examples.tagger [--epochs 6] [--train-size 2000] [--models bilstm,lstm]
 
 Prints Keras' per-epoch log, then per model the test accuracy over all words and over
 the ambiguous words only, and one tagged test sentence.
 
 With `--data` it tags a real treebank instead (`examples.tagger.treebank`):
 
-    python -m examples.tagger --data turkish-web [--epochs 6]   # see --data --help
+    python -m refold.examples.tagger --data turkish-web [--epochs 6]   # see --data --help
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from examples.tagger.tagger import AMBIGUOUS, TAGS, dataset, tagger_model  # noqa: E402
+from refold.examples.tagger.tagger import AMBIGUOUS, TAGS, dataset, tagger_model  # noqa: E402
 
 MODELS = {"bilstm": True, "lstm": False}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m examples.tagger", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m refold.examples.tagger", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", help="tag a real treebank instead: turkish-web, turkish-wiki, "
                    "a CoNLL-U file or folder (options: --data turkish-web --help)")
@@ -66,11 +66,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     import sys
     if any(a == "--data" or a.startswith("--data=")
            for a in (sys.argv[1:] if argv is None else argv)):
-        from examples.tagger import treebank
+        from refold.examples.tagger import treebank
         return treebank.main(argv)
     import keras
 
-    from compiler import Model
+    from refold.compiler import Model
     args = parse_args(argv)
     rng = np.random.default_rng(args.seed)
     train, _ = dataset(args.train_size, rng)

@@ -21,9 +21,9 @@ rare words, with the characters of every rare word of every sentence batched tog
 
 from __future__ import annotations
 
-import blocks as td
-from examples.tagger.rare_words import CHARACTERS, TAGS
-from models import encoders, heads, rnn_cells
+import refold as td
+from refold.examples.tagger.rare_words import CHARACTERS, TAGS
+from refold.models import encoders, heads, rnn_cells
 
 __all__ = ["WORDS", "word_vector", "char_tagger_model"]
 

@@ -2,7 +2,7 @@
 `examples.tagger.rare_words` twice: rare words as `<unk>` (lookup only), and rare
 words read by a character BiLSTM (`examples.tagger.char_tagger`).
 
-    python -m examples.tagger.chars [--words lookup,char] [--epochs 5] [--train-size 2000]
+    python -m refold.examples.tagger.chars [--words lookup,char] [--epochs 5] [--train-size 2000]
 
 A word is rare if it occurs fewer than twice in the training data; at test time
 unknown words are rare too. Prints Keras' per-epoch log, then a table of test
@@ -20,14 +20,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from examples.tagger.char_tagger import WORDS, char_tagger_model  # noqa: E402
-from examples.tagger.rare_words import TAGS, Vocabulary, dataset  # noqa: E402
+from refold.examples.tagger.char_tagger import WORDS, char_tagger_model  # noqa: E402
+from refold.examples.tagger.rare_words import TAGS, Vocabulary, dataset  # noqa: E402
 
 NAMES = {"lookup": "lookup only", "char": "char BiLSTM for rare words"}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m examples.tagger.chars", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m refold.examples.tagger.chars", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--words", default="lookup,char",
                    help="comma-separated, of: lookup (rare words are <unk>), char (rare "
@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     """Runs the example; returns histories, accuracies and the test predictions."""
     import keras
 
-    from compiler import Model
+    from refold.compiler import Model
     args = parse_args(argv)
     rng = np.random.default_rng(args.seed)
     train, test, test_words, vocab = dataset(args.train_size, args.test_size, rng)

@@ -118,7 +118,7 @@ def _clause(rng: np.random.Generator, out: list) -> None:
 
 def random_sentence(rng: np.random.Generator) -> tuple[list[str], list[str]]:
     """Words and their tags: one to three clauses joined by "and"."""
-    from examples.tagger.tagger import joined_clauses
+    from refold.examples.tagger.tagger import joined_clauses
     return joined_clauses(rng, _clause)
 
 

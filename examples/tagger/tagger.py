@@ -30,8 +30,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-import blocks as td
-from models import encoders, heads, rnn_cells
+import refold as td
+from refold.models import encoders, heads, rnn_cells
 
 __all__ = ["TAGS", "VOCABULARY", "AMBIGUOUS", "random_sentence", "dataset", "encode",
            "tagger_model"]

@@ -1,8 +1,8 @@
 """Part-of-speech tagging on a real treebank: the Turkish Web Treebank or any CoNLL-U.
 
-    python -m examples.tagger --data turkish-web    # or turkish-wiki
-    python -m examples.tagger --data FILE.conllu    # every tenth sentence is test
-    python -m examples.tagger --data DIR            # DIR/train.conllu, DIR/test.conllu
+    python -m refold.examples.tagger --data turkish-web    # or turkish-wiki
+    python -m refold.examples.tagger --data FILE.conllu    # every tenth sentence is test
+    python -m refold.examples.tagger --data DIR            # DIR/train.conllu, DIR/test.conllu
 
 Trains two BiLSTM taggers of one size on the UPOS column, with a loss at every word
 (`examples.tagger.char_tagger`): *lookup only*, where a word seen fewer than twice in
@@ -22,7 +22,7 @@ is read by `examples.treebanks.read`, which leaves malformed sentences out and s
 The tags, the word vocabulary and the alphabet come from the training sentences
 (`vocabulary`); characters not in the alphabet read as one unknown character.
 
->>> from examples.parser.treebank import Sentence
+>>> from refold.examples.parser.treebank import Sentence
 >>> train = [Sentence(["a", "dog", "a", "run"], ["DET", "NOUN", "DET", "NOUN"], [2, 0, 4, 2]),
 ...          Sentence(["run"], ["VERB"], [0]), Sentence(["run"], ["VERB"], [0]),
 ...          Sentence(["dog"], ["NOUN"], [0])]
@@ -44,8 +44,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from examples.parser.treebank import Sentence  # noqa: E402
-from examples.tagger.rare_words import RARE_BELOW, Vocabulary  # noqa: E402
+from refold.examples.parser.treebank import Sentence  # noqa: E402
+from refold.examples.tagger.rare_words import RARE_BELOW, Vocabulary  # noqa: E402
 
 __all__ = ["MODELS", "load", "hold_out", "vocabulary", "MostFrequentTag", "accuracies",
            "format_table", "main"]
@@ -57,8 +57,8 @@ CURVES = [("loss", "loss (cross-entropy per word)"), ("accuracy", "tag accuracy"
 
 def load(data: str) -> tuple[list[Sentence], list[Sentence], str]:
     """(train, test, a line saying what was read) of `--data`."""
-    from examples.parser import turkish
-    from examples.treebanks import read
+    from refold.examples.parser import turkish
+    from refold.examples.treebanks import read
     if data.startswith("turkish-"):
         if data[len("turkish-"):] not in turkish.PARTS:
             raise SystemExit(f"error: --data {data}: the Turkish treebank's parts are "
@@ -150,7 +150,7 @@ def format_table(results: dict, counts: dict) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m examples.tagger", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m refold.examples.tagger", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="turkish-web, turkish-wiki (the "
                    "treebanks extra), a CoNLL-U file, or a folder with train.conllu and "
@@ -195,9 +195,9 @@ def train_tagger(name: str, vocab: Vocabulary, train: list[dict], dev: list[dict
     is a dev set), its Keras history, and the epoch kept (1-based)."""
     import keras
 
-    from compiler import Model
-    from examples.tagger.char_tagger import char_tagger_model
-    from examples.training import keep_best
+    from refold.compiler import Model
+    from refold.examples.tagger.char_tagger import char_tagger_model
+    from refold.examples.training import keep_best
     keras.utils.set_random_seed(args.seed)
     block = char_tagger_model(len(vocab), name, args.char_embed, args.char_hidden,
                               args.hidden, num_tags=len(vocab.tags),
@@ -249,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
               + (" (best development accuracy)" if dev else " (the last)"))
     accuracy = {name: accuracies(tags, test, vocab.counts) for name, tags in predicted.items()}
     if histories and not args.no_plot:
-        from examples.training import plot_curves
+        from refold.examples.training import plot_curves
         plot_curves(histories, CURVES, os.path.join(args.out, "curves.png"))
     total = time.perf_counter() - start
     print("\ntest part-of-speech accuracy (" + ", ".join(

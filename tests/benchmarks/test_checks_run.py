@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-import blocks as td
+import refold as td
 from benchmarks import checks
 
 
 def test_the_switch_turns_strict_conversion_and_cycle_checks_off_and_on():
-    from blocks.control import _ForwardDeclarationRef
+    from refold.blocks.control import _ForwardDeclarationRef
     tracked = _ForwardDeclarationRef._evaluate
     tree = td.ForwardDeclaration(td.PyObjectType(), td.TensorType(()))
     tree.resolve_to(td.OneOf(lambda t: isinstance(t, list),

@@ -103,8 +103,8 @@ def test_the_dynet_exploration_program_walks_as_the_refold_model_decides():
     import numpy as np
 
     from benchmarks.peers import dynet_worker
-    from examples.parser.dynamic_oracle import best_transitions
-    from examples.parser.exploration import Exploration, Walk
+    from refold.examples.parser.dynamic_oracle import best_transitions
+    from refold.examples.parser.exploration import Exploration, Walk
     from tests.examples.test_parser import tiny_parser
 
     data = run.make_data(["explore"], 6, seed=5)["explore"]
@@ -124,7 +124,7 @@ def test_the_dynet_exploration_program_walks_as_the_refold_model_decides():
         pickneglogsoftmax=lambda z, t: (z, t))
     terms = dynet_worker.exploration_losses(dy, encode, score, batch, explore=0.5)
 
-    from examples.parser.treebank import Sentence
+    from refold.examples.parser.treebank import Sentence
     exploring = Exploration(tiny_parser([Sentence(["a"], ["X"], [0])]), explore=0.5)
     want = []  # per sentence, its (logits, target) at every step, as Refold decides
     for s in batch:

@@ -7,7 +7,7 @@ import contextlib
 import pytest
 import tensorflow as tf
 
-import blocks as td
+import refold as td
 
 
 @contextlib.contextmanager

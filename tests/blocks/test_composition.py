@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import blocks as td
-from blocks.composition import current_composition
+import refold as td
+from refold.blocks.composition import current_composition
 from tests.blocks.helpers import fails_on_eval, neg, raises
 
 # --- Composition: wiring with scope() and reads() ----------------------------------------

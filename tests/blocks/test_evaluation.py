@@ -9,14 +9,14 @@ import pytest
 import tensorflow as tf
 from numpy.testing import assert_allclose
 
-import blocks as td
-from blocks.evaluation import (
+import refold as td
+from refold.blocks.evaluation import (
     DepthContext,
     ReferenceContext,
     call_with_deep_stack,
     reference_eval,
 )
-from blocks.types import SequenceType, TensorType
+from refold.blocks.types import SequenceType, TensorType
 
 F32 = TensorType(())
 

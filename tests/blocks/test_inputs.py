@@ -6,9 +6,9 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import blocks as td
-from blocks.evaluation import reference_eval
-from blocks.types import (
+import refold as td
+from refold.blocks.evaluation import reference_eval
+from refold.blocks.types import (
     PyObjectType,
     SequenceType,
     TensorType,
@@ -414,8 +414,8 @@ def test_length_of_an_infinite_sequence_is_a_type_error():
 
 
 def test_length_of_an_object_without_length_is_an_input_error():
-    with pytest.raises(td.InputError, match=r"^Pipe\[1\] > Length: expected something with a "
-                                            r"length, got 5"):
+    with pytest.raises(td.InputError, match=r"^at \['n'\]: Pipe\[1\] > Length: expected "
+                                            r"something with a length, got 5"):
         (td.GetItem("n") >> td.Length()).eval({"n": 5})
 
 
@@ -588,7 +588,7 @@ def test_a_type_error_downstream_of_getitem_names_the_block_that_failed():
                                    "uint8", "int64", "bool", "complex64"])
 def test_a_scalar_block_converts_numbers_as_to_array_does(dtype):
     # the Tensor block inlines to_array's common case (scalar_ranges): same answers
-    from blocks.values import scalar_ranges, to_array
+    from refold.blocks.values import scalar_ranges, to_array
     t = TensorType((), dtype)
     block = td.Scalar(dtype)
     for x in (0, 1, -3, 200, 2**40, 1.5, -0.25, 1e300, float("nan"), float("inf"), True):

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
-import blocks as td
-from blocks.evaluation import reference_eval
-from blocks.types import SequenceType, TensorType, TupleType
+import refold as td
+from refold.blocks.evaluation import reference_eval
+from refold.blocks.types import SequenceType, TensorType, TupleType
 
 F32 = TensorType(())
 
@@ -167,7 +167,7 @@ def test_embedding_op_checks_ids_only_when_they_are_not_wrapped():
     assert wrapped.eval(7).shape == (2,)
     ops = [b.op() for b in (wrapped, checked) for b in b.children if hasattr(b, "op")]
     assert [op.check is None for op in ops] == [True, False]
-    from compiler import Compiler
+    from refold.compiler import Compiler
     with pytest.raises(td.InputError, match=r"Pipe\[1\] > Function.*not in \[0, 5\)"):
         Compiler.create(checked).plan([7])
     assert Compiler.create(wrapped).plan([7]).stats.launches >= 1
@@ -438,7 +438,7 @@ def test_an_embedding_lookup_reads_only_the_rows_it_gathers():
 
 def _library_blocks():
     """A block using each layer and library function said to work on zero rows."""
-    from models import heads, rnn_cells, tree_lstm, tree_rnn
+    from refold.models import heads, rnn_cells, tree_lstm, tree_rnn
     keras.utils.set_random_seed(0)
 
     def vec(n=3):
@@ -470,7 +470,7 @@ def _library_blocks():
 
 
 def _ops(block) -> list:
-    from compiler import Compiler
+    from refold.compiler import Compiler
     return Compiler.create(block).program.ops
 
 

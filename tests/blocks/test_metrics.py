@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import blocks as td
-from blocks.evaluation import ReferenceContext, root_input
+import refold as td
+from refold.blocks.evaluation import ReferenceContext, root_input
 from tests.blocks.helpers import raises
 
 SCALAR = td.TensorType(())

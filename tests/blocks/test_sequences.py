@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
-import blocks as td
-from blocks.types import (
+import refold as td
+from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,
     SequenceType,

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import blocks as td
-from blocks.serialization import UnsafeConfigError, deserialize, serialize
-from blocks.validation import validate
-from models import encoders, tree_lstm
+import refold as td
+from refold.blocks.serialization import UnsafeConfigError, deserialize, serialize
+from refold.blocks.validation import validate
+from refold.models import encoders, tree_lstm
 from tests.models.zoo import ZOO, ZOO_INPUTS
 
 
@@ -228,7 +228,8 @@ def test_zoo_factories_are_saved_as_their_calls():
     config = serialize(encoders.binary_tree_encoder(td.Vector(2) >> td.FC(3),
                                                      td.Concat() >> td.FC(3)))
     calls = [e["factory"] for e in config["objects"] if "factory" in e]
-    assert {"__function__": "models.encoders:binary_tree_encoder"} in calls
+    assert {"__function__": "refold>binary_tree_encoder", "module": "refold.models.encoders"} \
+        in calls
     assert not any("__code__" in json.dumps(e) for e in config["objects"])  # no bytecode
 
 

@@ -6,9 +6,9 @@ import pytest
 import tensorflow as tf
 from numpy.testing import assert_allclose
 
-import blocks as td
-from blocks.evaluation import ReferenceContext, call_with_deep_stack
-from blocks.types import (
+import refold as td
+from refold.blocks.evaluation import ReferenceContext, call_with_deep_stack
+from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,
     SequenceType,
@@ -440,7 +440,7 @@ def test_zeros_broadcast_type_is_a_type_error():
     TupleType(TensorType(()), TupleType(TensorType(()), TupleType(TensorType(())))),
 ])
 def test_a_functions_kept_flatten_and_unflatten_equal_the_types_own(t):
-    from blocks.tensors import _shape_of, nest_flattener, nest_unflattener
+    from refold.blocks.tensors import _shape_of, nest_flattener, nest_unflattener
     n = len(list(t.terminal_types()))
     flat = [f"v{i}" for i in range(n)]
     value = t.unflatten(iter(flat), _shape_of(t))
@@ -451,7 +451,7 @@ def test_a_functions_kept_flatten_and_unflatten_equal_the_types_own(t):
 
 
 def test_a_functions_kept_flatten_reads_a_tuple_as_zip_does():
-    from blocks.tensors import nest_flattener
+    from refold.blocks.tensors import nest_flattener
     pair = TupleType(TensorType(()), TensorType(()))
     assert nest_flattener(pair)((1, 2, 3)) == pair.flatten((1, 2, 3)) == [1, 2]
     assert nest_flattener(pair)((1,)) == pair.flatten((1,)) == [1]
@@ -461,7 +461,7 @@ def test_a_functions_kept_flatten_reads_a_tuple_as_zip_does():
 
 def test_a_functions_kept_flatten_of_two_levels_reads_tuples_as_zip_does():
     # (state, state) inputs of a cell take the two-level flatten: same reading
-    from blocks.tensors import nest_flattener
+    from refold.blocks.tensors import nest_flattener
     scalar = TensorType(())
     t = TupleType(TupleType(scalar, scalar), scalar)
     for value in [((1, 2), 3), ((1, 2, 9), 3, 4), ((1,), 3), (((1, 2),))]:

@@ -8,8 +8,8 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import blocks as td
-from blocks.types import (
+import refold as td
+from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,
     ResultType,

@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import blocks as td
-from blocks.types import (
+import refold as td
+from refold.blocks.types import (
     PyObjectType,
     SequenceType,
     TensorType,
     TupleType,
     VoidType,
 )
-from blocks.validation import iter_blocks
+from refold.blocks.validation import iter_blocks
 
 F32 = TensorType(())
 I32 = TensorType((), "int32")

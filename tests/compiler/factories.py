@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-import blocks as td
+import refold as td
 
 
 def tree_sign(hidden: int = 8, seed: int = 0, l2: float = 0.0):

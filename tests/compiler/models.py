@@ -14,8 +14,8 @@ import numpy as np
 import tensorflow as tf
 from hypothesis import strategies as st
 
-import blocks as td
-from models import encoders, heads, rnn_cells, tree_lstm
+import refold as td
+from refold.models import encoders, heads, rnn_cells, tree_lstm
 
 H = 4  # hidden size everywhere
 

@@ -22,8 +22,8 @@ import time
 import keras
 import numpy as np
 
-import blocks as td
-from compiler import Model, load_model
+import refold as td
+from refold.compiler import Model, load_model
 
 SCCE = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -62,13 +62,13 @@ def quickstart_model(seed: int = 0) -> Model:
 
 def example_cases() -> dict:
     """name -> (block, inputs, labels or None): every example's model, small."""
-    from examples import quickstart
-    from examples.calculator import calculator
-    from examples.molecules import molecules, weave
-    from examples.sentiment import synthetic
-    from examples.sentiment.model import SentimentModel, prepare
-    from examples.sentiment.treebank import Vocabulary
-    from examples.tagger import tagger
+    from refold.examples import quickstart
+    from refold.examples.calculator import calculator
+    from refold.examples.molecules import molecules, weave
+    from refold.examples.sentiment import synthetic
+    from refold.examples.sentiment.model import SentimentModel, prepare
+    from refold.examples.sentiment.treebank import Vocabulary
+    from refold.examples.tagger import tagger
     rng = np.random.default_rng(0)
     xs, ys = trees(6, seed=1)
     cases = {"README quick start": (quickstart_block(), xs, ys)}

@@ -19,9 +19,9 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blocks.evaluation import ReferenceContext, call_with_deep_stack, reference_eval
-from blocks.types import TensorType
-from compiler import Compiler
+from refold.blocks.evaluation import ReferenceContext, call_with_deep_stack, reference_eval
+from refold.blocks.types import TensorType
+from refold.compiler import Compiler
 from tests.compiler import models
 
 ATOL = 1e-5

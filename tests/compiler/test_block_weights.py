@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import blocks as td
-from compiler import Model
+import refold as td
+from refold.compiler import Model
 
 
 class Shift(td.Block):

@@ -7,16 +7,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import blocks as td
-from blocks.errors import InternalError
-from compiler import Compiler
-from compiler.dataflow import op_feeds
-from compiler.expansion import expand
-from compiler.lowering import lower
-from scheduler.graph import OpGraph
-from scheduler.layout import Layout
-from scheduler.planner import Planner
-from scheduler.schedules import SCHEDULERS
+import refold as td
+from refold.compiler import Compiler
+from refold.compiler.dataflow import op_feeds
+from refold.compiler.expansion import expand
+from refold.compiler.lowering import lower
+from refold.scheduler.errors import EngineError
+from refold.scheduler.graph import OpGraph
+from refold.scheduler.layout import Layout
+from refold.scheduler.planner import Planner
+from refold.scheduler.schedules import SCHEDULERS
 from tests.compiler import models
 
 EXPANDED = [f for f in models.ALL if not lower(f().block).reads_values]
@@ -85,16 +85,16 @@ def test_a_block_that_evaluates_its_own_way_gets_the_cautious_rule():
 
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)
-def test_a_layout_that_misses_a_feed_is_an_internal_error_not_a_wrong_result(scheduler):
+def test_a_layout_that_misses_a_feed_is_an_engine_error_not_a_wrong_result(scheduler):
     program = lower(projected_rnn())
     wrong = op_feeds(program)
     wrong[:, :] = False  # claims no op feeds another: everything runs before the loop
     planner = Planner(Layout.build(program.ops, program.value_types, wrong), scheduler)
     example = expand(program, [[1.0, 2.0, 3.0], [0.5, 0.5, 0.5]])
     graph, record = example.graph, example.plan_record(program.root.output_type)
-    with pytest.raises(InternalError, match="'concat' reads a value computed after it"):
+    with pytest.raises(EngineError, match="'concat' reads a value computed after it"):
         planner.plan([record], [graph.constants])
-    with pytest.raises(InternalError, match="'concat' reads a value computed after it"):
+    with pytest.raises(EngineError, match="'concat' reads a value computed after it"):
         planner.feed(graph, SCHEDULERS[scheduler](graph), example.result_values(
             program.root.output_type))
     right = Planner(Layout.build(program.ops, program.value_types, op_feeds(program)),

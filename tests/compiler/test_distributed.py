@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from compiler import Model, NonFiniteLossError
+    from refold.compiler import Model, NonFiniteLossError
     from tests.compiler import factories
     from tests.compiler.test_model import sign_data, labelled
 
@@ -95,7 +95,7 @@ SCRIPT = textwrap.dedent("""
 
     # 3. a non-finite step is applied on no replica, and names its inputs
     with strategy.scope():
-        import blocks as td
+        import refold as td
         block = td.AllOf(td.Scalar() >> td.Function(lambda x: x[:, None]) >> td.FC(1),
                          td.Scalar()) \
             >> td.Function(lambda z, x: tf.square(z[:, 0]) + tf.math.log(x)) \

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import blocks as td
-from blocks.errors import InputError
-from compiler import Compiler, expansion
-from models import tree_lstm
+import refold as td
+from refold.blocks.errors import InputError
+from refold.blocks.evaluation import reference_eval
+from refold.compiler import Compiler, expansion
+from refold.models import tree_lstm
 
 
 def add_tree_block():
@@ -90,7 +91,7 @@ def test_a_bad_input_in_a_batch_names_its_index_and_block_path():
         c.run(batch)
     assert err.value.example_index == 3
     assert "Scalar" in err.value.block_path
-    assert str(err.value).startswith("example 3: ")
+    assert str(err.value).startswith("example 3 at [1]: ")
     # the compiler is not poisoned: good batches still run
     assert len(c.run([(1, 2), 3])) == 2
 
@@ -138,7 +139,7 @@ def test_later_epochs_reuse_expanded_graphs(monkeypatch):
     first = c.run(batch)
     calls = []
     real = expansion.expand_all
-    monkeypatch.setattr("compiler.compiler.expand_all",
+    monkeypatch.setattr("refold.compiler.compiler.expand_all",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
     again = c.run(list(reversed(batch)))
     assert calls == []
@@ -162,7 +163,7 @@ def test_a_keras_rnn_cell_with_a_fed_initial_state_runs():
     batch = [[[1.0, 2.0]], [[0.0, 1.0], [2.0, 3.0]]]
     got = Compiler.create(block).run(batch)
     for g, x in zip(got, batch):
-        np.testing.assert_allclose(g, td.evaluation.reference_eval(block, x), atol=1e-6)
+        np.testing.assert_allclose(g, reference_eval(block, x), atol=1e-6)
 
 
 def test_the_compiler_refuses_a_single_input_where_a_batch_is_expected():
@@ -222,8 +223,8 @@ def test_an_expanded_graph_shares_one_record_that_equals_its_arrays():
     # expansion makes the merge record in one conversion; the arrays are its views
     import pickle
 
-    from compiler.lowering import lower
-    from scheduler.graph import OpGraph
+    from refold.compiler.lowering import lower
+    from refold.scheduler.graph import OpGraph
     block = td.Map(td.Record((td.Scalar(), td.Scalar())) >> td.Function(tf.add)) >> td.Sum()
     program = lower(block)
     g = expansion.expand(program, [(1.0, 2.0), (3.0, 4.0)]).graph

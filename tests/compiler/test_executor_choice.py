@@ -11,12 +11,12 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import blocks as td
-from blocks.errors import InputError
-from blocks.evaluation import reference_eval
-from compiler import Compiler, Model
-from compiler.executor_choice import InferenceExecutorChoice
-from scheduler.weight_grads import mean_loop_rows
+import refold as td
+from refold.blocks.errors import InputError
+from refold.blocks.evaluation import reference_eval
+from refold.compiler import Compiler, Model
+from refold.compiler.executor_choice import InferenceExecutorChoice
+from refold.scheduler.weight_grads import mean_loop_rows
 from tests.compiler import factories
 from tests.compiler.test_batched_equals_reference import NAMES, assert_same_result, case
 from tests.compiler.test_model import sign_data

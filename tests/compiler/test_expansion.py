@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import blocks as td
-from blocks.errors import InputError
-from compiler import Compiler
-from compiler.expansion import expand_all, expand_batch
-from compiler.pipeline import InputPipeline
-from scheduler.graph import OpGraph
+import refold as td
+from refold.blocks.errors import InputError
+from refold.compiler import Compiler
+from refold.compiler.expansion import expand_all, expand_batch
+from refold.compiler.pipeline import InputPipeline
+from refold.scheduler.graph import OpGraph
 from tests.compiler.test_engine import word_tree_lstm
 
 TREES = [((1, 2), 3), 4, (5, (6, (7, 8))), (0, 9)]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from compiler import Model
-from compiler.handoff import Handoff
+from refold.compiler import Model
+from refold.compiler.handoff import Handoff
 from tests.compiler import factories
 
 

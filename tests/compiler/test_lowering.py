@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import blocks as td
-from compiler import Compiler, Model
-from compiler.lowering import UnloweredOpError, lower
+import refold as td
+from refold.compiler import Compiler, Model
+from refold.compiler.lowering import UnloweredOpError, lower
 from tests.compiler.models import Gate
 
 H = 3

@@ -14,10 +14,10 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import blocks as td
-from blocks.precision import compute_dtype, global_policy
-from compiler import Compiler, Model
-from scheduler.executor import Executor
+import refold as td
+from refold.blocks.precision import compute_dtype, global_policy
+from refold.compiler import Compiler, Model
+from refold.scheduler.executor import Executor
 from tests.compiler import factories, models
 from tests.compiler.test_batched_equals_reference import check_case_batch, engine_for
 from tests.compiler.test_model import compiled, sign_data
@@ -364,9 +364,9 @@ def test_weight_gradients_once_per_step_match_the_loop_s_own(policy):
 
 @pytest.mark.parametrize("policy", POLICIES, indirect=True)
 def test_the_sentiment_tree_lstm_trains_and_evaluates_as_its_eval_block(policy):
-    from examples.sentiment import __main__ as sentiment
-    from examples.sentiment.model import SentimentModel, accuracies, prepare
-    from examples.sentiment.treebank import Vocabulary
+    from refold.examples.sentiment import __main__ as sentiment
+    from refold.examples.sentiment.model import SentimentModel, accuracies, prepare
+    from refold.examples.sentiment.treebank import Vocabulary
     from tests.examples.test_sentiment import DULL_BUT_GOOD, GOOD_BUT_DULL, _tree
     trees = [_tree(GOOD_BUT_DULL), _tree(DULL_BUT_GOOD), _tree("(2 (2 very) (2 good))")]
     vocab = Vocabulary.from_trees(trees)

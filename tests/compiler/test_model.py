@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import blocks as td
-from blocks.errors import InputError
-from compiler import Compiler, Model, NonFiniteLossError, pipeline
+import refold as td
+from refold.blocks.errors import InputError
+from refold.compiler import Compiler, Model, NonFiniteLossError, pipeline
 from tests.compiler import factories
 
 
@@ -161,7 +161,7 @@ def test_training_is_traced_once_for_every_batch_shape_and_weight_gradient_choic
 def test_a_batch_near_the_threshold_runs_on_the_other_choices_trace():
     from types import SimpleNamespace
 
-    from compiler.steps import WeightGradsChoice
+    from refold.compiler.steps import WeightGradsChoice
     layout = SimpleNamespace(loop_ops=[1], segment_id={"group_size": 1})
     choice = WeightGradsChoice(SimpleNamespace(layout=layout, batched_weight_grads=False),
                                max_rows=4)
@@ -203,7 +203,7 @@ def test_a_batch_near_the_threshold_runs_on_the_other_choices_trace():
 
 
 def mean_loop_rows(model, trees) -> float:
-    from scheduler.weight_grads import mean_loop_rows
+    from refold.scheduler.weight_grads import mean_loop_rows
     plan = model.compiler.plan(trees, grouped=True)
     return mean_loop_rows(model.compiler.executor.layout, plan.feed.arrays)
 
@@ -234,10 +234,10 @@ def test_weight_gradients_once_per_step_train_as_every_iteration_does():
 
 
 def test_batches_of_small_launches_replay_the_loop_backward(monkeypatch):
-    import scheduler.reverse
+    import refold.scheduler.reverse
     traced = []
-    replay_loop = scheduler.reverse.replay_loop
-    monkeypatch.setattr(scheduler.reverse, "replay_loop",
+    replay_loop = refold.scheduler.reverse.replay_loop
+    monkeypatch.setattr(refold.scheduler.reverse, "replay_loop",
                         lambda *args: traced.append(1) or replay_loop(*args))
     trees, y = sign_data(40, seed=6)
     model = compiled(Model(factories.tree_sign(), seed=1))
@@ -358,7 +358,7 @@ def test_a_bad_example_names_its_index_in_the_dataset_and_the_block_path():
         model.fit(trees, y, batch_size=8, epochs=1, verbose=0)
     assert err.value.example_index == 37
     assert "Scalar" in err.value.block_path
-    assert str(err.value).startswith("example 37: ")
+    assert str(err.value).startswith("example 37 at [1]: ")
 
 
 def test_bad_examples_can_be_skipped_and_counted():

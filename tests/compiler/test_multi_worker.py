@@ -18,7 +18,7 @@ import time
 import keras
 import numpy as np
 
-from compiler import Model
+from refold.compiler import Model
 from tests.compiler import factories
 from tests.compiler.test_model import labelled, sign_data
 

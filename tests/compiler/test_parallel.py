@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from blocks.errors import InputError
-from compiler import Compiler
-from compiler.parallel import ExpansionPool
+from refold.blocks.errors import InputError
+from refold.compiler import Compiler
+from refold.compiler.parallel import ExpansionPool
 from tests.compiler.test_engine import random_tree, word_tree_lstm
 
 GRAPH_FIELDS = ("node_op", "node_arity", "node_args", "value_type", "value_node",
@@ -81,7 +81,7 @@ def test_a_bad_input_is_blamed_on_its_index_in_the_batch(parallel_compiler):
         parallel_compiler.expand(inputs)
     assert err.value.example_index == 23
     assert "Scalar" in err.value.block_path
-    assert str(err.value).startswith("example 23: ")
+    assert str(err.value).startswith("example 23 at [1]: ")
     with pytest.raises(InputError) as err:
         list(parallel_compiler.plan_batches([batch(5, 4), inputs]))
     assert err.value.example_index == 23

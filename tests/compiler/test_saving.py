@@ -17,9 +17,9 @@ import keras
 import numpy as np
 import pytest
 
-import blocks as td
-from blocks.serialization import UnsafeConfigError
-from compiler import Model, ModelFileError, load_model
+import refold as td
+from refold.blocks.serialization import UnsafeConfigError
+from refold.compiler import Model, ModelFileError, load_model
 from tests.blocks.test_serialization import same
 from tests.compiler import saving_jobs
 

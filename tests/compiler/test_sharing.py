@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-import blocks as td
-from compiler import Compiler
+import refold as td
+from refold.compiler import Compiler
 
 
 def two_uses_of_one_layer():

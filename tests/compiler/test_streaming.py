@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import blocks as td
-from blocks.errors import InputError
-from compiler import Compiler, Lines, Model, streaming
+import refold as td
+from refold.blocks.errors import InputError
+from refold.compiler import Compiler, Lines, Model, streaming
 from tests.compiler import factories
 from tests.compiler.test_model import compiled, sign_data
 
@@ -71,7 +71,7 @@ def test_the_cache_drops_the_least_recently_used_input():
     c.expand([d])               # drops b
     assert c.cached == 2
     assert c.expand([a])[0] is first_a
-    assert [id(x) for x, _ in c._cache.values()] == [id(d), id(a)]
+    assert [id(x) for x, _, _ in c._cache._entries.values()] == [id(d), id(a)]
     with pytest.raises(ValueError, match="cache must be True, False or a number"):
         Compiler.create(td.Scalar(), cache=-1)
 
@@ -368,7 +368,7 @@ def test_a_killed_worker_is_reported_and_forked_anew_on_the_next_call():
 
 @pytest.mark.parametrize("nice", [None, 5])
 def test_worker_processes_run_at_the_priority_asked_for(nice):
-    from compiler.parallel import StreamWorkers
+    from refold.compiler.parallel import StreamWorkers
     parent = os.getpriority(os.PRIO_PROCESS, 0)
     workers = StreamWorkers(lambda payload: os.getpriority(os.PRIO_PROCESS, 0), 2,
                             nice=nice)
@@ -386,7 +386,7 @@ def test_worker_processes_run_at_the_priority_asked_for(nice):
 SHUTDOWN_SCRIPT = textwrap.dedent("""
     import multiprocessing, sys, threading
     import keras
-    from compiler import Model
+    from refold.compiler import Model
     from tests.compiler import factories
     from tests.compiler.test_model import compiled, sign_data
 

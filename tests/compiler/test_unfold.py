@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import blocks as td
-from blocks.errors import InputError, InternalError
-from compiler import Compiler
+import refold as td
+from refold.blocks.errors import InputError, InternalError
+from refold.compiler import Compiler
 from tests.compiler import models
 
 
@@ -166,7 +166,7 @@ def test_model_fit_trains_through_the_steps_taken_and_the_decisions_follow():
     # the steps taken (rounds run every batch: nothing cached) makes it emit 1s.
     import keras
 
-    from compiler import Model
+    from refold.compiler import Model
     keras.utils.set_random_seed(0)
     enc, cell = td.FC(4, activation="tanh"), td.FC(4, activation="tanh")
     out = td.FC(3, activation=None)

@@ -1,4 +1,4 @@
-"""`python -m compiler.warmup` fills Numba's on-disk cache so that a later process
+"""`python -m refold.compiler.warmup` fills Numba's on-disk cache so that a later process
 plans any model without compiling a kernel."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import textwrap
 
 AFTER = textwrap.dedent("""
     import numpy as np
-    from compiler import Compiler
-    from compiler.warmup import compilations
+    from refold.compiler import Compiler
+    from refold.compiler.warmup import compilations
     from tests.compiler import factories
     trees = [(1.0, (2.0, -3.0)), 0.5]
     with compilations() as compiled:
@@ -33,7 +33,7 @@ def test_after_the_warm_up_a_fresh_process_plans_other_models_without_compiling(
                              text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
         return out.stdout
-    warm = run("-m", "compiler.warmup")
+    warm = run("-m", "refold.compiler.warmup")
     assert "kernels compiled and written to the cache" in warm
     assert int(warm.split(": ")[1].split()[0]) > 0  # the cache was empty: it compiled
     assert run("-c", AFTER).strip().splitlines()[-1] == "compiled: []"

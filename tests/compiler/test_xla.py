@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from blocks.errors import InputError
-from blocks.evaluation import reference_eval
-from compiler import Compiler, Model, NonFiniteLossError
-from scheduler.xla import XlaExecutor
+from refold.blocks.errors import InputError
+from refold.blocks.evaluation import reference_eval
+from refold.compiler import Compiler, Model, NonFiniteLossError
+from refold.scheduler.xla import XlaExecutor
 from tests.compiler import factories
 from tests.compiler.test_batched_equals_reference import (
     ATOL,
@@ -284,7 +284,7 @@ def test_the_compiled_step_takes_one_array_per_dtype_and_has_no_conds_or_loop_re
 
 
 def test_flattened_batches_expand_to_the_converted_arrays():
-    from compiler.xla import XlaBatches
+    from refold.compiler.xla import XlaBatches
     rng = np.random.default_rng(5)
     model = _tree_lstm_model()
     model.fit([random_tree(rng) for _ in range(3)], [0, 1, 2], jit_compile=True, verbose=0)

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from examples.calculator import __main__ as calculator_main
-from examples.calculator.calculator import (
+from refold.examples.calculator import __main__ as calculator_main
+from refold.examples.calculator.calculator import (
     dataset,
     depth,
     evaluate,

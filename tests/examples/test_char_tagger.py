@@ -7,9 +7,9 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from examples.tagger import chars as chars_main
-from examples.tagger.char_tagger import char_tagger_model, word_vector
-from examples.tagger.rare_words import (
+from refold.examples.tagger import chars as chars_main
+from refold.examples.tagger.char_tagger import char_tagger_model, word_vector
+from refold.examples.tagger.rare_words import (
     SUFFIXES,
     TAGS,
     Vocabulary,
@@ -17,7 +17,7 @@ from examples.tagger.rare_words import (
     random_sentence,
     spell,
 )
-from models import heads
+from refold.models import heads
 from tests.compiler.models import Case
 from tests.compiler.test_batched_equals_reference import check_case_batch
 

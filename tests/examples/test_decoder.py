@@ -6,9 +6,9 @@ import keras
 import numpy as np
 import pytest
 
-from compiler import Compiler
-from examples.decoder import __main__ as decoder_main
-from examples.decoder.decoder import END, START, Seq2Seq, answer, emitted, reverse_task
+from refold.compiler import Compiler
+from refold.examples.decoder import __main__ as decoder_main
+from refold.examples.decoder.decoder import END, START, Seq2Seq, answer, emitted, reverse_task
 
 
 def test_the_task_asks_for_the_digits_reversed_then_the_end_symbol():

@@ -13,10 +13,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from compiler import Compiler
-from examples.function_names import __main__ as names_main
-from examples.function_names.data import Task, check_tree, read_records
-from examples.function_names.extract import (
+from refold.compiler import Compiler
+from refold.examples.function_names import __main__ as names_main
+from refold.examples.function_names.data import Task, check_tree, read_records
+from refold.examples.function_names.extract import (
     DEFAULT_PATH,
     extract,
     first_word,
@@ -24,7 +24,7 @@ from examples.function_names.extract import (
     split_of,
     tree_size,
 )
-from examples.function_names.models import DEFAULT_ENCODERS, ENCODERS, encoder_block
+from refold.examples.function_names.models import DEFAULT_ENCODERS, ENCODERS, encoder_block
 
 SHIPPED_PYTHON = (3, 11, 7)
 
@@ -193,9 +193,9 @@ def test_the_tree_lstm_sees_structure_the_bag_does_not():
 
 
 def test_tree_totals_are_the_sum_of_every_nodes_h_and_the_node_count():
-    import blocks as td
-    from examples.function_names.models import _tree_with_totals
-    from models import encoders, tree_lstm
+    import refold as td
+    from refold.examples.function_names.models import _tree_with_totals
+    from refold.models import encoders, tree_lstm
     task, xs = _tiny_examples()
     cell = tree_lstm.ChildSumTreeLSTMCell(5, 4)
     embedding = td.Embedding(len(task.vocabulary), 4)
@@ -285,7 +285,7 @@ def test_main_says_which_split_is_empty(tmp_path):
 
 
 def test_the_extract_command_writes_what_the_reader_reads_byte_for_byte_again(tmp_path):
-    from examples.function_names import extract as extract_module
+    from refold.examples.function_names import extract as extract_module
     root = tmp_path / "lib"
     root.mkdir()
     (root / "m.py").write_text("def get_x(self):\n    return self.x\n\n"

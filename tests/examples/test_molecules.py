@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from compiler import Compiler
-from examples.molecules import __main__ as molecules_main
-from examples.molecules.molecules import (
+from refold.compiler import Compiler
+from refold.examples.molecules import __main__ as molecules_main
+from refold.examples.molecules.molecules import (
     ATOM_FEATURES,
     PAIR_FEATURES,
     VALENCE,
@@ -17,7 +17,7 @@ from examples.molecules.molecules import (
     featurize,
     random_molecule,
 )
-from examples.molecules.weave import inputs, weave_layer, weave_model
+from refold.examples.molecules.weave import inputs, weave_layer, weave_model
 
 
 def _permuted(mol: Molecule, order) -> Molecule:

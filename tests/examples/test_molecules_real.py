@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from rdkit import Chem
 
-from compiler import Compiler
-from examples.molecules import __main__ as molecules_main
-from examples.molecules import chem
-from examples.molecules.fingerprints import Ridge, fit_ridge_cv, morgan_counts
-from examples.molecules.solubility import SHIPPED
-from examples.molecules.weave import weave_model
+from refold.compiler import Compiler
+from refold.examples.molecules import __main__ as molecules_main
+from refold.examples.molecules import chem
+from refold.examples.molecules.fingerprints import Ridge, fit_ridge_cv, morgan_counts
+from refold.examples.molecules.solubility import SHIPPED
+from refold.examples.molecules.weave import weave_model
 
 SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C[N+](C)(C)C", "ClC(Cl)Cl", "OC(=O)CCC(=O)O",
           "CCN(CC)CC", "c1ccncc1", "CCCCCCCC", "O=C1CCCCC1", "Brc1ccccc1", "CC#N"]
@@ -167,7 +167,7 @@ def test_ridge_is_the_closed_form_solution_in_either_form(n, d):
 # --- QM9 ---------------------------------------------------------------------------------
 
 def test_the_shipped_qm9_subset_reads_whole_in_disjoint_splits():
-    from examples.molecules import qm9
+    from refold.examples.molecules import qm9
     train, test, prop = SHIPPED["qm9"]
     read = {}
     for path, n in ((train, qm9.TRAIN), (test, qm9.TEST)):
@@ -190,7 +190,7 @@ def _qm9pack_table(path, rows) -> str:
 
 
 def test_the_qm9_subset_is_regenerated_from_qm9pack_tables(tmp_path):
-    from examples.molecules import qm9
+    from refold.examples.molecules import qm9
     rows = [(i, SMILES[i % len(SMILES)], 0.2 + 0.01 * i) for i in range(1, 21)]
     rows[4] = (5, "C1CC", 0.25)  # a SMILES RDKit cannot parse
     tables = [_qm9pack_table(tmp_path / "qm9_part2.csv", rows[10:]),
@@ -233,7 +233,7 @@ def test_main_runs_on_the_shipped_qm9_subset_without_network(tmp_path, capsys):
 
 
 def test_bad_smiles_in_a_qm9_style_file_are_skipped_and_counted(tmp_path, capsys):
-    from examples.molecules import qm9
+    from refold.examples.molecules import qm9
     rows = [(i, s, 5.0 + 0.1 * i) for i, s in enumerate(SMILES * 2, 1)]
     rows[2] = (3, "C1CC", 7.0)
     rows[7] = (8, "not a molecule", 6.0)

@@ -14,16 +14,16 @@ import tensorflow as tf
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from examples.parser import __main__ as parser_main
-from examples.parser.model import ParserModel, Vocabulary, labelled_input, training_input
-from examples.parser.synthetic import (
+from refold.examples.parser import __main__ as parser_main
+from refold.examples.parser.model import ParserModel, Vocabulary, labelled_input, training_input
+from refold.examples.parser.synthetic import (
     ATTRIBUTES,
     INSTRUMENTS,
     SPLITS,
     generate,
     write_splits,
 )
-from examples.parser.transitions import (
+from refold.examples.parser.transitions import (
     LEFT,
     RIGHT,
     SHIFT,
@@ -32,7 +32,7 @@ from examples.parser.transitions import (
     labelled_oracle,
     oracle,
 )
-from examples.parser.treebank import (
+from refold.examples.parser.treebank import (
     Sentence,
     check_tree,
     is_projective,
@@ -41,7 +41,7 @@ from examples.parser.treebank import (
     to_conllu,
     write_conllu,
 )
-from models.heads import variables
+from refold.models.heads import variables
 from tests.compiler.models import Case
 from tests.compiler.test_batched_equals_reference import check_case_batch, engine_for
 
@@ -443,7 +443,7 @@ def test_the_training_block_scores_every_configuration_from_its_positions():
 
 
 def test_a_bad_configuration_is_an_input_error_naming_the_block_path():
-    from blocks.errors import InputError
+    from refold.blocks.errors import InputError
     s = Sentence(["the", "dog"], ["DET", "NOUN"], [2, 0])
     parser = tiny_parser([s])
     item = training_input(s, parser.vocab)
@@ -560,7 +560,7 @@ def test_non_projective_training_trees_are_left_out():
 
 
 def test_the_turkish_web_treebank_reads_whole_in_a_fixed_split():
-    from examples.parser import turkish
+    from refold.examples.parser import turkish
     every = turkish.sentences("web")
     train, test = turkish.load("web")
     assert len(every) == 2541 and (len(train), len(test)) == (2286, 255)
@@ -573,7 +573,7 @@ def test_the_turkish_web_treebank_reads_whole_in_a_fixed_split():
 
 
 def test_an_unknown_turkish_part_is_refused():
-    from examples.parser import turkish
+    from refold.examples.parser import turkish
     with pytest.raises(ValueError, match="parts \\('web', 'wiki'\\), got 'news'"):
         turkish.path("news")
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from examples.parser.dynamic_oracle import best_transitions, costs
-from examples.parser.transitions import LEFT, RIGHT, SHIFT, Configuration, oracle
-from examples.parser.treebank import is_projective
+from refold.examples.parser.dynamic_oracle import best_transitions, costs
+from refold.examples.parser.transitions import LEFT, RIGHT, SHIFT, Configuration, oracle
+from refold.examples.parser.treebank import is_projective
 from tests.examples.test_parser import projective_tree, random_tree
 
 seeds = st.integers(0, 2**32 - 1)

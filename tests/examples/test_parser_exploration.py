@@ -12,16 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blocks.errors import InputError
-from compiler import Compiler
-from examples.parser import __main__ as parser_main
-from examples.parser.dynamic_oracle import costs
-from examples.parser.exploration import Exploration, Walk, exploration_input
-from examples.parser.model import Vocabulary, labelled_input, training_input
-from examples.parser.synthetic import generate
-from examples.parser.transitions import LEFT, RIGHT, SHIFT, Configuration, oracle
-from examples.parser.treebank import Sentence, read_conllu
-from models.heads import variables
+from refold.blocks.errors import InputError
+from refold.compiler import Compiler
+from refold.examples.parser import __main__ as parser_main
+from refold.examples.parser.dynamic_oracle import costs
+from refold.examples.parser.exploration import Exploration, Walk, exploration_input
+from refold.examples.parser.model import Vocabulary, labelled_input, training_input
+from refold.examples.parser.synthetic import generate
+from refold.examples.parser.transitions import LEFT, RIGHT, SHIFT, Configuration, oracle
+from refold.examples.parser.treebank import Sentence, read_conllu
+from refold.models.heads import variables
 from tests.compiler.models import Case
 from tests.compiler.test_batched_equals_reference import check_case_batch, engine_for
 from tests.examples.test_parser import random_tree, tiny_parser
@@ -171,7 +171,7 @@ def test_the_labelled_walk_batched_equals_the_reference(scheduler):
     check_batches("labelled_exploration", block, inputs, scheduler)
 
 def test_the_loss_is_the_cross_entropy_of_the_best_scoring_correct_transition():
-    from examples.parser.exploration import _hit, _loss
+    from refold.examples.parser.exploration import _hit, _loss
     logits = np.array([[1.0, 3.0, 2.0], [0.0, 0.0, 5.0]], "float32")
     correct = np.array([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0]], "float32")
     z = np.log(np.exp(logits).sum(1))

@@ -8,10 +8,10 @@ import os
 import numpy as np
 import pytest
 
-from examples.sentiment import __main__ as sentiment
-from examples.sentiment.model import SentimentModel, accuracies, binarize, prepare
-from examples.sentiment.synthetic import relabel
-from examples.sentiment.treebank import (
+from refold.examples.sentiment import __main__ as sentiment
+from refold.examples.sentiment.model import SentimentModel, accuracies, binarize, prepare
+from refold.examples.sentiment.synthetic import relabel
+from refold.examples.sentiment.treebank import (
     Vocabulary,
     parse_tree,
     read_treebank,
@@ -45,7 +45,7 @@ def test_prepare_puts_word_ids_at_the_leaves():
 
 
 def test_bag_of_words_is_blind_to_order_and_the_tree_lstm_is_not():
-    from compiler import Compiler
+    from refold.compiler import Compiler
     a, b = _tree(GOOD_BUT_DULL), _tree(DULL_BUT_GOOD)
     assert a["label"] != b["label"]
     vocab = Vocabulary.from_trees([a])

@@ -5,9 +5,9 @@ import os
 import numpy as np
 import pytest
 
-from examples.sentiment import synthetic
-from examples.sentiment.synthetic import relabel, score_of, write_splits
-from examples.sentiment.treebank import leaves, parse_tree, read_treebank, to_ptb
+from refold.examples.sentiment import synthetic
+from refold.examples.sentiment.synthetic import relabel, score_of, write_splits
+from refold.examples.sentiment.treebank import leaves, parse_tree, read_treebank, to_ptb
 
 DATA = os.path.join(os.path.dirname(synthetic.__file__), "data")
 

@@ -6,8 +6,8 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from examples.tagger import __main__ as tagger_main
-from examples.tagger.tagger import (
+from refold.examples.tagger import __main__ as tagger_main
+from refold.examples.tagger.tagger import (
     ADJ_NOUN,
     NOUN_VERB,
     TAGS,

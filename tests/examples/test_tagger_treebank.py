@@ -9,13 +9,13 @@ import os
 import numpy as np
 import pytest
 
-from examples import treebanks
-from examples.parser.treebank import Sentence
-from examples.tagger import __main__ as tagger_main
-from examples.tagger import treebank
-from examples.tagger.char_tagger import char_tagger_model
-from examples.tagger.rare_words import random_sentence
-from models import heads
+from refold.examples import treebanks
+from refold.examples.parser.treebank import Sentence
+from refold.examples.tagger import __main__ as tagger_main
+from refold.examples.tagger import treebank
+from refold.examples.tagger.char_tagger import char_tagger_model
+from refold.examples.tagger.rare_words import random_sentence
+from refold.models import heads
 from tests.compiler.models import Case
 from tests.compiler.test_batched_equals_reference import check_case_batch
 
@@ -66,7 +66,7 @@ def test_the_reader_skips_multiword_tokens_and_empty_nodes_and_reads_heads():
 
 
 def test_the_reader_agrees_with_the_parsers_turkish_reader():
-    from examples.parser import turkish
+    from refold.examples.parser import turkish
     reading = treebanks.read(turkish.path("web"))
     assert reading.skipped == 0 and reading.sentences == turkish.sentences("web")
 
@@ -155,7 +155,7 @@ def test_a_tie_goes_to_the_tag_commoner_overall():
 @pytest.mark.parametrize("scheduler", ["agenda", "depth"])
 @pytest.mark.parametrize("words", ["lookup", "char"])
 def test_the_batched_treebank_taggers_equal_the_reference(words, scheduler):
-    from examples.parser import turkish
+    from refold.examples.parser import turkish
     train, test = turkish.load("web")
     vocab = treebank.vocabulary(train[:300], test)
     block = char_tagger_model(len(vocab), words, char_embed=3, char_hidden=2, hidden=3,
@@ -208,7 +208,7 @@ def test_main_tags_the_turkish_treebank(tmp_path, capsys):
     assert "the Turkish treebank's web part\n20 training sentences" in printed
     assert "0 development sentences, 3 test sentences" in printed
     assert "kept epoch 1 (the last)" in printed and out["kept_epoch"] == {"char": 1}
-    from examples.parser import turkish
+    from refold.examples.parser import turkish
     _, test = turkish.load("web")
     assert [len(t) for t in out["predicted"]["char BiLSTM for rare words"]] == \
         [len(s) for s in test[:3]]

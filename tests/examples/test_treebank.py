@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from examples.sentiment.treebank import (
+from refold.examples.sentiment.treebank import (
     UNK,
     Vocabulary,
     binary_label,

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import blocks as td
-from blocks.evaluation import ReferenceContext
-from compiler import Compiler
-from models import encoders, heads, rnn_cells, tree_lstm
+import refold as td
+from refold.blocks.evaluation import ReferenceContext
+from refold.compiler import Compiler
+from refold.models import encoders, heads, rnn_cells, tree_lstm
 
 U, D = 3, 2
 SEQS = [[[1.0, 0.0]], [[0.5, -1.0], [2.0, 1.0], [0.0, 0.3]], [[0.2, 0.2]] * 4]
@@ -23,7 +23,7 @@ def stages(block) -> tuple[list, list]:
 
 def whole(cell) -> td.Block:
     """`cell` as a block that `td.RNN` runs whole (it splits the library's cells)."""
-    from blocks.composition import convert_to_block
+    from refold.blocks.composition import convert_to_block
     return convert_to_block(cell)
 
 

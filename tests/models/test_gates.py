@@ -8,7 +8,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.gates import cut_gates
+from refold.models.gates import cut_gates
 from tests.compiler import test_batched_equals_reference as reference
 
 
@@ -51,7 +51,7 @@ def _memory_by_hand(z, cs, layout):
 @pytest.mark.parametrize("layout", ["iou", "iouff", "ifuo", "uoi", "fiofu"])
 @pytest.mark.parametrize("used", ["h", "c", "both"])
 def test_lstm_memory_equals_autodiff_in_values_and_gradients(layout, used):
-    from models.gates import lstm_memory
+    from refold.models.gates import lstm_memory
     rng = np.random.default_rng(len(layout) * 7 + len(used))
     n, width, n_kids = 5, 3, layout.count("f")
     z = tf.constant(rng.normal(size=(n, len(layout) * width)), tf.float32)
@@ -72,7 +72,7 @@ def test_lstm_memory_equals_autodiff_in_values_and_gradients(layout, used):
 
 
 def test_lstm_memory_is_its_plain_forward_without_a_tape_in_a_graph():
-    from models.gates import lstm_memory
+    from refold.models.gates import lstm_memory
     z = tf.random.normal([4, 10], seed=1)
     cs = [tf.random.normal([4, 2], seed=2), tf.random.normal([4, 2], seed=3)]
     traced = tf.function(lambda z, a, b: lstm_memory(z, [a, b], "iouff"))
@@ -88,7 +88,7 @@ def test_lstm_memory_is_its_plain_forward_without_a_tape_in_a_graph():
     ("interpolate", lambda z, a, b: z * a + (1.0 - z) * b),
 ], ids=["product", "interpolate"])
 def test_a_grus_gated_products_equal_autodiff_in_values_and_gradients(fn, by_hand):
-    from models import gates
+    from refold.models import gates
     rng = np.random.default_rng(11)
     n_args = 2 if fn == "product" else 3
     args = [tf.constant(rng.normal(size=(4, 3)), tf.float32) for _ in range(n_args)]
@@ -106,7 +106,7 @@ def test_a_grus_gated_products_equal_autodiff_in_values_and_gradients(fn, by_han
 
 @pytest.mark.parametrize("layout, n_kids", [("iof", 1), ("iouu", 0), ("ioufx", 1), ("iouf", 2)])
 def test_lstm_memory_rejects_a_layout_that_does_not_match_the_children(layout, n_kids):
-    from models.gates import lstm_memory
+    from refold.models.gates import lstm_memory
     with pytest.raises(ValueError, match="layout"):
         lstm_memory(tf.zeros([1, 3 * len(layout)]), [tf.zeros([1, 3])] * n_kids, layout)
 
@@ -139,8 +139,8 @@ def test_fused_cells_equal_the_reference_with_the_replayed_backward_loop(name, s
     """The cells' own gradient in the engine's replayed backward loop
     (`Executor(replay_backward=True)`, `scheduler.reverse`): each launch is
     differentiated there under a tape of its own, so the fused update is used."""
-    from models import gates
-    from scheduler import reverse
+    from refold.models import gates
+    from refold.scheduler import reverse
     case = reference.case(name)
     built = reference.engine_for(case, scheduler)
     built[0].executor.replay_backward = True  # read when the step is traced

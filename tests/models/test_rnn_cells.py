@@ -6,9 +6,9 @@ import keras
 import numpy as np
 import pytest
 
-import blocks as td
-from compiler import Compiler
-from models import rnn_cells
+import refold as td
+from refold.compiler import Compiler
+from refold.models import rnn_cells
 
 UNITS, DIM = 3, 2
 SEQS = [[], [[0.5, -1.0]], [[1.0, 2.0], [0.0, -0.5], [-1.5, 0.25]], [[0.3, 0.3]] * 5]
@@ -90,9 +90,9 @@ def test_an_rnn_runs_a_library_cell_split_with_the_whole_cells_results(ours, the
                                                                      dim):
     import tensorflow as tf
 
-    from blocks.composition import convert_to_block
-    from blocks.evaluation import ReferenceContext
-    from blocks.serialization import deserialize, serialize
+    from refold.blocks.composition import convert_to_block
+    from refold.blocks.evaluation import ReferenceContext
+    from refold.blocks.serialization import deserialize, serialize
     cell = ours(UNITS)
     split = td.Map(td.Vector(dim)) >> td.RNN(cell)
     whole = td.Map(td.Vector(dim)) >> td.RNN(convert_to_block(cell))  # a block: not split
@@ -133,7 +133,7 @@ def test_the_backward_loop_multiplies_by_the_kernel_transposed_before_the_loop(
         transpose_once, monkeypatch):
     import tensorflow as tf
 
-    from scheduler import loop_products
+    from refold.scheduler import loop_products
     monkeypatch.setattr(loop_products, "TRANSPOSE_ONCE", transpose_once)
     cell = rnn_cells.GRUCell(UNITS)
     compiler = Compiler.create(td.Map(td.Vector(DIM)) >> td.RNN(cell) >> td.GetItem(1))

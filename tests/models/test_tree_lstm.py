@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import blocks as td
-from compiler import Compiler
-from models import encoders, heads, tree_lstm, tree_rnn
+import refold as td
+from refold.compiler import Compiler
+from refold.models import encoders, heads, tree_lstm, tree_rnn
 
 H, D = 3, 2
 
@@ -255,7 +255,7 @@ def test_tree_rnn_leaf_needs_input_size():
 def test_a_model_over_a_child_sum_cell_trains_its_weights():
     # The cell once hid Block.weights() behind a property of that name, so Model()
     # failed with "'list' object is not callable" on any block holding one.
-    from compiler import Model
+    from refold.compiler import Model
     cell = tree_lstm.child_sum_cell(H, D)
     block = child_sum_model(cell) >> td.GetItem(0) >> td.FC(1, activation=None)
     model = Model(block)

@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-import blocks as td
-from models import encoders, heads, rnn_cells, tree_lstm, tree_rnn
+import refold as td
+from refold.models import encoders, heads, rnn_cells, tree_lstm, tree_rnn
 
 ZOO = {
     "binary TreeLSTM with a per-node hook": lambda: encoders.binary_tree_encoder(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from hypothesis import strategies as st
 
-from scheduler.graph import OpGraph
+from refold.scheduler.graph import OpGraph
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import SCHEDULERS, OpGraph, Schedule
-from scheduler.executor import Executor
-from scheduler.planner import Planner
+from refold.scheduler import SCHEDULERS, OpGraph, Schedule
+from refold.scheduler.executor import Executor
+from refold.scheduler.planner import Planner
 from tests.scheduler.graphs import Choices, OpSpec, RawGraph, build, concat_raw, draw_graph
 
 ATOL = 1e-5

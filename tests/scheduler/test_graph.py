@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.graph import OpGraph, compute_sdepth
+from refold.scheduler.graph import OpGraph, compute_sdepth
 from tests.scheduler.graphs import build, concat_raw, draw_graph, draw_specs, random_graphs
 
 ARRAYS = ["node_op", "node_arity", "node_args", "value_type", "value_node", "value_index",

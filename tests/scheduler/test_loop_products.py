@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import blocks as td
-from compiler import Compiler
-from scheduler import loop_products
+import refold as td
+from refold.compiler import Compiler
+from refold.scheduler import loop_products
 
 DIM, UNITS = 3, 4
 SEQS = [[list(np.linspace(-1, 1, DIM) * (t + 1) / n) for t in range(n)] for n in (0, 1, 2, 5)]

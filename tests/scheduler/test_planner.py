@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import SCHEDULERS, OpGraph
-from scheduler.planner import Planner, plan_record
+from refold.scheduler import SCHEDULERS, OpGraph
+from refold.scheduler.planner import Planner, plan_record
 from tests.scheduler.graphs import Choices, draw_graph
 from tests.scheduler.test_executor import (
     ALL,

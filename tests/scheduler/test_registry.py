@@ -18,10 +18,10 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import blocks as td
-from compiler import Compiler
-from scheduler import SCHEDULERS, OpGraph, Schedule, register_scheduler
-from scheduler.schedules import group_by_step
+import refold as td
+from refold.compiler import Compiler
+from refold.scheduler import SCHEDULERS, OpGraph, Schedule, register_scheduler
+from refold.scheduler.schedules import group_by_step
 from tests.compiler import test_batched_equals_reference as models_vs_reference
 from tests.scheduler.graphs import random_batches
 from tests.scheduler.test_executor import (

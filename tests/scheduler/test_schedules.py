@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import (
+from refold.scheduler import (
     SCHEDULERS,
     OpGraph,
     Schedule,
@@ -18,7 +18,7 @@ from scheduler import (
     depth_schedule,
     register_scheduler,
 )
-from scheduler.schedules import agenda_reference
+from refold.scheduler.schedules import agenda_reference
 from tests.scheduler.graphs import random_batches
 
 NAMES = sorted(SCHEDULERS)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from scheduler.xla import XlaExecutor, bucket, loop_width
+from refold.scheduler.xla import XlaExecutor, bucket, loop_width
 from tests.scheduler.test_executor import (
     ALL,
     ATOL,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from compiler import Model
-from examples.calculator.calculator import dataset
+from refold.compiler import Model
+from refold.examples.calculator.calculator import dataset
 
-CALCULATOR = "examples.calculator.calculator:expression_classifier"
+CALCULATOR = "refold.examples.calculator.calculator:expression_classifier"
 
 
 def expressions(n: int, seed: int = 0) -> list:

@@ -9,8 +9,8 @@ import urllib.error
 import numpy as np
 import pytest
 
-from blocks.errors import InputError
-from serving import BatchingPredictor, Predictor
+from refold.blocks.errors import InputError
+from refold.serving import BatchingPredictor, Predictor
 from tests.serving.exports import expressions
 
 

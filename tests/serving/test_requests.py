@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from serving import Predictor, RequestError
+from refold.serving import Predictor, RequestError
 from tests.serving.exports import expressions
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from serving import Predictor, RequestError
-from serving.rest import RestServer, answer, outputs_of, request_body
+from refold.serving import Predictor, RequestError
+from refold.serving.rest import RestServer, answer, outputs_of, request_body
 from tests.serving.exports import expressions
 
 

@@ -82,7 +82,7 @@ def takes_training(fn: Any) -> bool:
     any callable with a `training` parameter.
 
     >>> import keras
-    >>> takes_training(keras.layers.Dropout(0.5)), takes_training(keras.layers.Dense(2))
+    >>> takes_training(keras.layers.Dropout(0.5)), takes_training(keras.layers.LayerNormalization())
     (True, False)
     >>> takes_training(lambda x, training=False: x)
     True

@@ -14,6 +14,12 @@ The input size is taken from the first input type the cell meets, or given as
 projection `x W + b` (`InputProjection`) on every element before the engine's loop,
 the rest (`ProjectedCell`) in it.
 
+Dropout, in training only, as Keras' cells name it: `dropout` drops a fraction of the
+input `x` before `x W`, `recurrent_dropout` a fraction of the state `h` before `h U`.
+Each node (each step of each sequence) draws its own masks (`blocks.noise`), where
+Keras draws one pair of masks per sequence; the split cell drops the input in its
+projection, before the loop, and the state in the loop.
+
 >>> import refold as td
 >>> cell = LSTMCell(4)
 >>> encoder = td.Map(td.Vector(3)) >> td.RNN(cell)        # (outputs, final (h, c))

@@ -24,6 +24,12 @@ sees that child's `h`:
 
 Its input is `(x, children)`: a vector and a *sequence* of child states.
 
+Dropout, in training only, per node (`blocks.noise`): `dropout` drops a fraction of
+the input `x`; `recurrent_dropout` a fraction of the candidate update `u` before it
+enters the memory, `c = i * drop(u) + sum_k f_k * c_k` (Semeniuta et al. 2016,
+"Recurrent dropout without memory loss"; the recurrent dropout of Fold's sentiment
+model), so the children's memories pass on untouched.
+
 >>> import refold as td
 >>> cell = NaryTreeLSTMCell(4, num_children=2)
 >>> node = td.Record((td.Zeros(state_type(4)), td.Zeros(state_type(4)))) >> cell

@@ -222,3 +222,24 @@ def test_dropout_arguments_are_checked():
     with pytest.raises(TypeError, match="float tensor"):
         td.Scalar("int32") >> Dropout(0.5)
     assert repr(Dropout(0.25)) == "<td.Dropout rate=0.25>"
+
+
+def test_a_model_with_dropout_saves_and_loads_with_its_rates(tmp_path):
+    from refold.models import rnn_cells, tree_lstm
+    keras.utils.set_random_seed(9)
+    cell = rnn_cells.LSTMCell(4, dropout=0.2, recurrent_dropout=0.3)
+    leaf = tree_lstm.leaf_cell(4, 3, dropout=0.1, recurrent_dropout=0.4)
+    block = td.Record((td.Map(td.Vector(3)) >> td.RNN(cell) >> td.GetItem(1) >> td.GetItem(0),
+                       td.Vector(3) >> leaf >> td.GetItem(0) >> Dropout(0.25))) \
+        >> td.Concat() >> td.FC(2, activation=None, input_keep_prob=0.7)
+    model = Model(block)
+    model.compile(optimizer="sgd", loss=SCCE)
+    xs = [([[0.5, 1.0, -1.0]], [1.0, 0.0, 2.0]), ([], [0.0, 1.0, 0.0])]
+    model.fit(xs, np.array([0, 1]), epochs=1, verbose=0)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    np.testing.assert_array_equal(model.predict(xs, verbose=0), loaded.predict(xs, verbose=0))
+    assert loaded.program.key_type is not None
+    loaded.compile(optimizer=keras.optimizers.SGD(0.0), loss=SCCE)  # weights stay
+    assert loaded.train_on_batch(xs, np.array([0, 1])) == pytest.approx(
+        reference_loss(loaded, xs, np.array([0, 1]), 0), rel=1e-5)

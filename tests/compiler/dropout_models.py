@@ -7,14 +7,13 @@ and a function of one's own drawing with `blocks.noise` (`random=True`).
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 from hypothesis import strategies as st
 
 import refold as td
 from refold.blocks import noise
 from refold.blocks.training import current
 from refold.models import encoders, heads, rnn_cells, tree_lstm
-from tests.compiler.models import H, Case, labelled_trees, tf_variable, trees, weights_of
+from tests.compiler.models import Case, H, labelled_trees, tf_variable, trees, weights_of
 
 
 def vectors(n: int, max_size: int = 6):

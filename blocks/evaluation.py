@@ -165,7 +165,11 @@ class ReferenceContext:
                  seed: Any = None, example: int = 0):
         import tensorflow as tf
         self._tf = tf
-        self._mode = (training, seed) if training else None
+        if training:
+            from refold.blocks.training import Mode
+            self._mode = Mode.of(True, seed)
+        else:
+            self._mode = None
         self._example = int(example)
         self._random_nodes = 0  # the random nodes so far: the next one's number
         # under a mixed policy: the low dtype and the types that stay float32
@@ -198,8 +202,8 @@ class ReferenceContext:
             args = [*args, tf.constant([self._example, self._random_nodes], tf.int32)]
             self._random_nodes += 1
         if self._mode is not None:
-            from refold.blocks.training import training_mode
-            with training_mode(*self._mode):
+            from refold.blocks.training import using
+            with using(self._mode):
                 outs = self._call(op, args)
         else:
             outs = self._call(op, args)

@@ -34,17 +34,20 @@ Functions of one's own draw with `dropout`, `uniform` and `normal` inside a
 >>> bool((a == b).all()), bool((a != [1.0, 2.0, 3.0]).all())
 (True, True)
 >>> drop = td.Map(td.Vector(4) >> td.Dropout(0.5))
->>> [m.tolist() for m in drop.eval([[1.0] * 4] * 2, training=True, seed=2)]   # two nodes
-[[2.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 2.0]]
+>>> [m.tolist() for m in drop.eval([[1.0] * 4] * 2, training=True, seed=7)]   # two nodes
+[[2.0, 0.0, 2.0, 0.0], [0.0, 2.0, 0.0, 2.0]]
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from refold.blocks.tensors import Function
 from refold.blocks.training import current
@@ -62,7 +65,7 @@ def node_keys(keys):
     call; the evaluators pass each random op's keys here). Draws are numbered from 0
     in every call, so an op called again draws the same numbers."""
     before = getattr(_call, "state", None)
-    _call.state = [keys, 0]
+    _call.state = [keys, 0, None]  # the keys, the draws so far, their hash (made once)
     try:
         yield
     finally:
@@ -70,14 +73,21 @@ def node_keys(keys):
 
 
 def _next_draw(what: str):
+    """`(the call's keys hashed, [n] uint32; this draw's number)`."""
     state = getattr(_call, "state", None)
     if state is None:
         raise RuntimeError(
             f"{what} was called in training outside a random op: a function that draws "
             "random numbers must say so, td.Function(fn, random=True) (or a layer's "
             "`random` attribute), so that each of its nodes gets a key")
+    tf = _tf()
+    graph = tf.compat.v1.get_default_graph()
+    if state[2] is None or state[2][0] is not graph:  # once per call (and graph)
+        keys = _u32(state[0])
+        rows = _mix(tf.bitwise.bitwise_xor(keys[:, 0], tf.constant(_SALT, tf.uint32)))
+        state[2] = (graph, _mix(tf.bitwise.bitwise_xor(rows, keys[:, 1])))
     state[1] += 1
-    return state[0], state[1] - 1
+    return state[2][1], state[1] - 1
 
 
 def _tf():
@@ -102,16 +112,30 @@ def _mix(h):
     return xor(h, shift(h, tf.constant(16, tf.uint32)))
 
 
-def _seed_hash(seed, draw: int):
-    """A uint32 scalar from the step's seed and the draw's number."""
+def _np_mix(h: np.ndarray) -> np.ndarray:
+    """`_mix` in NumPy (for constants made once)."""
+    h = h.astype(np.uint32)
+    h ^= h >> np.uint32(16)
+    h *= np.uint32(_M1)
+    h ^= h >> np.uint32(15)
+    h *= np.uint32(_M2)
+    return h ^ (h >> np.uint32(16))
+
+
+@functools.lru_cache(maxsize=256)
+def _element_hashes(size: int) -> np.ndarray:
+    """uint32 `[size]`: each element index hashed (a constant of the traced program)."""
+    return _np_mix(np.arange(size, dtype=np.uint32) ^ np.uint32(_SALT))
+
+
+def seed_state(seed):
+    """The step's seed (ints, or a 1-D int tensor of static length) hashed to one uint32
+    scalar, made once per training scope (`blocks.training.training_mode`)."""
     tf = _tf()
-    if seed is None:
-        raise RuntimeError("a random draw in training needs the step's seed: "
-                           "training_mode(True, seed=...) (Model.fit gives one)")
     s = tf.reshape(_u32(seed), [-1])
     if s.shape[0] is None:
         raise ValueError("the step's seed must have a static length")
-    h = _mix(tf.constant((draw * _SALT + 1) & 0xFFFFFFFF, tf.uint32))
+    h = tf.constant(_SALT, tf.uint32)
     for i in range(s.shape[0]):
         h = _mix(tf.bitwise.bitwise_xor(h, s[i]))
     return h
@@ -119,17 +143,21 @@ def _seed_hash(seed, draw: int):
 
 def random_bits(shape: Sequence[int], what: str = "random_bits"):
     """uint32 `[n, *shape]`: per node of the current random op's call (n nodes), its
-    own bits, a function of (seed, node key, draw number, element index) only."""
+    own bits, a function of (seed, node key, draw number, element index) only: one
+    hash of the node's hashed key plus the element's hashed index mixed with the
+    draw's hashed seed (a few integer ops per element; the keys are hashed once per
+    call, the seed once per step)."""
     tf = _tf()
     mode = current()
-    keys, draw = _next_draw(what)
+    if mode.state is None:
+        raise RuntimeError("a random draw in training needs the step's seed: "
+                           "training_mode(True, seed=...) (Model.fit gives one)")
+    rows, draw = _next_draw(what)
     shape = [int(d) for d in shape]
-    size = math.prod(shape)
-    keys = _u32(keys)
-    row = _mix(tf.bitwise.bitwise_xor(_seed_hash(mode.seed, draw), keys[:, 0]))
-    row = _mix(tf.bitwise.bitwise_xor(row, keys[:, 1]))[:, None]
-    element = _mix(tf.bitwise.bitwise_xor(_u32(tf.range(size)), tf.constant(_SALT, tf.uint32)))
-    bits = _mix(_mix(tf.bitwise.bitwise_xor(row, element[None])) + row)
+    salt = tf.constant((draw * _SALT + 1) & 0xFFFFFFFF, tf.uint32)
+    drawn = _mix(tf.bitwise.bitwise_xor(mode.state, salt))  # a scalar
+    elements = tf.bitwise.bitwise_xor(tf.constant(_element_hashes(math.prod(shape))), drawn)
+    bits = _mix(rows[:, None] + elements[None])
     return tf.reshape(bits, [-1, *shape])
 
 
@@ -159,9 +187,8 @@ def normal(shape: Sequence[int] = ()):
 def keep_mask(shape: Sequence[int], rate: float, dtype="float32"):
     """`[n, *shape]` of 0 (dropped, with probability `rate`) and `1 / (1 - rate)`."""
     tf = _tf()
-    threshold = min(int(round(rate * 2 ** 24)), 2 ** 24)
-    top = tf.bitwise.right_shift(random_bits(shape, "dropout"), tf.constant(8, tf.uint32))
-    keep = top >= tf.constant(threshold, tf.uint32)
+    threshold = min(int(round(rate * 2 ** 24)), 2 ** 24 - 1) << 8  # on the top 24 bits
+    keep = random_bits(shape, "dropout") >= tf.constant(threshold, tf.uint32)
     return tf.cast(keep, dtype) * tf.cast(1.0 / (1.0 - rate), dtype)
 
 
@@ -276,7 +303,7 @@ class Dropout(Function):
     >>> block = td.Vector(4) >> td.Dropout(0.5)
     >>> block.eval([1.0, 2.0, 3.0, 4.0]).tolist()      # inference
     [1.0, 2.0, 3.0, 4.0]
-    >>> block.eval([1.0, 2.0, 3.0, 4.0], training=True, seed=2).tolist()
+    >>> block.eval([1.0, 2.0, 3.0, 4.0], training=True, seed=7).tolist()
     [2.0, 0.0, 6.0, 0.0]
     """
 

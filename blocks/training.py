@@ -41,10 +41,21 @@ from typing import Any
 @dataclass(frozen=True)
 class Mode:
     """What ops see when called: `training` (bool) and, in training, the step's
-    `seed` (a tuple of ints or a 1-D int tensor; None in inference)."""
+    `seed` (a tuple of ints or a 1-D int tensor; None in inference) and `state`, the
+    seed hashed (`blocks.noise.seed_state`), made where the scope is entered."""
 
     training: bool = False
     seed: Any = None
+    state: Any = None
+
+    @classmethod
+    def of(cls, training: bool, seed: Any = None) -> Mode:
+        if not isinstance(training, bool):
+            raise TypeError(f"training must be True or False, got {training!r}")
+        if not training and seed is None:
+            return INFERENCE
+        from refold.blocks.noise import seed_state
+        return cls(training, seed, None if seed is None else seed_state(seed))
 
 
 INFERENCE = Mode()
@@ -67,10 +78,16 @@ def training_mode(training: bool = True, seed: Any = None):
             (`Model` uses `(seed, optimizer step, replica)`). Needed for random
             draws in training.
     """
-    if not isinstance(training, bool):
-        raise TypeError(f"training must be True or False, got {training!r}")
+    with using(Mode.of(training, seed)):
+        yield
+
+
+@contextlib.contextmanager
+def using(mode: Mode):
+    """Ops called inside see `mode` (a `Mode` made once, `Mode.of`: the reference
+    evaluator sets its own around each op it calls)."""
     before = current()
-    _local.mode = Mode(training, seed) if training or seed is not None else INFERENCE
+    _local.mode = mode
     try:
         yield
     finally:
@@ -97,4 +114,4 @@ def takes_training(fn: Any) -> bool:
                                                 param.KEYWORD_ONLY)
 
 
-__all__ = ["Mode", "INFERENCE", "current", "training_mode", "takes_training"]
+__all__ = ["Mode", "INFERENCE", "current", "training_mode", "using", "takes_training"]

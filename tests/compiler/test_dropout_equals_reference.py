@@ -135,17 +135,19 @@ def test_replayed_backward_pass_draws_what_the_forward_pass_drew(name, data):
 
 
 def test_dropout_acts_in_training_and_each_node_has_its_own_mask():
-    # the same input four times in one batch: four examples, different masks; a
-    # second seed gives other masks; in inference nothing is dropped
+    # the same input four times in one batch: four examples, each of its nodes with a
+    # mask of its own (the root's update and every node's h before its loss: 16 bits
+    # an example); a second seed gives other masks; in inference nothing is dropped
     name = "tree_lstm_loss_everywhere_dropout"
     tree = {"left": {"word": 1, "label": 0}, "right": {"word": 2, "label": 1}, "label": 2}
-    got = check_training_batch(name, "agenda", [tree] * 4, (1, 2, 0))
-    roots = [r[0] for r in got]
-    assert len({tuple(np.round(r, 6)) for r in roots}) == 4
-    other = check_training_batch(name, "agenda", [tree] * 4, (1, 3, 0))
-    assert not np.allclose(other[0][0], roots[0])
-    inference = reference_eval(case(name).block, tree)
-    assert not np.allclose(inference[0], roots[0])
+
+    def drawn(results):
+        return [tuple(np.round(np.concatenate([r[0], r[1]["loss"]]), 5)) for r in results]
+    got = drawn(check_training_batch(name, "agenda", [tree] * 4, (1, 2, 0)))
+    assert len(set(got)) == 4
+    other = drawn(check_training_batch(name, "agenda", [tree] * 4, (1, 3, 0)))
+    assert not set(got) & set(other)
+    assert drawn([reference_eval(case(name).block, tree)])[0] not in got
 
 
 def test_masks_are_fair_and_independent_across_nodes_and_elements():

@@ -34,8 +34,8 @@ Functions of one's own draw with `dropout`, `uniform` and `normal` inside a
 >>> bool((a == b).all()), bool((a != [1.0, 2.0, 3.0]).all())
 (True, True)
 >>> drop = td.Map(td.Vector(4) >> td.Dropout(0.5))
->>> [m.tolist() for m in drop.eval([[1.0] * 4] * 2, training=True, seed=7)]   # two nodes
-[[2.0, 0.0, 2.0, 0.0], [0.0, 2.0, 0.0, 2.0]]
+>>> [m.tolist() for m in drop.eval([[1.0] * 4] * 2, training=True, seed=4)]   # two nodes
+[[0.0, 0.0, 2.0, 2.0], [2.0, 2.0, 0.0, 0.0]]
 """
 
 from __future__ import annotations
@@ -53,10 +53,13 @@ from refold.blocks.tensors import Function
 from refold.blocks.training import current
 from refold.blocks.types import TensorType
 
-_call = threading.local()  # .keys: the current random op call's keys; .draws: drawn so far
+_call = threading.local()  # .state: the current random op call's (keys, draws, hashed keys)
 
 _M1, _M2 = 0x7FEB352D, 0x846CA68B  # the "lowbias32" integer hash (C. Wellons)
 _SALT = 0x9E3779B9
+PRE_DRAWN = 4
+"""Draws per op call whose seed part is made once per step, outside the engine's loop
+(`seed_state`); later draws of a call make theirs where they are drawn."""
 
 
 @contextlib.contextmanager
@@ -73,7 +76,7 @@ def node_keys(keys):
 
 
 def _next_draw(what: str):
-    """`(the call's keys hashed, [n] uint32; this draw's number)`."""
+    """`(the call's keys hashed, [n, 1] uint32; this draw's number)`."""
     state = getattr(_call, "state", None)
     if state is None:
         raise RuntimeError(
@@ -83,9 +86,9 @@ def _next_draw(what: str):
     tf = _tf()
     graph = tf.compat.v1.get_default_graph()
     if state[2] is None or state[2][0] is not graph:  # once per call (and graph)
-        keys = _u32(state[0])
-        rows = _mix(tf.bitwise.bitwise_xor(keys[:, 0], tf.constant(_SALT, tf.uint32)))
-        state[2] = (graph, _mix(tf.bitwise.bitwise_xor(rows, keys[:, 1])))
+        example, node = tf.unstack(_u32(state[0]), 2, axis=1)
+        rows = _mix(example * _const(_M2) + node)  # distinct for distinct keys
+        state[2] = (graph, tf.expand_dims(rows, 1))
     state[1] += 1
     return state[2][1], state[1] - 1
 
@@ -103,13 +106,34 @@ def _u32(x):
     return tf.bitcast(tf.cast(x, tf.int32), tf.uint32)
 
 
+_eager_consts: dict = {}  # value -> an eager uint32 constant
+
+
+def _const(value: int):
+    """A uint32 constant, made once per graph (a loop body runs each of its nodes on
+    every iteration); kept on the graph, so it goes with it."""
+    tf = _tf()
+    if tf.executing_eagerly():
+        consts = _eager_consts
+    else:
+        graph = tf.compat.v1.get_default_graph()
+        consts = getattr(graph, "_refold_noise_consts", None)
+        if consts is None:
+            consts = {}
+            graph._refold_noise_consts = consts
+    got = consts.get(value)
+    if got is None:
+        got = consts[value] = tf.constant(value, tf.uint32)
+    return got
+
+
 def _mix(h):
     """A bijective avalanche hash of uint32 tensors, elementwise."""
     tf = _tf()
     xor, shift = tf.bitwise.bitwise_xor, tf.bitwise.right_shift
-    h = xor(h, shift(h, tf.constant(16, tf.uint32))) * tf.constant(_M1, tf.uint32)
-    h = xor(h, shift(h, tf.constant(15, tf.uint32))) * tf.constant(_M2, tf.uint32)
-    return xor(h, shift(h, tf.constant(16, tf.uint32)))
+    h = xor(h, shift(h, _const(16))) * _const(_M1)
+    h = xor(h, shift(h, _const(15))) * _const(_M2)
+    return xor(h, shift(h, _const(16)))
 
 
 def _np_mix(h: np.ndarray) -> np.ndarray:
@@ -124,29 +148,36 @@ def _np_mix(h: np.ndarray) -> np.ndarray:
 
 @functools.lru_cache(maxsize=256)
 def _element_hashes(size: int) -> np.ndarray:
-    """uint32 `[size]`: each element index hashed (a constant of the traced program)."""
-    return _np_mix(np.arange(size, dtype=np.uint32) ^ np.uint32(_SALT))
+    """uint32 `[1, size]`: each element index hashed (a constant of the traced program)."""
+    return _np_mix(np.arange(size, dtype=np.uint32) ^ np.uint32(_SALT))[None]
 
 
-def seed_state(seed):
-    """The step's seed (ints, or a 1-D int tensor of static length) hashed to one uint32
-    scalar, made once per training scope (`blocks.training.training_mode`)."""
+def _draw_salt(state, draw: int):
+    """The seed part of draw number `draw` of a call: a uint32 scalar."""
+    tf = _tf()
+    return _mix(tf.bitwise.bitwise_xor(state, _const((draw * _SALT + 1) & 0xFFFFFFFF)))
+
+
+def seed_state(seed) -> tuple:
+    """The step's seed (ints, or a 1-D int tensor of static length) hashed: uint32
+    scalars, the seed part of a call's first `PRE_DRAWN` draws. Made once per training
+    scope (`blocks.training.Mode.of`), where it is entered: outside the engine's loop."""
     tf = _tf()
     s = tf.reshape(_u32(seed), [-1])
     if s.shape[0] is None:
         raise ValueError("the step's seed must have a static length")
-    h = tf.constant(_SALT, tf.uint32)
+    h = _const(_SALT)
     for i in range(s.shape[0]):
         h = _mix(tf.bitwise.bitwise_xor(h, s[i]))
-    return h
+    return (h,) + tuple(_draw_salt(h, d) for d in range(PRE_DRAWN))
 
 
 def random_bits(shape: Sequence[int], what: str = "random_bits"):
     """uint32 `[n, *shape]`: per node of the current random op's call (n nodes), its
     own bits, a function of (seed, node key, draw number, element index) only: one
     hash of the node's hashed key plus the element's hashed index mixed with the
-    draw's hashed seed (a few integer ops per element; the keys are hashed once per
-    call, the seed once per step)."""
+    draw's part of the seed (a dozen integer ops a draw: the keys are hashed once per
+    call, the seed once per step, the element indices when the step is traced)."""
     tf = _tf()
     mode = current()
     if mode.state is None:
@@ -154,11 +185,9 @@ def random_bits(shape: Sequence[int], what: str = "random_bits"):
                            "training_mode(True, seed=...) (Model.fit gives one)")
     rows, draw = _next_draw(what)
     shape = [int(d) for d in shape]
-    salt = tf.constant((draw * _SALT + 1) & 0xFFFFFFFF, tf.uint32)
-    drawn = _mix(tf.bitwise.bitwise_xor(mode.state, salt))  # a scalar
-    elements = tf.bitwise.bitwise_xor(tf.constant(_element_hashes(math.prod(shape))), drawn)
-    bits = _mix(rows[:, None] + elements[None])
-    return tf.reshape(bits, [-1, *shape])
+    salt = mode.state[1 + draw] if draw < PRE_DRAWN else _draw_salt(mode.state[0], draw)
+    elements = tf.bitwise.bitwise_xor(tf.constant(_element_hashes(math.prod(shape))), salt)
+    return tf.reshape(_mix(rows + elements), [-1, *shape])
 
 
 def _unit(bits, open_low: bool = False):

@@ -54,6 +54,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from refold import compat
 from refold.blocks.errors import InputError
 from refold.blocks.layers import is_keras_layer
 from refold.blocks.precision import global_policy
@@ -294,7 +295,7 @@ class Model(keras.Model):
         and the weight penalties count once over all replicas.
         """
         part = "global_batch_size" in x
-        labelled = y is not None and self._compile_loss is not None
+        labelled = y is not None and compat.compiled_loss(self) is not None
         terms = []
         if labelled and not part:
             terms.append(self.compute_loss(x=x, y=y, y_pred=y_pred,
@@ -307,7 +308,7 @@ class Model(keras.Model):
                 # that to get the mean over this part's inputs, then weigh it
                 n_part = tf.cast(x["batch_size"][0], tf.float32)
                 n_global = tf.cast(x["global_batch_size"][0], tf.float32)
-                share = self._compile_loss(y, y_pred, sample_weight) * replicas \
+                share = compat.compiled_loss(self)(y, y_pred, sample_weight) * replicas \
                     * n_part / n_global
                 terms.append(tf.where(n_part > 0, share, 0.0))  # an empty part: none
             if self.losses:
@@ -369,7 +370,7 @@ class Model(keras.Model):
         arrays, labels, sample weights), as Keras' `fit` does before its first step:
         built inside a traced step, their variables would make TensorFlow trace the
         step twice."""
-        metrics = self._compile_metrics
+        metrics = compat.compiled_metrics(self)
         if metrics is None or metrics.built or len(signature) < 2 or self._out_type is None:
             return
         out = self.block.output_type
@@ -385,8 +386,8 @@ class Model(keras.Model):
             loss = loss * replicas
             n = tf.cast(x["global_batch_size"][0], tf.float32) / replicas
         self._loss_tracker.update_state(loss, sample_weight=n)
-        if y is not None and self._compile_metrics is not None:
-            self._compile_metrics.update_state(y, y_pred, sample_weight)
+        if y is not None and compat.compiled_metrics(self) is not None:
+            compat.compiled_metrics(self).update_state(y, y_pred, sample_weight)
         for tracker, m in zip(self.block_metric_trackers, self._tracked_ids):
             v = tf.cast(tf.reshape(values[m], [-1]), tf.float32)
             tracker.update_state(v, sample_weight=metric_weights(x, m, v)
@@ -553,7 +554,7 @@ class Model(keras.Model):
             return feeder
         check_batch_size(batch_size)
         inputs = as_inputs(x, what)
-        loss = self.loss if with_labels and self._compile_loss is not None else None
+        loss = self.loss if with_labels and compat.compiled_loss(self) is not None else None
         labels = self.pipeline.labels(y, sample_weight, len(inputs), loss,
                                       "y" if what == "x" else f"{what} y")
         n_given = len(inputs)
@@ -672,7 +673,7 @@ class Model(keras.Model):
             raise ValueError("give validation_data or validation_split, not both")
         # labels checked whole first, so that an error names the row of y
         self.pipeline.labels(y, sample_weight, len(x),
-                             self.loss if self._compile_loss is not None else None)
+                             self.loss if compat.compiled_loss(self) is not None else None)
         split_at = hold_out(len(x), fraction)
         head, tail = slice(None, split_at), slice(split_at, None)
         return split_at, (x[head], _rows(y, head), _rows(sample_weight, head)), \
@@ -826,7 +827,7 @@ class Model(keras.Model):
                              "tf.distribute strategy give a list of inputs")
         check_batch_size(batch_size)
         if labelled is None:
-            labelled = self._compile_loss is not None
+            labelled = compat.compiled_loss(self) is not None
         skipped = self._skipped.validation if what != "x" else self._skipped.x
         skipped.clear()
 
@@ -838,7 +839,7 @@ class Model(keras.Model):
 
         feeder = StreamFeeder(
             self.pipeline, x, batch_size, labelled,
-            loss=self.loss if labelled and self._compile_loss is not None else None,
+            loss=self.loss if labelled and compat.compiled_loss(self) is not None else None,
             skip=self.on_bad_example == "skip" and role != "predict", what=what,
             class_weight=class_weight, endless=endless, on_skip=on_skip)
         self._feeders[role] = feeder
@@ -890,12 +891,12 @@ class Model(keras.Model):
         return logs if return_dict else self._flatten_metrics_in_order(logs)
 
     def _check_loss(self, y, labels_in_x: bool = False):
-        if labels_in_x and self._compile_loss is not None:
+        if labels_in_x and compat.compiled_loss(self) is not None:
             return  # a stream of (input, label) tuples
-        if y is not None and self._compile_loss is None and self._loss_ids:
+        if y is not None and compat.compiled_loss(self) is None and self._loss_ids:
             warnings.warn("labels y are given but the model was compiled without a loss; "
                           "only the td.Metric losses train it", stacklevel=3)
-        if not self._loss_ids and (y is None or self._compile_loss is None):
+        if not self._loss_ids and (y is None or compat.compiled_loss(self) is None):
             raise ValueError(
                 "nothing to train on: give labels y and compile(loss=...), or emit losses "
                 "from the block with td.Metric blocks whose names end with 'loss' (its "

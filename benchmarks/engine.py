@@ -9,7 +9,7 @@ Each section prints a markdown table (the figures in BENCHMARKS.md come from it)
   (variant A) and (b) variable-length LSTM sequences with one loss at the end
   (DyNet's Figure 1 case).
 - `memory`: peak extra memory of one TreeLSTM training step at 256 and 1,024 trees,
-  per node (VmHWM of a fresh subprocess, ENGINE_NOTES P7).
+  per node (VmHWM of a fresh subprocess).
 - `sharing`: a TreeLSTM with two kinds of internal node that share one cell
   layer, compiled with sharing (one op) and per block instance (two ops, as
   TensorFlow Fold batches): launches and train trees/s (paired calls).

@@ -77,7 +77,10 @@ def warm_up(schedulers=None) -> dict:
 _WARM: set = set()  # the schedulers warm_up planned in this process
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    import argparse
+    argparse.ArgumentParser(prog="python -m refold.compiler.warmup",
+                            description=__doc__.splitlines()[0]).parse_args(argv)
     stats = warm_up()
     where = numba.config.CACHE_DIR or "next to the sources"
     print(f"planned under {len(SCHEDULERS)} schedulers in {stats['seconds']:.1f} s: "

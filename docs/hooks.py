@@ -11,6 +11,8 @@ import os
 import sys
 import tempfile
 
+from mkdocs.plugins import event_priority
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # the checkout's `refold`, whatever is installed
     sys.path.insert(0, ROOT)
@@ -58,6 +60,31 @@ def pictures(folder: str) -> dict[str, str]:
     td.draw_schedule(words_tree_block(), WORDS, path("words-tree-schedule.svg"),
                      title="A tree of words, each word read letter by letter")
     return out
+
+
+LAYERS = ("blocks", "compiler", "scheduler", "models", "serving", "examples")
+
+
+def package_tree() -> str:
+    """A folder where `refold/` holds the layers as subfolders, as the wheel installs
+    them (links into the checkout), so that mkdocstrings reads `refold.blocks` from its
+    source; in the checkout the layers are folders at the root (DESIGN.md)."""
+    folder = tempfile.mkdtemp(prefix="refold-api-")
+    package = os.path.join(folder, "refold")
+    os.mkdir(package)
+    for name in os.listdir(os.path.join(ROOT, "refold")):
+        if name.endswith(".py"):
+            os.symlink(os.path.join(ROOT, "refold", name), os.path.join(package, name))
+    for layer in LAYERS:
+        os.symlink(os.path.join(ROOT, layer), os.path.join(package, layer))
+    return folder
+
+
+@event_priority(100)  # before mkdocstrings reads its handlers' configuration
+def on_config(config):
+    handlers = config.plugins["mkdocstrings"].config.handlers
+    handlers.setdefault("python", {})["paths"] = [package_tree()]
+    return config
 
 
 def on_files(files, config):

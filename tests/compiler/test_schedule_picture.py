@@ -49,33 +49,35 @@ def test_launches_account_for_every_node_of_every_input(block, scheduler):
     compiler = Compiler(block, scheduler=scheduler, cache=False)
     found = launches(compiler, INPUTS)
     per_op, per_input = node_counts(compiler, INPUTS)
-    assert Counter({o: n for o, n in per_op.items()}) == Counter(
-        {o: sum(l.rows for l in found if l.op == o) for o in {l.op for l in found}})
-    assert [sum(col) for col in zip(*(l.by_example for l in found))] == per_input
-    assert all(l.rows == sum(l.by_example) > 0 for l in found)
+    rows_per_op = Counter()
+    for launch in found:
+        rows_per_op[launch.op] += launch.rows
+    assert rows_per_op == per_op
+    assert [sum(col) for col in zip(*(launch.by_example for launch in found))] == per_input
+    assert all(launch.rows == sum(launch.by_example) > 0 for launch in found)
     # before the loop, its iterations, after it: in that order
-    stages = [STAGES.index(l.stage) for l in found]
+    stages = [STAGES.index(launch.stage) for launch in found]
     assert stages == sorted(stages) and set(stages) == {0, 1, 2}
     # as many loop launches as the planner gives the executor (none of them empty)
     _, _, _, n_loop = compiler.planner.launches(compiler.plan(INPUTS).schedule)
-    assert sum(l.stage == "loop" for l in found) == n_loop
+    assert sum(launch.stage == "loop" for launch in found) == n_loop
 
 
 def test_agenda_finishes_the_words_before_the_tree_in_fewer_launches(block):
     depth, agenda = (launches(block, INPUTS, s) for s in ("depth", "agenda"))
     assert (len(depth), len(agenda)) == (19, 17)
-    loop = [l.label for l in agenda if l.stage == "loop"]
+    loop = [launch.label for launch in agenda if launch.stage == "loop"]
     fold = [i for i, name in enumerate(loop) if "Fold.combine" in name]
     tree = [i for i, name in enumerate(loop) if "OneOf[True]" in name]
     assert max(fold) < min(tree)  # every letter read before any two subtrees combine
-    loop = [l.label for l in depth if l.stage == "loop"]
+    loop = [launch.label for launch in depth if launch.stage == "loop"]
     fold = [i for i, name in enumerate(loop) if "Fold.combine" in name]
     tree = [i for i, name in enumerate(loop) if "OneOf[True]" in name]
     assert max(fold) > min(tree)  # depth interleaves them
 
 
 def test_ops_of_one_name_are_told_apart_by_where_they_are(block):
-    labels = {l.label for l in launches(block, INPUTS)}
+    labels = {launch.label for launch in launches(block, INPUTS)}
     assert {"concat (Fold.combine > Pipe[0])", "concat (OneOf[True] > Pipe[1])",
             "FC (Fold.combine > Pipe[1])", "FC (OneOf[True] > Pipe[2])"} <= labels
 
@@ -101,9 +103,9 @@ def test_draw_schedule_writes_an_svg_of_every_launch_with_its_rows(block, tmp_pa
     texts = ["".join(g.itertext()).strip() for g in groups.values()]
     for s in ("depth", "agenda"):
         found = launches(block, INPUTS, s)
-        for i, l in enumerate(found):
-            assert "".join(groups[f"{s}-{i}-rows"].itertext()).strip() == str(l.rows)
-            bands = {e for e, n in enumerate(l.by_example) if n}
+        for i, launch in enumerate(found):
+            assert "".join(groups[f"{s}-{i}-rows"].itertext()).strip() == str(launch.rows)
+            bands = {e for e, n in enumerate(launch.by_example) if n}
             assert {e for e in range(len(INPUTS)) if f"{s}-{i}-input-{e}" in groups} == bands
         assert f"{s}-{len(found)}-rows" not in groups
         assert any(t.startswith(f"{s}: {len(found)} launches") for t in texts)
@@ -125,6 +127,6 @@ def test_launches_of_a_batch_of_one_tree_match_its_schedule_statistics():
                                            td.Zeros(td.TensorType(())))
     found = launches(block, [[1.0, 2.0, 3.0]], "depth")
     # the first addition reads only data (before the loop), then one a loop iteration
-    assert [(l.stage, l.rows) for l in found] == [("before the loop", 1), ("loop", 1),
-                                                  ("loop", 1)]
-    assert np.sum([l.rows for l in found]) == 3
+    assert [(launch.stage, launch.rows) for launch in found] == [
+        ("before the loop", 1), ("loop", 1), ("loop", 1)]
+    assert np.sum([launch.rows for launch in found]) == 3

@@ -21,11 +21,14 @@ _WHERE = {
     "ModelFileError": "refold.compiler.saving", "load_model": "refold.compiler.saving",
     "NonFiniteLossError": "refold.compiler.steps",
     "Lines": "refold.compiler.streaming",
+    "draw_schedule": "refold.compiler.schedule_picture",
+    "describe_schedule": "refold.compiler.schedule_picture",
 }
 
 
 __all__ = ["Compiler", "Model", "BatchPlan", "Program", "lower", "expand",
-           "ExampleGraph", "NonFiniteLossError", "load_model", "ModelFileError", "Lines"]
+           "ExampleGraph", "NonFiniteLossError", "load_model", "ModelFileError", "Lines",
+           "draw_schedule", "describe_schedule"]
 
 
 def __getattr__(name: str):

@@ -51,9 +51,10 @@ shuffling the batches are exactly those of one device. An input skipped as bad
 the skipped inputs of this worker's shard. A part may be empty (a last batch with
 fewer inputs than replicas): that replica contributes nothing to the step.
 
-Streams (generators, `PyDataset`s, `compiler.Lines`) are not supported under a
-strategy: give lists. `predict` of a block whose output is not one tensor per
-input runs on one device (it has no step function to distribute).
+Streams (generators, `PyDataset`s, `tf.data` datasets, `compiler.Lines` files)
+are read by each worker in its own shard: `compiler.distributed_streams`.
+`predict` of a block whose output is not one tensor per input runs on one device
+(it has no step function to distribute).
 """
 
 from __future__ import annotations

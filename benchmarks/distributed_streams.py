@@ -191,6 +191,98 @@ def scaling_model(workers: int, compute: float, read: float, plan: float, dense:
             "inputs/s": w * PER_REPLICA / step, "bound": bound}
 
 
+def measure(name: str, block, parse, path: str, items: list, labelled: bool,
+            rounds: int) -> dict:
+    """The model's inputs for one workload, printed as tables: worker 0's input
+    pipeline for each worker count, the step on one device, the gradients."""
+    import refold as td
+    model = compiled(block, labelled)
+    lines = td.Lines(path, parse)
+    times: dict[int, list] = {w: [] for w in WORKERS}
+    for _ in range(rounds):
+        for w in WORKERS:
+            times[w].append(input_times(model, lines, w, labelled))
+    fit_steps, plans = [], []
+    for _ in range(rounds):
+        fit_step, plan = step_times(model, items, labelled)
+        fit_steps.append(fit_step)
+        plans.append(plan)
+    grads = gradient_bytes(model, items, labelled)
+    med = {w: {k: float(np.median([t[k] for t in v])) for k in v[0]}
+           for w, v in times.items()}
+    every = [t for v in times.values() for t in v]
+    out = {"input": med, "fit step": float(np.median(fit_steps)),
+           "cached plan": float(np.median(plans)), "gradients": grads,
+           # each worker scans every line of the file: per line, over every W
+           "scan per line": float(np.median([t["scan"] / len(items) for t in every])),
+           # its own 64 inputs of a step, over every W
+           "parse per step": float(np.median([t["parse"] / t["steps"] for t in every])),
+           "plan per step": float(np.median([t["plan"] / t["steps"] for t in every]))}
+    out["compute"] = out["fit step"] - out["cached plan"]
+    print(f"\n{name}: {len(items)} lines, {PER_REPLICA} per replica, {rounds} rounds "
+          "(median)")
+    print("| workers | steps | scan ms/step | parse ms/step | expand+plan ms/step "
+          "| input ms/step |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for w in WORKERS:
+        m = med[w]
+        per = {k: 1e3 * m[k] / m["steps"] for k in ("scan", "parse", "plan")}
+        print(f"| {w} | {m['steps']:.0f} | {per['scan']:.2f} | {per['parse']:.2f} | "
+              f"{per['plan']:.2f} | {sum(per.values()):.2f} |")
+    print(f"fit step on one device (64, cached): {1e3 * out['fit step']:.1f} ms; planning a "
+          f"cached batch: {1e3 * out['cached plan']:.1f} ms; compute: "
+          f"{1e3 * out['compute']:.1f} ms")
+    print(f"gradients per step: dense {grads['dense'] / 1e6:.2f} MB, sparse (rows) "
+          f"{grads['sparse'] / 1e6:.2f} MB (dense form {grads['sparse as dense'] / 1e6:.2f} "
+          f"MB); all weights {grads['weights'] / 1e6:.2f} MB")
+    print(f"model inputs: scan {1e6 * out['scan per line']:.2f} us/line, parse "
+          f"{1e3 * out['parse per step']:.2f} ms/step, expand+plan "
+          f"{1e3 * out['plan per step']:.1f} ms/step (1 process), compute "
+          f"{1e3 * out['compute']:.1f} ms/step")
+    return out
+
+
+def model_report(m: dict) -> dict:
+    """The scaling model on a workload's measured inputs `m` (`measure`'s), printed:
+    a table over worker counts and links, and where each bound takes over. One file
+    is read by position (every worker scans every line: the scan grows with W);
+    files, one per worker, are read by file (each scans its own)."""
+    compute, plan, grads = m["compute"], m["plan per step"], m["gradients"]
+    scan, parse = m["scan per line"] * PER_REPLICA, m["parse per step"]
+
+    def model(w: int, read: float, link: tuple) -> dict:
+        return scaling_model(w, compute, read, plan, grads["dense"], grads["sparse"], link)
+    print("| link | workers | comm ms | compute + comm ms | read ms, one file / files "
+          "| processes | inputs/s, one file | inputs/s, files | bound (files) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    out: dict = {"rows": []}
+    for link_name, link in LINKS.items():
+        for w in (1, 2, 8, 32, 128):
+            reads = {"one file": scan * w + parse, "files": scan + parse}
+            rows = {k: model(w, r, link) for k, r in reads.items()}
+            out["rows"].append({"link": link_name, "workers": w, **rows})
+            a, b = rows["one file"], rows["files"]
+            print(f"| {link_name} | {w} | {1e3 * b['comm']:.1f} | "
+                  f"{1e3 * (compute + b['comm']):.1f} | {1e3 * reads['one file']:.1f} / "
+                  f"{1e3 * reads['files']:.1f} | {b['processes']} | "
+                  f"{a['inputs/s']:.0f} | {b['inputs/s']:.0f} | {b['bound']} |")
+    for link_name, link in LINKS.items():
+        network = next(w for w in range(1, 100_000)
+                       if model(w, scan + parse, link)["bound"] == "network")
+        rows_over_dense = 1 + int(2 * grads["sparse as dense"] / grads["sparse"])
+        out[link_name] = {"network-bound from": network, "rows cost more from": rows_over_dense}
+        print(f"{link_name}: network-bound from {network} workers; all-gathering the "
+              f"embedding's rows sends more than all-reducing its dense gradient would from "
+              f"{rows_over_dense} workers")
+    reading = next((w for w in range(1, 1_000_000)
+                    if model(w, scan * w + parse, (float("inf"), 0.0))["bound"] == "reading"),
+                   None)
+    out["reading-bound from"] = reading
+    print(f"one file read by position: reading-bound from {reading} workers (network "
+          "left out)")
+    return out
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=2048)
@@ -199,68 +291,11 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     if args.quick:
         args.items, args.rounds = 256, 1
-    import refold as td
     folder = tempfile.mkdtemp()
     result: dict = {}
-    for name, (block, parse, path, items, labelled) in workloads(args.items,
-                                                               folder).items():
-        model = compiled(block, labelled)
-        lines = td.Lines(path, parse)
-        times: dict[int, list] = {w: [] for w in WORKERS}
-        for _ in range(args.rounds):
-            for w in WORKERS:
-                times[w].append(input_times(model, lines, w, labelled))
-        fit_steps, plans = [], []
-        for _ in range(args.rounds):
-            fit_step, plan = step_times(model, items, labelled)
-            fit_steps.append(fit_step)
-            plans.append(plan)
-        grads = gradient_bytes(model, items, labelled)
-        med = {w: {k: float(np.median([t[k] for t in v])) for k in v[0]}
-               for w, v in times.items()}
-        compute = float(np.median(fit_steps)) - float(np.median(plans))
-        result[name] = {"input": med, "fit step": float(np.median(fit_steps)),
-                        "cached plan": float(np.median(plans)), "compute": compute,
-                        "gradients": grads}
-        print(f"\n{name}: {args.items} lines, {PER_REPLICA} per replica, "
-              f"{args.rounds} rounds (median)")
-        print("| workers | steps | scan ms/step | parse ms/step | expand+plan ms/step "
-              "| input ms/step |")
-        print("|---:|---:|---:|---:|---:|---:|")
-        for w in WORKERS:
-            m = med[w]
-            per = {k: 1e3 * m[k] / m["steps"] for k in ("scan", "parse", "plan")}
-            m["per step"] = sum(per.values()) / 1e3
-            print(f"| {w} | {m['steps']:.0f} | {per['scan']:.2f} | {per['parse']:.2f} | "
-                  f"{per['plan']:.2f} | {sum(per.values()):.2f} |")
-        print(f"fit step on one device (64, cached): {1e3 * result[name]['fit step']:.1f} ms; "
-              f"planning a cached batch: {1e3 * result[name]['cached plan']:.1f} ms; "
-              f"compute: {1e3 * compute:.1f} ms")
-        print(f"gradients per step: dense {grads['dense'] / 1e6:.2f} MB, sparse (rows) "
-              f"{grads['sparse'] / 1e6:.2f} MB (dense form {grads['sparse as dense'] / 1e6:.2f} "
-              f"MB); all weights {grads['weights'] / 1e6:.2f} MB")
-        # the model: one file read by position (every worker scans every line: the
-        # scan grows with W) or one file per worker (each scans its own lines)
-        top = med[max(WORKERS)]
-        scan_per_line = top["scan"] / (top["steps"] * PER_REPLICA * max(WORKERS))
-        parse, plan = top["parse"] / top["steps"], top["plan"] / top["steps"]
-        print("| link | workers | comm ms | compute + comm ms | read ms, one file / files "
-              "| processes | inputs/s, one file | inputs/s, files | bound (files) |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
-        model_rows = []
-        for link_name, link in LINKS.items():
-            for w in (1, 2, 8, 32, 128):
-                reads = {"one file": scan_per_line * PER_REPLICA * w + parse,
-                         "files": scan_per_line * PER_REPLICA + parse}
-                rows = {k: scaling_model(w, compute, r, plan, grads["dense"],
-                                         grads["sparse"], link) for k, r in reads.items()}
-                model_rows.append({"link": link_name, "workers": w, **rows})
-                a, b = rows["one file"], rows["files"]
-                print(f"| {link_name} | {w} | {1e3 * b['comm']:.1f} | "
-                      f"{1e3 * (compute + b['comm']):.1f} | {1e3 * reads['one file']:.1f} / "
-                      f"{1e3 * reads['files']:.1f} | {b['processes']} | "
-                      f"{a['inputs/s']:.0f} | {b['inputs/s']:.0f} | {b['bound']} |")
-        result[name]["model"] = model_rows
+    for name, workload in workloads(args.items, folder).items():
+        result[name] = measure(name, *workload, args.rounds)
+        result[name]["model"] = model_report(result[name])
     return result
 
 

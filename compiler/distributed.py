@@ -64,6 +64,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
+from refold import compat
 from refold.compiler.pipeline import Labels, as_inputs, check_batch_size
 from refold.compiler.steps import STEP_FINITE, STEP_LOSS, NonFiniteLossError, next_indices
 
@@ -205,7 +206,7 @@ def sharded_feeder(model, x, y, sample_weight, batch_size: int, shuffle: bool,
     inputs = as_inputs(x, what)
     if not inputs:
         raise ValueError(f"no inputs in {what}")
-    loss = model.loss if with_labels and model._compile_loss is not None else None
+    loss = model.loss if with_labels and compat.compiled_loss(model) is not None else None
     labels = model.pipeline.labels(y, sample_weight, len(inputs), loss,
                                    "y" if what == "x" else f"{what} y")
     plan = replica_parts(len(inputs), batch_size, strategy.num_replicas_in_sync)
@@ -241,23 +242,25 @@ def build_state(model, arrays: Callable[[], dict], y: np.ndarray | None) -> None
     the batch indices it iterates."""
     if not state_unbuilt(model):
         return
-    metrics = model._compile_metrics is not None and not model._compile_metrics.built
-    loss = model._compile_loss is not None and not model._compile_loss.built
+    compiled_metrics, compiled_loss = compat.compiled_metrics(model), compat.compiled_loss(model)
+    metrics = compiled_metrics is not None and not compiled_metrics.built
+    loss = compiled_loss is not None and not compiled_loss.built
     with model.distribute_strategy.scope():
         y_pred, _ = model._forward({k: tf.constant(v) for k, v in arrays().items()})
         if y is not None and (metrics or loss):
             y = tf.constant(y)
             if metrics:
-                model._compile_metrics.build(y, y_pred)
+                compiled_metrics.build(y, y_pred)
             if loss:
-                model._compile_loss.build(y, y_pred)
+                compiled_loss.build(y, y_pred)
 
 
 def state_unbuilt(model) -> bool:
     """Whether some of the state `build_state` creates is missing."""
-    return not all(layer.built for layer in model._flatten_layers()) \
-        or (model._compile_metrics is not None and not model._compile_metrics.built) \
-        or (model._compile_loss is not None and not model._compile_loss.built)
+    metrics, loss = compat.compiled_metrics(model), compat.compiled_loss(model)
+    return not all(layer.built for layer in compat.inner_layers(model)) \
+        or (metrics is not None and not metrics.built) \
+        or (loss is not None and not loss.built)
 
 
 def with_global_counts(x: dict) -> dict:

@@ -20,7 +20,8 @@ _WHERE = {
     "Model": "refold.compiler.model",
     "ModelFileError": "refold.compiler.saving", "load_model": "refold.compiler.saving",
     "NonFiniteLossError": "refold.compiler.steps",
-    "Lines": "refold.compiler.streaming",
+    "Lines": "refold.compiler.streaming", "LineError": "refold.compiler.streaming",
+    "WorkerFailedError": "refold.compiler.distributed_streams",
     "draw_schedule": "refold.compiler.schedule_picture",
     "describe_schedule": "refold.compiler.schedule_picture",
 }
@@ -28,7 +29,7 @@ _WHERE = {
 
 __all__ = ["Compiler", "Model", "BatchPlan", "Program", "lower", "expand",
            "ExampleGraph", "NonFiniteLossError", "load_model", "ModelFileError", "Lines",
-           "draw_schedule", "describe_schedule"]
+           "LineError", "WorkerFailedError", "draw_schedule", "describe_schedule"]
 
 
 def __getattr__(name: str):

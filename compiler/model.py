@@ -71,6 +71,7 @@ from refold.compiler.declared_weights import (
     declared_ids,
 )
 from refold.compiler.distributed import ReplicaSteps, is_distributed, sharded_feeder
+from refold.compiler.distributed_streams import ShardedStreamFeeder
 from refold.compiler.pipeline import (
     InputPipeline,
     Labels,
@@ -637,8 +638,10 @@ class Model(keras.Model):
         if class_weight is not None and sample_weight is not None:
             raise ValueError("give class_weight or sample_weight, not both")
         if stream:
+            # a run resumed at epoch e (BackupAndRestore) reads on from there
             data = self._stream(x, batch_size, "train", class_weight=class_weight,
-                                endless=steps_per_epoch is not None)
+                                endless=steps_per_epoch is not None,
+                                resume=lambda: self._epoch * steps_per_epoch)
         else:
             if class_weight is not None:
                 sample_weight = class_weights(y, class_weight)
@@ -793,7 +796,7 @@ class Model(keras.Model):
             try:
                 results.extend(self.compiler.run(raw.inputs))
             except InputError as e:
-                raise reader.named(e, raw) from e.__cause__
+                raise reader.named_in(e, raw) from e.__cause__
         if not results:
             raise ValueError(f"no inputs in x: the stream {x!r:.60} gave none")
         return results
@@ -812,36 +815,39 @@ class Model(keras.Model):
                 "whose __iter__ returns a fresh generator)")
 
     def _stream(self, x, batch_size: int, role: str, what: str = "x",
-                labelled: bool | None = None, class_weight=None, endless: bool = False):
+                labelled: bool | None = None, class_weight=None, endless: bool = False,
+                resume=None):
         """The batch indices Keras iterates over stream `x`; the batches come from the
         `StreamFeeder` kept for `role`."""
         return self._stream_feeder(x, batch_size, role, what, labelled, class_weight,
-                                   endless).dataset()
+                                   endless, resume).dataset()
 
     def _stream_feeder(self, x, batch_size: int, role: str, what: str = "x",
                        labelled: bool | None = None, class_weight=None,
-                       endless: bool = False) -> StreamFeeder:
-        """The `StreamFeeder` of one call over stream `x`, kept for `role`."""
-        if is_distributed(self.distribute_strategy):
-            raise ValueError(f"{what} is a stream ({type(x).__name__}); under a "
-                             "tf.distribute strategy give a list of inputs")
+                       endless: bool = False, resume=None) -> StreamFeeder:
+        """The `StreamFeeder` of one call over stream `x`, kept for `role` (under a
+        strategy, this worker's shard of it: `compiler.distributed_streams`)."""
         check_batch_size(batch_size)
         if labelled is None:
             labelled = compat.compiled_loss(self) is not None
         skipped = self._skipped.validation if what != "x" else self._skipped.x
         skipped.clear()
+        seen: set = set()  # a stream read again (each epoch) skips its bad inputs again
 
         def on_skip(position: int, error: InputError) -> None:
             if not skipped:
                 warnings.warn(f"skipping the inputs of {what} that do not fit the block "
                               f"(on_bad_example='skip'); the first: {error}")
-            skipped.append(position)
+            if position not in seen:
+                seen.add(position)
+                skipped.append(position)
 
-        feeder = StreamFeeder(
-            self.pipeline, x, batch_size, labelled,
+        sharded = is_distributed(self.distribute_strategy)
+        feeder = (ShardedStreamFeeder if sharded else StreamFeeder)(
+            self if sharded else self.pipeline, x, batch_size, labelled,
             loss=self.loss if labelled and compat.compiled_loss(self) is not None else None,
             skip=self.on_bad_example == "skip" and role != "predict", what=what,
-            class_weight=class_weight, endless=endless, on_skip=on_skip)
+            class_weight=class_weight, endless=endless, on_skip=on_skip, resume=resume)
         self._feeders[role] = feeder
         return feeder
 

@@ -18,6 +18,7 @@ TensorType((), 'float32')
 from refold.blocks.block import Block, IOBase
 from refold.blocks.composition import AllOf, Composition, Pipe, Record, Wire, convert_to_block
 from refold.blocks.control import ForwardDeclaration, OneOf, Optional
+from refold.blocks.diagram import plot_block
 from refold.blocks.errors import InputError, InputKeyError, InternalError
 from refold.blocks.inputs import (
     GetItem,
@@ -87,4 +88,6 @@ __all__ = [
     "Dropout", "training_mode",
     # evaluation support
     "Op", "validate", "InputError", "InputKeyError", "InternalError",
+    # drawing
+    "plot_block",
 ]

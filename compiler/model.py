@@ -54,6 +54,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from refold import compat
 from refold.blocks.errors import InputError
 from refold.blocks.layers import is_keras_layer
 from refold.blocks.precision import global_policy
@@ -71,6 +72,7 @@ from refold.compiler.declared_weights import (
     declared_ids,
 )
 from refold.compiler.distributed import ReplicaSteps, is_distributed, sharded_feeder
+from refold.compiler.distributed_streams import ShardedStreamFeeder
 from refold.compiler.pipeline import (
     InputPipeline,
     Labels,
@@ -310,7 +312,7 @@ class Model(keras.Model):
         and the weight penalties count once over all replicas.
         """
         part = "global_batch_size" in x
-        labelled = y is not None and self._compile_loss is not None
+        labelled = y is not None and compat.compiled_loss(self) is not None
         terms = []
         if labelled and not part:
             terms.append(self.compute_loss(x=x, y=y, y_pred=y_pred,
@@ -323,7 +325,7 @@ class Model(keras.Model):
                 # that to get the mean over this part's inputs, then weigh it
                 n_part = tf.cast(x["batch_size"][0], tf.float32)
                 n_global = tf.cast(x["global_batch_size"][0], tf.float32)
-                share = self._compile_loss(y, y_pred, sample_weight) * replicas \
+                share = compat.compiled_loss(self)(y, y_pred, sample_weight) * replicas \
                     * n_part / n_global
                 terms.append(tf.where(n_part > 0, share, 0.0))  # an empty part: none
             if self.losses:
@@ -394,7 +396,7 @@ class Model(keras.Model):
         arrays, labels, sample weights), as Keras' `fit` does before its first step:
         built inside a traced step, their variables would make TensorFlow trace the
         step twice."""
-        metrics = self._compile_metrics
+        metrics = compat.compiled_metrics(self)
         if metrics is None or metrics.built or len(signature) < 2 or self._out_type is None:
             return
         out = self.block.output_type
@@ -410,8 +412,8 @@ class Model(keras.Model):
             loss = loss * replicas
             n = tf.cast(x["global_batch_size"][0], tf.float32) / replicas
         self._loss_tracker.update_state(loss, sample_weight=n)
-        if y is not None and self._compile_metrics is not None:
-            self._compile_metrics.update_state(y, y_pred, sample_weight)
+        if y is not None and compat.compiled_metrics(self) is not None:
+            compat.compiled_metrics(self).update_state(y, y_pred, sample_weight)
         for tracker, m in zip(self.block_metric_trackers, self._tracked_ids):
             v = tf.cast(tf.reshape(values[m], [-1]), tf.float32)
             tracker.update_state(v, sample_weight=metric_weights(x, m, v)
@@ -578,7 +580,7 @@ class Model(keras.Model):
             return feeder
         check_batch_size(batch_size)
         inputs = as_inputs(x, what)
-        loss = self.loss if with_labels and self._compile_loss is not None else None
+        loss = self.loss if with_labels and compat.compiled_loss(self) is not None else None
         labels = self.pipeline.labels(y, sample_weight, len(inputs), loss,
                                       "y" if what == "x" else f"{what} y")
         n_given = len(inputs)
@@ -661,8 +663,10 @@ class Model(keras.Model):
         if class_weight is not None and sample_weight is not None:
             raise ValueError("give class_weight or sample_weight, not both")
         if stream:
+            # a run resumed at epoch e (BackupAndRestore) reads on from there
             data = self._stream(x, batch_size, "train", class_weight=class_weight,
-                                endless=steps_per_epoch is not None)
+                                endless=steps_per_epoch is not None,
+                                resume=lambda: self._epoch * steps_per_epoch)
         else:
             if class_weight is not None:
                 sample_weight = class_weights(y, class_weight)
@@ -697,7 +701,7 @@ class Model(keras.Model):
             raise ValueError("give validation_data or validation_split, not both")
         # labels checked whole first, so that an error names the row of y
         self.pipeline.labels(y, sample_weight, len(x),
-                             self.loss if self._compile_loss is not None else None)
+                             self.loss if compat.compiled_loss(self) is not None else None)
         split_at = hold_out(len(x), fraction)
         head, tail = slice(None, split_at), slice(split_at, None)
         return split_at, (x[head], _rows(y, head), _rows(sample_weight, head)), \
@@ -817,7 +821,7 @@ class Model(keras.Model):
             try:
                 results.extend(self.compiler.run(raw.inputs))
             except InputError as e:
-                raise reader.named(e, raw) from e.__cause__
+                raise reader.named_in(e, raw) from e.__cause__
         if not results:
             raise ValueError(f"no inputs in x: the stream {x!r:.60} gave none")
         return results
@@ -836,36 +840,39 @@ class Model(keras.Model):
                 "whose __iter__ returns a fresh generator)")
 
     def _stream(self, x, batch_size: int, role: str, what: str = "x",
-                labelled: bool | None = None, class_weight=None, endless: bool = False):
+                labelled: bool | None = None, class_weight=None, endless: bool = False,
+                resume=None):
         """The batch indices Keras iterates over stream `x`; the batches come from the
         `StreamFeeder` kept for `role`."""
         return self._stream_feeder(x, batch_size, role, what, labelled, class_weight,
-                                   endless).dataset()
+                                   endless, resume).dataset()
 
     def _stream_feeder(self, x, batch_size: int, role: str, what: str = "x",
                        labelled: bool | None = None, class_weight=None,
-                       endless: bool = False) -> StreamFeeder:
-        """The `StreamFeeder` of one call over stream `x`, kept for `role`."""
-        if is_distributed(self.distribute_strategy):
-            raise ValueError(f"{what} is a stream ({type(x).__name__}); under a "
-                             "tf.distribute strategy give a list of inputs")
+                       endless: bool = False, resume=None) -> StreamFeeder:
+        """The `StreamFeeder` of one call over stream `x`, kept for `role` (under a
+        strategy, this worker's shard of it: `compiler.distributed_streams`)."""
         check_batch_size(batch_size)
         if labelled is None:
-            labelled = self._compile_loss is not None
+            labelled = compat.compiled_loss(self) is not None
         skipped = self._skipped.validation if what != "x" else self._skipped.x
         skipped.clear()
+        seen: set = set()  # a stream read again (each epoch) skips its bad inputs again
 
         def on_skip(position: int, error: InputError) -> None:
             if not skipped:
                 warnings.warn(f"skipping the inputs of {what} that do not fit the block "
                               f"(on_bad_example='skip'); the first: {error}")
-            skipped.append(position)
+            if position not in seen:
+                seen.add(position)
+                skipped.append(position)
 
-        feeder = StreamFeeder(
-            self.pipeline, x, batch_size, labelled,
-            loss=self.loss if labelled and self._compile_loss is not None else None,
+        sharded = is_distributed(self.distribute_strategy)
+        feeder = (ShardedStreamFeeder if sharded else StreamFeeder)(
+            self if sharded else self.pipeline, x, batch_size, labelled,
+            loss=self.loss if labelled and compat.compiled_loss(self) is not None else None,
             skip=self.on_bad_example == "skip" and role != "predict", what=what,
-            class_weight=class_weight, endless=endless, on_skip=on_skip)
+            class_weight=class_weight, endless=endless, on_skip=on_skip, resume=resume)
         self._feeders[role] = feeder
         return feeder
 
@@ -915,12 +922,12 @@ class Model(keras.Model):
         return logs if return_dict else self._flatten_metrics_in_order(logs)
 
     def _check_loss(self, y, labels_in_x: bool = False):
-        if labels_in_x and self._compile_loss is not None:
+        if labels_in_x and compat.compiled_loss(self) is not None:
             return  # a stream of (input, label) tuples
-        if y is not None and self._compile_loss is None and self._loss_ids:
+        if y is not None and compat.compiled_loss(self) is None and self._loss_ids:
             warnings.warn("labels y are given but the model was compiled without a loss; "
                           "only the td.Metric losses train it", stacklevel=3)
-        if not self._loss_ids and (y is None or self._compile_loss is None):
+        if not self._loss_ids and (y is None or compat.compiled_loss(self) is None):
             raise ValueError(
                 "nothing to train on: give labels y and compile(loss=...), or emit losses "
                 "from the block with td.Metric blocks whose names end with 'loss' (its "

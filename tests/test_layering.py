@@ -44,12 +44,15 @@ def refold_layers_imported(path: str) -> set[str]:
     for node in ast.walk(tree):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
             [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        if names == ["refold"] and isinstance(node, ast.ImportFrom):  # from refold import x
+            names = [f"refold.{a.name}" for a in node.names]
         for name in names:
             parts = name.split(".")
             if parts[0] == "refold" and len(parts) > 1 and parts[1] in LAYERS:
                 found.add(parts[1])
             elif parts == ["refold"]:
                 found.add("refold")  # the facade: every layer
+            # refold.compat and refold.version serve every layer and import none
     return found
 
 

@@ -94,6 +94,13 @@ def test_engine_memory_expansion_and_plan_sections(capsys):
     assert len(_table(printed, "| scheduler | B | plan ms")) == 2
 
 
+def test_engine_cache_section_times_a_hit_against_expansion(capsys):
+    out = engine.section_cache(n_trees=8, rounds=1)
+    assert sorted(out) == ["cache hit", "expansion", "ratio"] and all(map(_rate, out.values()))
+    assert out["ratio"] == out["cache hit"] / out["expansion"]
+    assert len(_table(capsys.readouterr().out, "| per sst-synth tree | µs |")) == 3
+
+
 def test_fit_against_the_bare_engine():
     out = fit.main(["--trees", "8", "--batch", "4", "--rounds", "1"])
     rates = ["engine", "fit", "ratio", "stream", "stream_ratio", "workers", "workers_ratio"]

@@ -59,6 +59,7 @@ from refold.blocks.errors import InputError
 from refold.blocks.layers import is_keras_layer
 from refold.blocks.precision import global_policy
 from refold.blocks.serialization import deserialize, serialize
+from refold.blocks.training import training_mode
 from refold.blocks.types import TensorType
 from refold.blocks.validation import validate
 from refold.compiler import signature as packed
@@ -281,8 +282,23 @@ class Model(keras.Model):
                                 *args, **kwargs)
 
     def call(self, inputs: dict, training: bool = False):
-        y_pred, _ = self._forward(inputs)
+        with training_mode(training is True, self._step_seed() if training is True else None):
+            y_pred, _ = self._forward(inputs)
         return y_pred
+
+    def _step_seed(self):
+        """The seed of a training step's random draws (`blocks.noise`): `(seed,
+        optimizer step, replica)`, so a run resumed from a checkpoint draws what an
+        uninterrupted one does; None when no block draws (nothing to compute)."""
+        if self.program.key_type is None:
+            return None
+        optimizer = getattr(self, "optimizer", None)
+        step = tf.cast(optimizer.iterations, tf.int32) if optimizer is not None \
+            else tf.constant(0, tf.int32)
+        replica = tf.distribute.get_replica_context()
+        replica = tf.constant(0, tf.int32) if replica is None else \
+            tf.cast(replica.replica_id_in_sync_group, tf.int32)
+        return tf.stack([tf.cast(tf.constant(self.seed, tf.int64), tf.int32), step, replica])
 
     def _total_loss(self, x, y, y_pred, sample_weight, values):
         """The loss of one packed batch: Keras' loss of the labels (with the weight
@@ -331,7 +347,16 @@ class Model(keras.Model):
         The update is applied only if the loss and every gradient are
         finite (`finite`, a scalar bool; the weights and the optimizer's state stay
         those of the last good step otherwise). On a replica's part of a batch
-        (`compiler.distributed`) the replicas agree whether to apply it."""
+        (`compiler.distributed`) the replicas agree whether to apply it.
+
+        Its ops compute in training mode (`blocks.training`), the gradient too:
+        the engine's replayed backward pass runs ops again and must draw what the
+        forward pass drew."""
+        with training_mode(True, self._step_seed()):
+            return self._step_on(x, y, sample_weight)
+
+    def _step_on(self, x, y, sample_weight):
+        """`_train_on` in training mode."""
         weights = self.trainable_weights
         with tf.GradientTape() as tape:
             y_pred, values = self._forward(x)

@@ -240,7 +240,7 @@ def _expand_in_rounds(program, inputs: list, run_graphs: RunGraphs,
         ctx = contexts[i] = RoundContext(program, gate, i)
         try:
             result = root._eval(ctx, root_input(root, ctx, x))
-            graphs[i] = ExampleGraph(ctx.graph(program), result, ctx.metrics)
+            graphs[i] = ExampleGraph(ctx.graph(program), result, ctx.metrics, ctx.key_array())
         except _Aborted:
             pass
         except BaseException as e:  # raised in the driver's thread

@@ -7,7 +7,9 @@ the checkout being built, and added to the site under `images/generated/`.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -70,6 +72,7 @@ def package_tree() -> str:
     them (links into the checkout), so that mkdocstrings reads `refold.blocks` from its
     source; in the checkout the layers are folders at the root (DESIGN.md)."""
     folder = tempfile.mkdtemp(prefix="refold-api-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     package = os.path.join(folder, "refold")
     os.mkdir(package)
     for name in os.listdir(os.path.join(ROOT, "refold")):
@@ -90,7 +93,10 @@ def on_config(config):
 def on_files(files, config):
     from mkdocs.structure.files import File
     folder = tempfile.mkdtemp(prefix="refold-docs-")
-    for uri, filename in pictures(folder).items():
-        with open(filename, "rb") as f:
-            files.append(File.generated(config, uri, content=f.read()))
+    try:
+        for uri, filename in pictures(folder).items():
+            with open(filename, "rb") as f:
+                files.append(File.generated(config, uri, content=f.read()))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return files

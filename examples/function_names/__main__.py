@@ -36,6 +36,9 @@ from refold.examples.function_names.models import (  # noqa: E402
     encoder_block,
 )
 
+# measured with and without on the shipped dataset (docs/guide/dropout.md)
+DROPOUT, RECURRENT_DROPOUT = 0.0, 0.0
+
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m refold.examples.function_names",
@@ -51,6 +54,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="default: %(default)s (see examples.function_names.models)")
     p.add_argument("--embed", type=int, default=32)
     p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--dropout", type=float, default=DROPOUT,
+                   help="fraction of token vectors and of the classified vector dropped "
+                        "in training")
+    p.add_argument("--recurrent-dropout", type=float, default=RECURRENT_DROPOUT,
+                   help="fraction of the TreeLSTM's candidate update (the BiLSTM's h) "
+                        "dropped in training")
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=0.003)
@@ -123,7 +132,7 @@ def train(kind: str, task: Task, data: dict, args: argparse.Namespace):
     from refold.examples.training import keep_best
     keras.utils.set_random_seed(args.seed)
     block = encoder_block(kind, len(task.vocabulary), len(task.classes), args.embed,
-                          args.hidden)
+                          args.hidden, args.dropout, args.recurrent_dropout)
     model = Model(block, seed=args.seed)
     model.compile(optimizer=keras.optimizers.Adam(args.lr), metrics=["accuracy"],
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))

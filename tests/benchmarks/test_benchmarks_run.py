@@ -290,3 +290,17 @@ def test_breakdown_profiles_whole_calls_of_both_workloads(capsys):
     assert [r.split(" | ")[:2] for r in rows] == [
         ["| treelstm", "fit"], ["| treelstm", "predict"], ["| bilstm", "fit"],
         ["| bilstm", "predict"]]
+
+
+def test_dropout_compares_a_checkout_with_itself_and_the_cost_of_dropout(capsys):
+    # an A/A run against this very checkout (two worker processes), tiny calls
+    from benchmarks import dropout
+    out = dropout.main(["--base", dropout.HERE, "--batch-sizes", "2", "--items", "2",
+                        "--rounds", "1"])
+    assert sorted(out["base"]) == ["TreeLSTM 2", "tagger 2"]
+    assert all(_rate(v["this"]) and _rate(v["base"]) for v in out["base"].values())
+    assert sorted(out["cost"]) == [f"{w} 2 {c}" for w in ("TreeLSTM", "tagger")
+                                   for c in ("fit", "predict")]
+    text = capsys.readouterr().out
+    assert len(_table(text, "| workload | B | this | base |")) == 2
+    assert len(_table(text, "| workload | B | call | without | with |")) == 4

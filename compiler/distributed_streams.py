@@ -275,7 +275,10 @@ class ShardedStreamFeeder(StreamFeeder):
             group, error = self._next_group(restart)
             restart = False
             inputs = sum(len(raw.inputs) for _, _, raw in group or ())
-            layout = self._local_layout(group)
+            try:
+                layout = self._local_layout(group)
+            except ValueError as e:  # this worker's error: the others hear of it
+                group, error, layout = None, e, None
             if self.census is None:
                 if error is not None:
                     raise error

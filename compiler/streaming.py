@@ -119,16 +119,15 @@ class Lines:
                         continue
                     yield LineRecord(path, number, line)
 
-    def parse_line(self, path: str, number: int, text: str, position: int | None = None):
-        """`parse(text)`, or `LineError` naming `path:number` (and the input's position
-        in the stream, if given) when it fails."""
+    def parse_line(self, path: str, number: int, text: str) -> Any:
+        """`parse(text)`, or `LineError` naming `path:number` when it fails."""
         if self.parse is None:
             return text
         try:
             return self.parse(text)
         except Exception as e:
             raise LineError(f"{path}:{number}", f"cannot parse the line "
-                            f"({type(e).__name__}: {e}): {text[:80]!r}", position) from e
+                            f"({type(e).__name__}: {e}): {text[:80]!r}") from e
 
     def __repr__(self) -> str:
         return f"Lines({self.path!r})"

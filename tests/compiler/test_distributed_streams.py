@@ -78,8 +78,11 @@ SCRIPT = textwrap.dedent("""
         names = [t.name for t in threading.enumerate()]
         assert not any(n.startswith("refold-stream") for n in names), names
 
-    # 1. a Lines file, a validation Lines file, two epochs
+    # one pair of models (same weights) goes through sections 1-4, training on: a
+    # model traces its steps once, and the pair's weights stay equal throughout
     models = both()
+
+    # 1. a Lines file, a validation Lines file, two epochs
     hs = [m.fit(td.Lines(train_path, parse), batch_size=4, epochs=2, verbose=0,
                 validation_data=td.Lines(val_path, parse)) for m in models]
     same(models, hs, "Lines")
@@ -94,28 +97,18 @@ SCRIPT = textwrap.dedent("""
 
     # 2. a generator, parts of 3 and 2; batch 1: one replica's part empty every step
     for batch_size in (5, 1):
-        models = both()
         for m in models:
             m.fit(((t, v) for t, v in zip(trees[:12], y[:12])), batch_size=batch_size,
                   verbose=0)
         same(models, (), f"generator, batch {batch_size}")
     print("generator ok")
 
-    # 3. worker processes plan the stream
-    models = both(workers=2)
-    for m in models:
-        m.fit(td.Lines(train_path, parse), batch_size=4, epochs=2, verbose=0)
-        m.compiler.close()
-    same(models, (), "workers")
-    print("workers ok")
-
-    # 4. a PyDataset and a tf.data dataset; Fold-style losses
+    # 3. a PyDataset of batches; a tf.data dataset
     class Batches(keras.utils.PyDataset):
         def __len__(self):
             return 4
         def __getitem__(self, b):
             return trees[5 * b:5 * b + 5], y[5 * b:5 * b + 5]
-    models = both()
     for m in models:
         m.fit(Batches(), epochs=2, verbose=0)
     same(models, (), "PyDataset")
@@ -123,61 +116,45 @@ SCRIPT = textwrap.dedent("""
                                                      np.float32))
     close(models[0].predict(ds, batch_size=2, verbose=0),
           models[1].predict(ds, batch_size=2, verbose=0), "tf.data")
-    models = both(fold=True)
-    for m in models:
-        m.fit(iter([labelled(t) for t in trees]), batch_size=6, verbose=0)
-    same(models, (), "Fold-style")
     print("pydataset ok")
 
-    # 5. steps_per_epoch: a run resumed at epoch 1 reads on from step 2
-    single, mirrored = both()
+    # 4. steps_per_epoch: a run resumed at epoch 1 reads on from step 2
+    single, mirrored = models
     single.fit(td.Lines(train_path, parse), batch_size=4, steps_per_epoch=2, epochs=3,
                verbose=0)
     mirrored.fit(td.Lines(train_path, parse), batch_size=4, steps_per_epoch=2, epochs=1,
                  verbose=0)
     mirrored.fit(td.Lines(train_path, parse), batch_size=4, steps_per_epoch=2, epochs=3,
                  initial_epoch=1, verbose=0)
-    same((single, mirrored), (), "resumed")
+    same(models, (), "resumed")
     print("resume ok")
 
-    # 6. a line that does not parse, an input that does not fit the block
+    # 5. worker processes plan the stream; lines that do not parse or fit are skipped
     bad_path = write("bad.jsonl", trees[:9], y[:9], extra=["{oops", json.dumps([["x"], 1])])
-    _, mirrored = both()
-    try:
-        mirrored.fit(td.Lines(bad_path, parse), batch_size=4, verbose=0)
-        raise AssertionError("a bad line was accepted")
-    except LineError as e:
-        assert "example 9" in str(e) and "bad.jsonl:10: cannot parse" in str(e), e
-    no_thread_left()
-    single, mirrored = both(on_bad_example="skip")
+    models = both(workers=1, on_bad_example="skip")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        for m in (single, mirrored):
+        for m in models:
             m.fit(td.Lines(bad_path, parse), batch_size=4, epochs=2, verbose=0)
     assert any("bad.jsonl:10" in str(w.message) for w in caught), caught
-    assert single.skipped_examples == mirrored.skipped_examples == [9, 10], \\
-        mirrored.skipped_examples
-    same((single, mirrored), (), "skipped")
-    lines = [json.dumps([t, int(v)]) for t, v in zip(trees[:9], y[:9])]
-    _, mirrored = both()
-    try:
-        mirrored.fit(td.Lines(write("unfit.jsonl", [], [], lines + [json.dumps(["x", 1])]),
-                              parse), batch_size=4, verbose=0)
-        raise AssertionError("an input that does not fit was accepted")
-    except td.InputError as e:
-        assert "example 9" in str(e) and "(at " in str(e) and "unfit.jsonl:10)" in str(e), e
-    print("bad lines ok")
+    assert models[0].skipped_examples == models[1].skipped_examples == [9, 10], \
+        models[1].skipped_examples
+    same(models, (), "workers, skipped")
+    models[0].compiler.close()
+    print("workers ok")
 
-    # 7. an early stop, a stream that fails: no planning thread left; workers again
+    # 6. an early stop, a stream that fails: no planning thread left; workers again
     class Stop(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             if batch == 1:
                 self.model.stop_training = True
-    _, mirrored = both(workers=1)
+    mirrored = models[1]
+    before = int(mirrored.optimizer.iterations.numpy())
     endless = ((t, v) for _ in range(1000) for t, v in zip(trees, y))
     h = mirrored.fit(endless, batch_size=4, epochs=3, steps_per_epoch=50, verbose=0,
                      callbacks=[Stop()])
-    assert int(mirrored.optimizer.iterations.numpy()) == 2 and len(h.history["loss"]) == 1
+    assert int(mirrored.optimizer.iterations.numpy()) == before + 2
+    assert len(h.history["loss"]) == 1
     no_thread_left()
     def failing():
         yield from zip(trees[:6], y[:6])
@@ -190,6 +167,31 @@ SCRIPT = textwrap.dedent("""
     no_thread_left()
     mirrored.fit(td.Lines(train_path, parse), batch_size=4, verbose=0)  # workers again
     mirrored.compiler.close()
+    print("early stop ok")
+
+    # 7. raised: a line that does not parse, an input that does not fit the block
+    with strategy.scope():
+        raising = compiled(Model(factories.tree_sign(seed=4)))
+    try:
+        raising.fit(td.Lines(bad_path, parse), batch_size=4, verbose=0)
+        raise AssertionError("a bad line was accepted")
+    except LineError as e:
+        assert "example 9" in str(e) and "bad.jsonl:10: cannot parse" in str(e), e
+    no_thread_left()
+    lines = [json.dumps([t, int(v)]) for t, v in zip(trees[:9], y[:9])]
+    try:
+        raising.fit(td.Lines(write("unfit.jsonl", [], [], lines + [json.dumps(["x", 1])]),
+                             parse), batch_size=4, verbose=0)
+        raise AssertionError("an input that does not fit was accepted")
+    except td.InputError as e:
+        assert "example 9" in str(e) and "(at " in str(e) and "unfit.jsonl:10)" in str(e), e
+    print("bad lines ok")
+
+    # 8. Fold-style losses in the inputs
+    models = both(fold=True)
+    for m in models:
+        m.fit(iter([labelled(t) for t in trees]), batch_size=6, verbose=0)
+    same(models, (), "Fold-style")
     print("DONE")
 """)
 

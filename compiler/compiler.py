@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import operator
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -246,19 +245,18 @@ class Compiler:
                 start + (positions[idx] if positions is not None else idx)) from e.__cause__
 
     def _expand_in_rounds(self, inputs: list) -> list[ExampleGraph]:
-        graphs, _, self.last_rounds = expand_in_rounds(self.program, inputs,
-                                                       self._run_graphs)
-        return graphs
+        driver = expand_in_rounds(self.program, inputs, self._run_round)
+        self.last_rounds = driver.rounds
+        return driver.example_graphs()
 
-    def _run_graphs(self, graphs: list[OpGraph], reads: list) -> list[list[np.ndarray]]:
-        """Runs op graphs as one batch (forward only); per graph, the values of its
-        value ids `reads` (a round of `compiler.rounds`)."""
-        self.planner.check(OpGraph.concatenate(graphs))
-        records = [plan_record(g, r, [], []) for g, r in zip(graphs, reads)]
-        plan = self.planner.plan(records, [g.constants for g in graphs])
+    def _run_round(self, graph: OpGraph, reads: np.ndarray) -> tuple:
+        """Runs an op graph forward (a round of `compiler.rounds`): `(outputs per value
+        type, read_type, read_pos)`, value `reads[i]` being row `read_pos[i]` of
+        `outputs[read_type[i]]`."""
+        self.planner.check(graph)
+        plan = self.planner.plan([plan_record(graph, reads, [], [])], [graph.constants])
         outputs = [o.numpy() for o in self._compute(plan.feed.arrays)]
-        rows = iter(zip(plan.read_type.tolist(), plan.read_pos.tolist()))
-        return [[outputs[k][p] for k, p in itertools.islice(rows, len(r))] for r in reads]
+        return outputs, plan.read_type, plan.read_pos
 
     def plan_batches(self, batches: Iterable[Sequence[Any]], grouped: bool = False,
                      ahead: int = 0):
@@ -415,13 +413,15 @@ class Compiler:
         rounds (`compiler.rounds`), which compute every node once, forward only."""
         from refold.blocks.errors import InputError
         try:
-            graphs, contexts, self.last_rounds = expand_in_rounds(
-                self.program, inputs, self._run_graphs, finish=True)
+            driver = expand_in_rounds(self.program, inputs, self._run_round, finish=True)
         except InputError:
             raise
         except Exception as e:
             raise _blame(self.program.root, inputs, e) from e
-        return [self._result(g, ctx.value_of, tolist) for g, ctx in zip(graphs, contexts)]
+        self.last_rounds = driver.rounds
+        value_of = driver.shared.value_of
+        return [self._result(ExampleGraph(None, result, ctx.metrics), value_of, tolist)
+                for result, ctx in zip(driver.results, driver.contexts)]
 
     def _result(self, example: ExampleGraph, value_of, tolist: bool) -> Any:
         """One input's result (as `block.eval` returns it), `value_of(value id)` giving

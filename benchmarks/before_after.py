@@ -81,6 +81,7 @@ def serve(argv) -> None:
 
 def export(commit: str, into: str) -> str:
     """The tree of `commit` written into the folder `into`; returns `into`."""
+    os.makedirs(into, exist_ok=True)
     archive = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)

@@ -106,6 +106,12 @@ def _ends(shared) -> tuple:
             len(shared.constant_value), tuple(len(t) for t in shared.constants))
 
 
+def _at(shared) -> tuple:
+    """`_ends` without the rows of each table (what an example's ranges keep)."""
+    return (len(shared.node_op), len(shared.node_args), len(shared.value_depth),
+            len(shared.constant_value))
+
+
 class _Shared(ExpansionContext):
     """The batch's one op graph (every `RoundContext` records into its lists), the
     values computed so far and which part of the graph they cover."""
@@ -266,28 +272,28 @@ class RoundContext(ExpansionContext):
 
     def opened(self) -> None:
         """This example records from here on (its thread runs, or its walk steps)."""
-        self.segments.append([_ends(self.shared), None])
+        self.segments.append([_at(self.shared), None])
 
     def closed(self) -> None:
-        self.segments[-1][1] = _ends(self.shared)
+        self.segments[-1][1] = _at(self.shared)
 
     def rewind(self, mark: tuple) -> None:
         """Drops what this example recorded since `mark`: the tail it records now is cut
         off, the ranges it recorded before others recorded after it become dead."""
         nodes, args, values, n_constants, rows, metrics, sources = mark
-        at = (nodes, args, values, n_constants, tuple(rows))
+        at = (nodes, args, values, n_constants)
         for seg in self.segments[:-1]:  # closed ranges: others may follow them
             start, end = seg
-            if end[0] > nodes or end[2] > values:
-                self.shared.dead.append((max(start, at, key=_key), end))
-                seg[1] = max(start, at, key=_key)
-        start = self.segments[-1][0]
-        cut = max(start, at, key=_key)
-        super().rewind((*cut[:4], list(cut[4]), metrics, sources))
-
-
-def _key(ends: tuple) -> tuple:
-    return ends[2], ends[0]
+            if end > at:
+                seg[1] = max(start, at)
+                self.shared.dead.append((seg[1], end))
+        cut = max(self.segments[-1][0], at)
+        if cut != at:  # the tables' rows where the open range starts
+            n_types = len(self.constants)
+            rows = [len(t) for t in self.constants]
+            for code in self.constant_code[cut[3]:]:
+                rows[code % n_types] -= 1
+        super().rewind((*cut, rows, metrics, sources))
 
 
 class _Thread:
@@ -442,22 +448,19 @@ def _cut(shared: _Shared, contexts: list, results: list, program) -> list[Exampl
     """The shared graph cut into the examples' graphs: each gets the nodes, values and
     constant rows of the ranges it recorded (its segments), renumbered; dead ranges
     go to none."""
-    n_nodes, n_args, n_values, _, n_rows = _ends(shared)
+    n_nodes, _, n_values, n_constants, n_rows = _ends(shared)
     types = program.value_types
-    node_owner = np.full(n_nodes, -1, np.int64)
-    value_owner = np.full(n_values, -1, np.int64)
+    owners = [np.full(n, -1, np.int64) for n in (n_nodes, n_values, n_constants)]
+    ranges = [(ctx.index, start, end) for ctx in contexts for start, end in ctx.segments]
+    for owner, start, end in ranges + [(-1, start, end) for start, end in shared.dead]:
+        for a, field in zip(owners, (0, 2, 3)):
+            a[start[field]:end[field]] = owner
+    node_owner, value_owner, const_owner = owners
+    code = np.asarray(shared.constant_code, np.int64)
     row_owner = [np.full(n, -1, np.int64) for n in n_rows]
-    for ctx in contexts:
-        for start, end in ctx.segments:
-            node_owner[start[0]:end[0]] = ctx.index
-            value_owner[start[2]:end[2]] = ctx.index
-            for k in range(len(types)):
-                row_owner[k][start[4][k]:end[4][k]] = ctx.index
-    for start, end in shared.dead:
-        node_owner[start[0]:end[0]] = -1
-        value_owner[start[2]:end[2]] = -1
-        for k in range(len(types)):
-            row_owner[k][start[4][k]:end[4][k]] = -1
+    for k in range(len(types)):
+        mine = code % len(types) == k
+        row_owner[k][code[mine] // len(types)] = const_owner[mine]
     n = len(contexts)
     node_op = np.asarray(shared.node_op, np.int32)
     node_arity = np.asarray(shared.node_arity, np.int32)

@@ -103,7 +103,9 @@ def main(argv=None) -> dict:
     p.add_argument("--items", type=int, default=128, help="items per pass (at least B)")
     p.add_argument("--items-b1", type=int, default=32, help="items per pass at B=1")
     p.add_argument("--steps", type=int, default=8, help="decoding steps a string")
+    p.add_argument("--modes", help="only these modes (e.g. train,parse); default all")
     args = p.parse_args(argv)
+    only = None if args.modes is None else set(args.modes.split(","))
     from benchmarks.peers import protocol
     from benchmarks.peers.run import make_data
     workloads = args.workloads.split(",")
@@ -135,6 +137,8 @@ def main(argv=None) -> dict:
             for w in workloads:
                 for b in sizes:
                     for mode in MODES.get(w, ("train", "infer")):
+                        if only is not None and mode not in only:
+                            continue
                         request = {"op": mode, "workload": w, "batch": b, "items": items_for(b)}
                         for side in sides.values():
                             side.run(request)

@@ -7,16 +7,18 @@ in one engine call for the whole batch, every node added since the last one, and
 hands the values back.
 
 How an example advances. Expansion is a recursive Python evaluation per example,
-which cannot be paused in the middle, so each example expands on a thread of its
-own (threads kept across batches: starting one costs ~0.5 ms here), and only one
-of them runs at a time. An `Unfold` does not pause its example at every step,
-though: it hands its loop, written as a generator (`Unfold._walk`), to the round
-driver (`RoundContext.walk`) and its example's thread sleeps until the walk ends.
-Every round the driver advances every walk by one step, in one pass and in one
-thread: it sends the walk the values it asked for (its `decide` runs), and the walk
-expands its next step. An example's thread is woken twice per walk, not once per
-step. (An `Unfold` whose step holds another value-reading `Unfold` runs its own
-loop in its example's thread and waits for each round, `RoundContext.read`.)
+which a plain function cannot leave in the middle and resume, so each example
+expands in a greenlet of its own (the `greenlet` library: a coroutine with its own
+Python stack, switched to and from in a microsecond in the same thread; OS threads
+handing over to each other cost 20 us each on a quiet machine and milliseconds on a
+loaded one, measured here). One example runs at a time. An `Unfold` does not pause
+its example at every step, though: it hands its loop, written as a generator
+(`Unfold._walk`), to the round driver (`RoundContext.walk`), and its example waits
+until the walk ends. Every round the driver advances every walk by one step, in one
+pass: it sends the walk the values it asked for (its `decide` runs), and the walk
+expands its next step. An example is resumed once per walk, not once per step. (An
+`Unfold` whose step holds another value-reading `Unfold` runs its own loop in its
+example's greenlet and waits for each round, `RoundContext.read`.)
 
 One graph for the whole batch. All examples record into one shared op graph
 (`RoundContext`s are views of it, one per example, with their own metrics), so the
@@ -54,10 +56,10 @@ read from the rounds' values.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
+import greenlet
 import numba
 import numpy as np
 
@@ -66,8 +68,6 @@ from refold.blocks.evaluation import call_with_deep_stack, root_input
 from refold.blocks.types import TensorType
 from refold.compiler.expansion import ExampleGraph, ExpansionContext
 from refold.scheduler.graph import OpGraph
-
-_THREAD_STACK_BYTES = 64 * 1024 * 1024
 
 # run_round(graph, reads) -> (outputs per value type, read_type, read_pos): runs an op
 # graph forward; value `reads[i]` is row `read_pos[i]` of `outputs[read_type[i]]`.
@@ -271,7 +271,7 @@ class RoundContext(ExpansionContext):
         return self.shared.value_of(v)
 
     def opened(self) -> None:
-        """This example records from here on (its thread runs, or its walk steps)."""
+        """This example records from here on (it runs, or its walk steps)."""
         self.segments.append([_at(self.shared), None])
 
     def closed(self) -> None:
@@ -296,42 +296,6 @@ class RoundContext(ExpansionContext):
         super().rewind((*cut, rows, metrics, sources))
 
 
-class _Thread:
-    """A thread that runs one example's expansion at a time (kept across batches)."""
-
-    def __init__(self, pool: list):
-        self.wake = threading.Event()
-        self.job: Callable | None = None
-        self._pool = pool
-        old = threading.stack_size(_THREAD_STACK_BYTES)
-        try:
-            threading.Thread(target=self._serve, name="refold-round", daemon=True).start()
-        finally:
-            threading.stack_size(old)
-
-    def _serve(self) -> None:
-        while True:
-            self.wake.wait()
-            self.wake.clear()
-            job, self.job = self.job, None
-            job()  # it puts this thread back in the pool before it signals its end
-
-    def release(self) -> None:
-        with _POOL_LOCK:
-            self._pool.append(self)
-
-
-_POOL: list[_Thread] = []  # idle example threads
-_POOL_LOCK = threading.Lock()
-
-
-def _thread() -> _Thread:
-    with _POOL_LOCK:
-        if _POOL:
-            return _POOL.pop()
-    return _Thread(_POOL)
-
-
 class _Driver:
     """Runs a batch's examples one at a time and its walks in rounds (module docstring)."""
 
@@ -342,14 +306,12 @@ class _Driver:
                          for i in range(len(inputs))]
         self.results: list = [None] * len(inputs)
         self.errors: dict[int, BaseException] = {}
-        self._stopped = threading.Event()
-        self._resume = [threading.Event() for _ in inputs]
-        self._threads: dict[int, _Thread] = {}
+        self._examples: dict[int, greenlet.greenlet] = {}
         self._paused: set[int] = set()
         self._aborted = False
         self.rounds = 0
 
-    # --- in an example's thread ------------------------------------------------------
+    # --- in an example's greenlet -----------------------------------------------------
 
     def _expand(self, i: int) -> None:
         ctx = self.contexts[i]
@@ -363,36 +325,29 @@ class _Driver:
             self.errors[i] = e
         finally:
             ctx.closed()
-            self._threads.pop(i).release()  # before the driver goes on
-            self._stopped.set()
+            del self._examples[i]
 
     def pause(self, ctx: RoundContext) -> None:
-        """In an example's thread: hand over to the driver until it resumes this one."""
-        i = ctx.index
+        """In an example's greenlet: hand over to the driver until it resumes this one."""
         ctx.closed()
-        self._paused.add(i)
-        self._stopped.set()
-        self._resume[i].wait()
-        self._resume[i].clear()
+        self._paused.add(ctx.index)
+        self._driver.switch()
         if self._aborted:
             raise _Aborted
         ctx.opened()
 
-    # --- in the driver's thread ------------------------------------------------------
+    # --- in the driver ----------------------------------------------------------------
 
     def _run(self, i: int) -> None:
-        """Starts or resumes example i and waits until it pauses or ends."""
-        self._stopped.clear()
+        """Starts or resumes example i; returns when it pauses or ends."""
         if i in self._paused:
             self._paused.discard(i)
-            self._resume[i].set()
         else:
-            t = self._threads[i] = _thread()
-            t.job = lambda: self._expand(i)
-            t.wake.set()
-        self._stopped.wait()
+            self._examples[i] = greenlet.greenlet(lambda: self._expand(i), self._driver)
+        self._examples[i].switch()
 
     def run(self, finish: bool) -> None:
+        self._driver = greenlet.getcurrent()
         runnable = list(range(len(self.inputs)))
         try:
             while True:
@@ -425,7 +380,7 @@ class _Driver:
             return True
         except StopIteration as finished:
             ctx.result = finished.value
-        except BaseException as e:  # raised in the example's thread, where it walks
+        except BaseException as e:  # raised in the example, where it walks
             ctx.error = e
         finally:
             ctx.closed()
@@ -434,10 +389,7 @@ class _Driver:
     def _abort(self) -> None:
         self._aborted = True
         for i in sorted(self._paused):
-            self._paused.discard(i)
-            self._stopped.clear()
-            self._resume[i].set()
-            self._stopped.wait()
+            self._run(i)  # it raises `_Aborted`, and ends
 
     def example_graphs(self) -> list[ExampleGraph]:
         """Each example's `ExampleGraph`, cut from the shared graph."""

@@ -48,28 +48,35 @@ def test_examples_stop_at_their_own_step_and_take_one_round_each():
     assert comp.last_rounds == 5  # the longest example's steps, not their sum
 
 
-def test_examples_expand_one_at_a_time_on_threads_kept_across_batches():
-    # starting a thread costs ~0.5 ms; examples share one graph, so only one records
-    import threading
-    running, seen, threads = [0], [], set()
+def test_examples_expand_one_at_a_time_each_resumed_once_per_walk():
+    # examples share one graph, so only one records at a time; a walk's steps are
+    # expanded by the driver, so an example is resumed once per walk, not per step
+    from refold.compiler import rounds
+    running, seen, runs = [0], [], []
 
     def one_at_a_time(x):
         running[0] += 1
-        threads.add(threading.get_ident())
         seen.append(running[0])
-        threading.Event().wait(0.001)  # a thread switch, if another could run
         running[0] -= 1
         return ()
     step = td.GetItem(0) >> td.Function(lambda s: s + 1.0) >> td.AllOf(
         td.Identity(), td.Identity())
     block = td.AllOf(td.Scalar(), td.InputTransform(one_at_a_time)) >> td.Unfold(
-        step, decide=lambda c, out: c, max_steps=2)
+        step, decide=lambda c, out: c, max_steps=5)
     comp = Compiler.create(block)
-    comp.run([float(k) for k in range(12)])
-    first = set(threads)
-    comp.run([float(k) for k in range(12)])
-    assert seen == [1] * 24
-    assert threads == first  # the second batch ran on the first one's threads
+    run = rounds._Driver._run
+
+    def counting(driver, i):
+        runs.append(i)
+        return run(driver, i)
+    rounds._Driver._run = counting
+    try:
+        comp.run([float(k) for k in range(12)])
+    finally:
+        rounds._Driver._run = run
+    assert seen == [1] * 12 and comp.last_rounds == 5
+    # each example started, then resumed once when its walk of 5 steps ended
+    assert sorted(runs) == sorted(list(range(12)) * 2)
 
 
 def test_an_example_done_at_the_start_takes_no_step():

@@ -249,6 +249,12 @@ class Compiler:
         self.last_rounds = driver.rounds
         return driver.example_graphs()
 
+    def _batch_in_rounds(self, inputs: list) -> BatchGraph:
+        """The batch expanded in rounds, as one graph (what a training step plans)."""
+        driver = expand_in_rounds(self.program, inputs, self._run_round)
+        self.last_rounds = driver.rounds
+        return driver.batch_graph()
+
     def _run_round(self, graph: OpGraph, reads: np.ndarray) -> tuple:
         """Runs an op graph forward (a round of `compiler.rounds`): `(outputs per value
         type, read_type, read_pos)`, value `reads[i]` being row `read_pos[i]` of
@@ -315,9 +321,12 @@ class Compiler:
         `grouped=True` all examples' results first, then the values of each
         metric in turn (see `BatchPlan.metric_bounds`), as training wants them.
         Without a cache, a grouped batch is expanded as one graph (`plan_batch`),
-        unless the worker processes expand it.
+        unless the worker processes expand it; a block that reads computed values
+        (`Unfold`) always expands a grouped batch as one graph, in rounds.
         """
         inputs = _as_list(inputs)
+        if grouped and self.program.reads_values and inputs:
+            return self.plan_batch(self._batch_in_rounds(inputs))
         if grouped and self.expands_batches and inputs and not (
                 self.workers and len(inputs) >= self.min_parallel_batch):
             return self.plan_batch(expand_batch(self.program, inputs))

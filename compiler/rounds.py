@@ -66,8 +66,9 @@ import numpy as np
 from refold.blocks.errors import InputError
 from refold.blocks.evaluation import call_with_deep_stack, root_input
 from refold.blocks.types import TensorType
-from refold.compiler.expansion import ExampleGraph, ExpansionContext
+from refold.compiler.expansion import BatchGraph, ExampleGraph, ExpansionContext
 from refold.scheduler.graph import OpGraph
+from refold.scheduler.planner import plan_record
 
 # run_round(graph, reads) -> (outputs per value type, read_type, read_pos): runs an op
 # graph forward; value `reads[i]` is row `read_pos[i]` of `outputs[read_type[i]]`.
@@ -395,6 +396,11 @@ class _Driver:
         """Each example's `ExampleGraph`, cut from the shared graph."""
         return _cut(self.shared, self.contexts, self.results, self.program)
 
+    def batch_graph(self) -> BatchGraph:
+        """The batch as one `BatchGraph` (what a training step plans): the shared
+        graph itself, less its dead ranges, read as `expand_batch` reads a batch."""
+        return _batch(self.shared, self.contexts, self.results, self.program)
+
 
 def _cut(shared: _Shared, contexts: list, results: list, program) -> list[ExampleGraph]:
     """The shared graph cut into the examples' graphs: each gets the nodes, values and
@@ -449,6 +455,53 @@ def _cut(shared: _Shared, contexts: list, results: list, program) -> list[Exampl
         metrics = [(m, int(value_local[v]), label) for m, v, label in ctx.metrics]
         out.append(ExampleGraph(graph, result, metrics))
     return out
+
+
+def _batch(shared: _Shared, contexts: list, results: list, program) -> BatchGraph:
+    n_nodes, _, n_values, n_constants, n_rows = _ends(shared)
+    types = program.value_types
+    node_op = np.asarray(shared.node_op, np.int32)
+    node_arity = np.asarray(shared.node_arity, np.int32)
+    node_args = np.asarray(shared.node_args, np.int64)
+    sdepth = np.asarray(shared.sdepth, np.int32)
+    vtype, vnode, vindex = (f.astype(np.int64) for f in shared.value_fields(program, 0, 0))
+    tables = [np.asarray(shared.constants[k], t.numpy_dtype).reshape(
+        (len(shared.constants[k]), *t.shape)) for k, t in enumerate(types)]
+    new_value = np.arange(n_values)
+    if shared.dead:  # drop the dead ranges, renumber the rest
+        live = [np.ones(n, bool) for n in (n_nodes, n_values, n_constants)]
+        for start, end in shared.dead:
+            for a, field in zip(live, (0, 2, 3)):
+                a[start[field]:end[field]] = False
+        live_node, live_value, live_const = live
+        code = np.asarray(shared.constant_code, np.int64)
+        new_node = np.cumsum(live_node) - 1
+        new_value = np.cumsum(live_value) - 1
+        const = vnode < 0
+        for k in range(len(types)):
+            mine = code % len(types) == k
+            live_row = np.zeros(n_rows[k], bool)
+            live_row[code[mine] // len(types)] = live_const[mine]
+            new_row = np.cumsum(live_row) - 1
+            rows = const & (vtype == k)
+            vindex[rows] = new_row[vindex[rows]]
+            tables[k] = tables[k][live_row]
+        vnode = np.where(const, -1, new_node[np.maximum(vnode, 0)])
+        node_args = new_value[node_args[np.repeat(live_node, node_arity)]]
+        node_op, node_arity, sdepth = node_op[live_node], node_arity[live_node], sdepth[live_node]
+        vtype, vnode, vindex = vtype[live_value], vnode[live_value], vindex[live_value]
+    graph = OpGraph(node_op, node_arity, node_args.astype(np.int32), vtype.astype(np.int32),
+                    vnode.astype(np.int32), vindex.astype(np.int32), tables, sdepth)
+    out_type = program.root.output_type
+    reads: list[int] = []
+    for result in results:
+        out_type.for_each_terminal(
+            lambda t, v: reads.append(v) if isinstance(t, TensorType) else None, result)
+    metrics = [m for ctx in contexts for m in ctx.metrics]
+    record = plan_record(graph, new_value[np.asarray(reads, np.int64)],
+                         [m for m, _, _ in metrics],
+                         new_value[np.asarray([v for _, v, _ in metrics], np.int64)])
+    return BatchGraph(graph, record, list(range(len(contexts))), [])
 
 
 def _groups(owner: np.ndarray, n: int) -> tuple[list, np.ndarray]:

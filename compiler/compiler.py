@@ -29,6 +29,7 @@ from refold.compiler.executor_choice import InferenceExecutorChoice
 from refold.compiler.expansion import BatchGraph, ExampleGraph, expand_all, expand_batch
 from refold.compiler.expansion_cache import ExpansionCache
 from refold.compiler.lowering import Program, lower
+from refold.compiler.round_engines import RoundEngines
 from refold.compiler.rounds import expand_in_rounds
 from refold.scheduler.executor import Executor, Feed
 from refold.scheduler.graph import OpGraph
@@ -160,6 +161,8 @@ class Compiler:
         # which TensorFlow executor runs a batch of `run` and of Model's inference
         self.inference_executor = InferenceExecutorChoice(self.executor)
         self.last_rounds = 0  # engine calls the last expansion in rounds made
+        # executors of the parts of the program that rounds run
+        self.round_engines = RoundEngines(self) if self.program.reads_values else None
         self.workers = workers
         self._pool = None
         self._stream_workers = None
@@ -258,7 +261,11 @@ class Compiler:
     def _run_round(self, graph: OpGraph, reads: np.ndarray) -> tuple:
         """Runs an op graph forward (a round of `compiler.rounds`): `(outputs per value
         type, read_type, read_pos)`, value `reads[i]` being row `read_pos[i]` of
-        `outputs[read_type[i]]`."""
+        `outputs[read_type[i]]`. A round of some of the ops runs on an executor of
+        those (`compiler.round_engines`)."""
+        part = self.round_engines.part_for(graph)
+        if part is not None:
+            return part.run(graph, reads)
         self.planner.check(graph)
         plan = self.planner.plan([plan_record(graph, reads, [], [])], [graph.constants])
         outputs = [o.numpy() for o in self._compute(plan.feed.arrays)]

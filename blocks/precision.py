@@ -58,8 +58,8 @@ def _mixed(policy) -> str | None:
 
 def _layer_policies(layer) -> Iterable:
     """The dtype policies of a Keras layer and of the layers inside it."""
-    flatten = getattr(layer, "_flatten_layers", None)
-    for inner in (flatten(include_self=True) if flatten else [layer]):
+    from refold import compat
+    for inner in compat.inner_layers(layer):
         policy = getattr(inner, "dtype_policy", None)
         if policy is not None:
             yield inner, policy

@@ -125,11 +125,10 @@ def deserialize(config: dict, safe_mode: bool | None = None) -> IOBase:
 
 
 def _keras_safe_mode() -> bool:
-    keras = sys.modules.get("keras")
-    if keras is None:
+    if sys.modules.get("keras") is None:
         return True
-    from keras.src.saving import serialization_lib
-    mode = serialization_lib.in_safe_mode()
+    from refold import compat
+    mode = compat.keras_safe_mode()
     return True if mode is None else bool(mode)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 
 _WHERE = {
-    "BatchPlan": "refold.compiler.compiler", "Compiler": "refold.compiler.compiler",
+    "BatchPlan": "refold.compiler.batch_plan", "Compiler": "refold.compiler.compiler",
     "ExampleGraph": "refold.compiler.expansion", "expand": "refold.compiler.expansion",
     "Program": "refold.compiler.lowering", "lower": "refold.compiler.lowering",
     "Model": "refold.compiler.model",

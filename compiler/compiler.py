@@ -17,13 +17,13 @@ import functools
 import operator
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from refold.blocks.precision import compute_dtype, held_program
 from refold.blocks.types import TensorType
+from refold.compiler.batch_plan import BatchPlan
 from refold.compiler.dataflow import op_feeds
 from refold.compiler.executor_choice import InferenceExecutorChoice
 from refold.compiler.expansion import BatchGraph, ExampleGraph, expand_all, expand_batch
@@ -31,70 +31,9 @@ from refold.compiler.expansion_cache import ExpansionCache
 from refold.compiler.lowering import Program, lower
 from refold.compiler.round_engines import RoundEngines
 from refold.compiler.rounds import expand_in_rounds
-from refold.scheduler.executor import Executor, Feed
+from refold.scheduler.executor import Executor
 from refold.scheduler.graph import OpGraph
-from refold.scheduler.planner import Plan, Planner, plan_record
-from refold.scheduler.schedules import Schedule, ScheduleStats
-
-
-@dataclass
-class BatchPlan:
-    """A batch ready to run: its examples, and the scheduler's `Plan` of them.
-
-    Attributes:
-        examples: the expanded examples, in input order: their `ExampleGraph`s, or
-            a `BatchGraph` when the batch was expanded as one graph
-            (`Compiler.plan_batch`; its plan then sees it as one example).
-        plan: the `scheduler.Plan` (merged graph, schedule, feed).
-        grouped: whether the reads are grouped by metric (`Compiler.plan`).
-    """
-
-    examples: list | BatchGraph
-    plan: Plan
-    grouped: bool = False
-
-    @property
-    def size(self) -> int:
-        """The number of inputs in the batch."""
-        return len(self.examples)
-
-    @property
-    def feed(self) -> Feed:
-        """The packed arrays for the executor."""
-        return self.plan.feed
-
-    @property
-    def stats(self) -> ScheduleStats:
-        """How well the batch batches: steps, launches, mean batch sizes."""
-        return self.plan.stats
-
-    @property
-    def graph(self) -> OpGraph:
-        """The examples' merged `OpGraph`."""
-        return self.plan.graph
-
-    @property
-    def schedule(self) -> Schedule:
-        """The merged graph's `Schedule`."""
-        return self.plan.schedule
-
-    @property
-    def value_offsets(self) -> np.ndarray:
-        """Where each example's value ids start in `graph`."""
-        return self.plan.value_offsets
-
-    def metric_bounds(self, program: Program) -> np.ndarray:
-        """int32 [M, 2]: with grouped reads, metric m's values are rows
-        `[start, end)` of the executor's output for the metric's value type."""
-        counts = self.plan.metric_counts
-        bounds = np.zeros((len(counts), 2), np.int64)
-        cursor = len(self.plan.reads) - int(counts.sum())  # the results come first
-        for m in range(len(counts)):
-            if counts[m]:
-                start = int(self.plan.read_pos[cursor])
-                bounds[m] = (start, start + counts[m])
-            cursor += counts[m]
-        return bounds.astype(np.int32)
+from refold.scheduler.planner import Planner, plan_record
 
 
 class Compiler:

@@ -63,6 +63,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
+from refold import compat
 from refold.compiler.pipeline import Labels, as_inputs, check_batch_size
 from refold.compiler.steps import STEP_FINITE, STEP_LOSS, NonFiniteLossError, next_indices
 
@@ -204,7 +205,7 @@ def sharded_feeder(model, x, y, sample_weight, batch_size: int, shuffle: bool,
     inputs = as_inputs(x, what)
     if not inputs:
         raise ValueError(f"no inputs in {what}")
-    loss = model.loss if with_labels and model._compile_loss is not None else None
+    loss = model.loss if with_labels and compat.compiled_loss(model) is not None else None
     labels = model.pipeline.labels(y, sample_weight, len(inputs), loss,
                                    "y" if what == "x" else f"{what} y")
     plan = replica_parts(len(inputs), batch_size, strategy.num_replicas_in_sync)
@@ -230,9 +231,10 @@ def _build_state(model, feeder: ShardFeeder, labels: Labels) -> None:
     its first run: the layers' weights, the compiled metrics and loss. Variables
     cannot be created inside `strategy.run`, and Keras would try to build them from
     the batch indices it iterates."""
-    unbuilt = not all(layer.built for layer in model._flatten_layers())
-    metrics = model._compile_metrics is not None and not model._compile_metrics.built
-    loss = model._compile_loss is not None and not model._compile_loss.built
+    unbuilt = not all(layer.built for layer in compat.inner_layers(model))
+    compiled_metrics, compiled_loss = compat.compiled_metrics(model), compat.compiled_loss(model)
+    metrics = compiled_metrics is not None and not compiled_metrics.built
+    loss = compiled_loss is not None and not compiled_loss.built
     if not (unbuilt or metrics or loss):
         return
     shard = next((s for s in feeder.shards if s.inputs), None)
@@ -244,9 +246,9 @@ def _build_state(model, feeder: ShardFeeder, labels: Labels) -> None:
         if labels.y is not None and (metrics or loss):
             y = tf.constant(shard.labels.y[:1])
             if metrics:
-                model._compile_metrics.build(y, y_pred)
+                compiled_metrics.build(y, y_pred)
             if loss:
-                model._compile_loss.build(y, y_pred)
+                compiled_loss.build(y, y_pred)
 
 
 def with_global_counts(x: dict) -> dict:

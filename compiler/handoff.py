@@ -42,6 +42,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from refold import compat
+
 
 class Handoff:
     """The flat tensors a batch of one layout (`structure`, `TensorSpec`s) enters a
@@ -76,7 +78,7 @@ class Handoff:
         binding of the tensors to its signature: they come from `tensors`, which
         gives each its spec's dtype (the traced step is chosen by the batch's
         signature, so the shapes match it too)."""
-        return fn._call_flat(tensors, fn.captured_inputs)  # noqa: SLF001
+        return compat.call_flat(fn, tensors)
 
     def unfold(self, tensors):
         """Inside the trace: the tensors back in `structure`, with the static shapes

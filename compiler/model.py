@@ -54,6 +54,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from refold import compat
 from refold.blocks.errors import InputError
 from refold.blocks.layers import is_keras_layer
 from refold.blocks.precision import global_policy
@@ -294,7 +295,7 @@ class Model(keras.Model):
         and the weight penalties count once over all replicas.
         """
         part = "global_batch_size" in x
-        labelled = y is not None and self._compile_loss is not None
+        labelled = y is not None and compat.compiled_loss(self) is not None
         terms = []
         if labelled and not part:
             terms.append(self.compute_loss(x=x, y=y, y_pred=y_pred,
@@ -307,7 +308,7 @@ class Model(keras.Model):
                 # that to get the mean over this part's inputs, then weigh it
                 n_part = tf.cast(x["batch_size"][0], tf.float32)
                 n_global = tf.cast(x["global_batch_size"][0], tf.float32)
-                share = self._compile_loss(y, y_pred, sample_weight) * replicas \
+                share = compat.compiled_loss(self)(y, y_pred, sample_weight) * replicas \
                     * n_part / n_global
                 terms.append(tf.where(n_part > 0, share, 0.0))  # an empty part: none
             if self.losses:
@@ -369,7 +370,7 @@ class Model(keras.Model):
         arrays, labels, sample weights), as Keras' `fit` does before its first step:
         built inside a traced step, their variables would make TensorFlow trace the
         step twice."""
-        metrics = self._compile_metrics
+        metrics = compat.compiled_metrics(self)
         if metrics is None or metrics.built or len(signature) < 2 or self._out_type is None:
             return
         out = self.block.output_type
@@ -385,8 +386,8 @@ class Model(keras.Model):
             loss = loss * replicas
             n = tf.cast(x["global_batch_size"][0], tf.float32) / replicas
         self._loss_tracker.update_state(loss, sample_weight=n)
-        if y is not None and self._compile_metrics is not None:
-            self._compile_metrics.update_state(y, y_pred, sample_weight)
+        if y is not None and compat.compiled_metrics(self) is not None:
+            compat.compiled_metrics(self).update_state(y, y_pred, sample_weight)
         for tracker, m in zip(self.block_metric_trackers, self._tracked_ids):
             v = tf.cast(tf.reshape(values[m], [-1]), tf.float32)
             tracker.update_state(v, sample_weight=metric_weights(x, m, v)
@@ -553,7 +554,7 @@ class Model(keras.Model):
             return feeder
         check_batch_size(batch_size)
         inputs = as_inputs(x, what)
-        loss = self.loss if with_labels and self._compile_loss is not None else None
+        loss = self.loss if with_labels and compat.compiled_loss(self) is not None else None
         labels = self.pipeline.labels(y, sample_weight, len(inputs), loss,
                                       "y" if what == "x" else f"{what} y")
         n_given = len(inputs)
@@ -631,17 +632,8 @@ class Model(keras.Model):
                           stacklevel=2)
         given_x, split_at = x, None
         if validation_split:
-            if validation_data is not None:
-                raise ValueError("give validation_data or validation_split, not both")
-            # labels checked whole first, so that an error names the row of y
-            self.pipeline.labels(y, sample_weight, len(x),
-                                 self.loss if self._compile_loss is not None else None)
-            split_at = hold_out(len(x), validation_split)
-            x, y, sample_weight, validation_data = (
-                x[:split_at], _rows(y, slice(None, split_at)),
-                _rows(sample_weight, slice(None, split_at)),
-                (x[split_at:], _rows(y, slice(split_at, None)),
-                 _rows(sample_weight, slice(split_at, None))))
+            split_at, (x, y, sample_weight), validation_data = self._split_off_validation(
+                x, y, sample_weight, validation_split, validation_data)
         if class_weight is not None and sample_weight is not None:
             raise ValueError("give class_weight or sample_weight, not both")
         if stream:
@@ -654,38 +646,14 @@ class Model(keras.Model):
                                  verbose=verbose)
         val, val_stream = None, False
         if validation_data is not None:
-            vx, vy, vw = split_validation(validation_data)
-            what = "validation_data" if split_at is None else \
-                f"x[{split_at}:], the validation split"
-            val_stream = _streamed(vx, vy, vw)
-            if val_stream and validation_steps is None and reads_once(vx) \
-                    and sum(self._should_eval(e, validation_freq)
-                            for e in range(initial_epoch, epochs)) > 1:
-                raise ValueError(
-                    f"validation_data is a {type(vx).__name__}, which can be read only once, "
-                    "and fit validates more than once: give validation_steps, or a stream "
-                    "that can be read again")
-            if val_stream:
-                val = self._stream(vx, validation_batch_size or batch_size, "validation",
-                                   what="validation_data",
-                                   endless=validation_steps is not None)
-            else:
-                val = self._dataset(vx, vy, vw, validation_batch_size or batch_size, False,
-                                    "validation", what=what, offset=split_at or 0,
-                                    verbose=verbose)
+            val, val_stream = self._validation_for_fit(
+                validation_data, split_at, validation_batch_size or batch_size,
+                validation_steps, validation_freq, range(initial_epoch, epochs), verbose)
         callbacks = [_Bookkeeping(self), *(callbacks or [])]
         self._nan_seen = False
         self._build_optimizer()
-        if stream or val_stream:
-            blame = self._stream_blame
-        elif split_at is None:
-            blame = [(x, "x", self.skipped_examples)]
-            if validation_data is not None:
-                blame.append((split_validation(validation_data)[0], "validation_data",
-                              self.skipped_validation_examples))
-        else:  # the two parts of x, blamed by their index in x
-            blame = [(given_x, "x", [*self.skipped_examples,
-                                     *(split_at + i for i in self.skipped_validation_examples)])]
+        blame = self._stream_blame if stream or val_stream else \
+            self._fit_blame(x, given_x, split_at, validation_data)
         try:
             with blaming(self.block, blame), self._jit_for_call(jit_compile), \
                     _end_of_stream_is_end_of_epoch((stream and steps_per_epoch is None)
@@ -697,6 +665,50 @@ class Model(keras.Model):
                                    validation_steps=validation_steps)
         finally:
             self._close_streams()
+
+    def _split_off_validation(self, x, y, sample_weight, fraction, validation_data):
+        """`fit(validation_split=fraction)`: `(split_at, (x, y, sample_weight) of the
+        training part, validation_data of the held-out last part)`, as Keras splits."""
+        if validation_data is not None:
+            raise ValueError("give validation_data or validation_split, not both")
+        # labels checked whole first, so that an error names the row of y
+        self.pipeline.labels(y, sample_weight, len(x),
+                             self.loss if compat.compiled_loss(self) is not None else None)
+        split_at = hold_out(len(x), fraction)
+        head, tail = slice(None, split_at), slice(split_at, None)
+        return split_at, (x[head], _rows(y, head), _rows(sample_weight, head)), \
+            (x[tail], _rows(y, tail), _rows(sample_weight, tail))
+
+    def _validation_for_fit(self, validation_data, split_at, batch_size: int,
+                            validation_steps, validation_freq, epochs: range, verbose):
+        """What `fit` validates on (a dataset of batch indices, or a stream's), and
+        whether it is a stream."""
+        vx, vy, vw = split_validation(validation_data)
+        what = "validation_data" if split_at is None else \
+            f"x[{split_at}:], the validation split"
+        if not _streamed(vx, vy, vw):
+            return self._dataset(vx, vy, vw, batch_size, False, "validation", what=what,
+                                 offset=split_at or 0, verbose=verbose), False
+        if validation_steps is None and reads_once(vx) \
+                and sum(self._should_eval(e, validation_freq) for e in epochs) > 1:
+            raise ValueError(
+                f"validation_data is a {type(vx).__name__}, which can be read only once, "
+                "and fit validates more than once: give validation_steps, or a stream "
+                "that can be read again")
+        return self._stream(vx, batch_size, "validation", what="validation_data",
+                            endless=validation_steps is not None), True
+
+    def _fit_blame(self, x, given_x, split_at, validation_data) -> list:
+        """Where a non-finite step of a `fit` on lists looks for the examples to name:
+        `(inputs, what, skipped indices)` for x and the validation inputs."""
+        if split_at is not None:  # the two parts of x, blamed by their index in x
+            return [(given_x, "x", [*self.skipped_examples,
+                                    *(split_at + i for i in self.skipped_validation_examples)])]
+        blame = [(x, "x", self.skipped_examples)]
+        if validation_data is not None:
+            blame.append((split_validation(validation_data)[0], "validation_data",
+                          self.skipped_validation_examples))
+        return blame
 
     def evaluate(self, x=None, y=None, batch_size: int | None = None, verbose="auto",
                  sample_weight=None, callbacks=None, return_dict: bool = False,
@@ -815,7 +827,7 @@ class Model(keras.Model):
                              "tf.distribute strategy give a list of inputs")
         check_batch_size(batch_size)
         if labelled is None:
-            labelled = self._compile_loss is not None
+            labelled = compat.compiled_loss(self) is not None
         skipped = self._skipped.validation if what != "x" else self._skipped.x
         skipped.clear()
 
@@ -827,7 +839,7 @@ class Model(keras.Model):
 
         feeder = StreamFeeder(
             self.pipeline, x, batch_size, labelled,
-            loss=self.loss if labelled and self._compile_loss is not None else None,
+            loss=self.loss if labelled and compat.compiled_loss(self) is not None else None,
             skip=self.on_bad_example == "skip" and role != "predict", what=what,
             class_weight=class_weight, endless=endless, on_skip=on_skip)
         self._feeders[role] = feeder
@@ -879,12 +891,12 @@ class Model(keras.Model):
         return logs if return_dict else self._flatten_metrics_in_order(logs)
 
     def _check_loss(self, y, labels_in_x: bool = False):
-        if labels_in_x and self._compile_loss is not None:
+        if labels_in_x and compat.compiled_loss(self) is not None:
             return  # a stream of (input, label) tuples
-        if y is not None and self._compile_loss is None and self._loss_ids:
+        if y is not None and compat.compiled_loss(self) is None and self._loss_ids:
             warnings.warn("labels y are given but the model was compiled without a loss; "
                           "only the td.Metric losses train it", stacklevel=3)
-        if not self._loss_ids and (y is None or self._compile_loss is None):
+        if not self._loss_ids and (y is None or compat.compiled_loss(self) is None):
             raise ValueError(
                 "nothing to train on: give labels y and compile(loss=...), or emit losses "
                 "from the block with td.Metric blocks whose names end with 'loss' (its "

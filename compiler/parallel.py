@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from refold.blocks.errors import InputError
+from refold.compiler import kernels
 from refold.compiler.expansion import expand_all
 
 # The program the workers expand with; set in the parent just before forking and
@@ -186,8 +187,7 @@ def warm_planner(compiler) -> None:
     LLVM's initialisation there, which is not safe after a fork."""
     scheduler = getattr(compiler, "scheduler", None)
     if scheduler is not None:
-        from refold.compiler.warmup import warm_up
-        warm_up([scheduler])
+        kernels.warm_up(type(compiler), [scheduler])
 
 
 class WorkerDiedError(RuntimeError):

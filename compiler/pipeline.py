@@ -22,7 +22,7 @@ import functools
 import math
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import keras
 import numpy as np
@@ -31,7 +31,10 @@ import tensorflow as tf
 from refold.blocks.errors import InputError
 from refold.blocks.types import TensorType
 from refold.compiler import signature as packed
-from refold.compiler.compiler import BatchPlan, Compiler
+from refold.compiler.batch_plan import BatchPlan
+
+if TYPE_CHECKING:  # annotations only: the compiler imports the pipeline's users
+    from refold.compiler.compiler import Compiler
 
 # With `verbose` on, expanding more inputs than this shows a progress bar.
 PROGRESS_AFTER = 1000

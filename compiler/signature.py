@@ -38,7 +38,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from refold.compiler.compiler import BatchPlan
+from refold.compiler.batch_plan import BatchPlan
 from refold.compiler.lowering import Program
 from refold.scheduler.executor import Executor
 

@@ -56,9 +56,9 @@ def lstm_memory(z, children_c: list, layout: str) -> tuple:
     >>> c.numpy().tolist(), round(float(h[0, 0]), 4)
     ([[0.5, 0.5]], 0.2311)
     """
-    from tensorflow.python.eager import record
+    from refold import compat
     _check_layout(layout, len(children_c))
-    if record.could_possibly_record():
+    if compat.tape_may_record():
         return _fused_memory(z, list(children_c), layout)
     h, c, _ = _memory_forward(z, list(children_c), layout)
     return h, c
@@ -130,8 +130,9 @@ def product(a, b):
     [[8.0, 15.0]]
     """
     import tensorflow as tf
-    from tensorflow.python.eager import record
-    if not record.could_possibly_record():
+
+    from refold import compat
+    if not compat.tape_may_record():
         return a * b
 
     @tf.custom_gradient
@@ -152,8 +153,9 @@ def interpolate(z, a, b):
     [[1.0]]
     """
     import tensorflow as tf
-    from tensorflow.python.eager import record
-    if not record.could_possibly_record():
+
+    from refold import compat
+    if not compat.tape_may_record():
         return b + z * (a - b)
 
     @tf.custom_gradient

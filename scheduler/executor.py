@@ -60,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from refold import compat
 from refold.scheduler.layout import Layout, dtype_name
 
 # Whether the tap also takes the weight gradients of a deferred loop op's launch
@@ -206,8 +207,7 @@ class Executor:
             final.update(zip(self.layout.loop_types, ends))
             post = dict(zip(self.layout.loop_types, post))
         else:
-            from tensorflow.python.eager import record
-            carried, ys, g_end = self._loop(bufs, seg, deferred, record.could_possibly_record())
+            carried, ys, g_end = self._loop(bufs, seg, deferred, compat.tape_may_record())
             post = self._loop_reads(carried, ys, g_end, seg, final if tap else None)
         outs = self._after_loop(bufs, post, seg)
         if self.output_dtypes is None:
@@ -418,9 +418,8 @@ class Executor:
         """Whether this call's loop gets the replayed backward pass (`scheduler.reverse`):
         under a gradient tape, with `replay_backward`, when every loop op's weights
         can be deferred to the tap."""
-        from tensorflow.python.eager import record
         if not (self.replay_backward and self.layout.loop_ops
-                and record.could_possibly_record()):
+                and compat.tape_may_record()):
             return False
         self._deferred_weights(True)
         return self._all_deferrable
@@ -429,9 +428,8 @@ class Executor:
         """Loop op -> the weights whose gradients it defers to the tap (only under a
         gradient tape, with `batched_weight_grads`, or `enabled` if given): every loop
         op that reads trainable weights, has a float output, and runs on zero rows."""
-        from tensorflow.python.eager import record
         enabled = self.batched_weight_grads if enabled is None else enabled
-        if not (enabled and self.layout.loop_ops and record.could_possibly_record()):
+        if not (enabled and self.layout.loop_ops and compat.tape_may_record()):
             return {}
         if not hasattr(self, "_loop_weights"):
             from refold.scheduler.weight_grads import variables_of

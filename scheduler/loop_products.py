@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import contextlib
 
-from tensorflow.python.framework import ops
+from refold import compat
 
 GRADIENT = "RefoldLoopMatMul"
 
@@ -57,10 +57,9 @@ def transposed_once():
     tape could record it (an inference trace keeps TensorFlow's ops as they are,
     so that a SavedModel of it holds no gradient of ours); on the way out, each
     such product whose weight can be read outside the loop gets that read."""
-    from tensorflow.python.eager import record
-    graph = ops.get_default_graph()
+    graph = compat.default_graph()
     holder = _loop_holder(graph)
-    if not (TRANSPOSE_ONCE and holder is not None and record.could_possibly_record()):
+    if not (TRANSPOSE_ONCE and holder is not None and compat.tape_may_record()):
         yield
         return
     first = len(graph.get_operations())
@@ -69,24 +68,23 @@ def transposed_once():
     for op in graph.get_operations()[first:]:
         if op.type == "MatMul" and not (op.get_attr("transpose_a")
                                         or op.get_attr("transpose_b")):
-            op._refold_weight = _outside(op.inputs[1], holder)
+            compat.set_op_note(op, "weight", _outside(op.inputs[1], holder))
 
 
-@ops.RegisterGradient(GRADIENT)
+@compat.register_gradient(GRADIENT)
 def _matmul_grad(op, grad):
-    from tensorflow.python.ops import gen_math_ops, math_grad
     w_t = _transposed(op)
     if w_t is None:
-        return math_grad._MatMulGrad(op, grad)
-    return (gen_math_ops.mat_mul(grad, w_t, grad_a=True),
-            gen_math_ops.mat_mul(op.inputs[0], grad, transpose_a=True, grad_b=True))
+        return compat.matmul_gradient(op, grad)
+    return (compat.matmul(grad, w_t, grad_a=True),
+            compat.matmul(op.inputs[0], grad, transpose_a=True, grad_b=True))
 
 
 def _transposed(op):
     """The weight of product `op` transposed in the graph that holds the loop and
     captured by the current graph, if `transposed_once` read it there; else None."""
     import tensorflow as tf
-    w = getattr(op, "_refold_weight", None)
+    w = compat.op_note(op, "weight")
     chain = None if w is None or not w.dtype.is_floating else _graphs_below(w.graph)
     if chain is None:
         return None
@@ -100,7 +98,7 @@ def _transposed(op):
 def _graphs_below(holder) -> list | None:
     """The graphs from the current one up to `holder` (excluded), or None if
     `holder` does not enclose the current graph."""
-    chain, graph = [], ops.get_default_graph()
+    chain, graph = [], compat.default_graph()
     while graph is not holder:
         if getattr(graph, "outer_graph", None) is None:
             return None
@@ -117,9 +115,8 @@ def _loop_holder(graph):
     A loop body is known by its class, not its name: a graph's second loop (the
     backward loop `scheduler.reverse` replays after the forward one) is named
     `while_1_body_*`, which a test of the name for "while_body" missed."""
-    from tensorflow.python.ops.control_flow_v2_func_graphs import WhileBodyFuncGraph
     while getattr(graph, "outer_graph", None) is not None:
-        if isinstance(graph, WhileBodyFuncGraph):
+        if compat.is_while_body(graph):
             return graph.outer_graph
         graph = graph.outer_graph
     return None
@@ -131,9 +128,8 @@ def _outside(t, holder):
     cast or identity of one made again in `holder`; None for anything computed
     inside the loop."""
     import tensorflow as tf
-    from tensorflow.python.ops import gen_resource_variable_ops
-    while isinstance(t, ops.EagerTensor) or t.graph is not holder:
-        if isinstance(t, ops.EagerTensor):  # a variable's handle, say
+    while compat.is_eager_tensor(t) or t.graph is not holder:
+        if compat.is_eager_tensor(t):  # a variable's handle, say
             return holder.capture(t)
         if t.op.type == "Placeholder":
             t = next((ext for ext, inner in t.graph.captures if inner is t), None)
@@ -147,8 +143,7 @@ def _outside(t, holder):
             return None
         with holder.as_default():
             if t.op.type == "ReadVariableOp":
-                return gen_resource_variable_ops.read_variable_op(source,
-                                                                  t.op.get_attr("dtype"))
+                return tf.raw_ops.ReadVariableOp(resource=source, dtype=t.op.get_attr("dtype"))
             if t.op.type == "Cast":
                 return tf.cast(source, t.op.get_attr("DstT"))
             return tf.identity(source)

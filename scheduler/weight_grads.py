@@ -35,8 +35,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.framework.func_graph import FuncGraph
-from tensorflow.python.ops import gradients_util
+
+from refold import compat
 
 # A batch whose loop launches average at most this many rows takes the loop's weight
 # gradients once per step (and `Model` replays its loop backward): the sst-synth
@@ -78,8 +78,7 @@ def inputs_only(fn: Callable, args: Sequence[tf.Tensor]) -> list:
         ys = list(fn(*xs))
 
         def grad(*g_ys, variables=None):
-            g_xs = gradients_util._GradientsHelper(  # noqa: SLF001 (as while_v2 does)
-                ys, list(xs), grad_ys=list(g_ys), src_graph=ys[0].graph)
+            g_xs = compat.while_gradients(ys, list(xs), list(g_ys), ys[0].graph)
             return (g_xs, [None] * len(variables)) if variables else g_xs
 
         return ys, grad
@@ -92,7 +91,7 @@ def variables_of(fn: Callable, arg_types: Sequence) -> list | None:
     `arg_types` (each with `shape` and `dtype`) in a scratch graph; None if that
     call fails (a function that cannot take zero rows keeps per-iteration
     gradients)."""
-    with FuncGraph("refold_variables_of").as_default():
+    with compat.scratch_graph("refold_variables_of").as_default():
         try:
             with tf.GradientTape() as tape:
                 fn(*[tf.zeros((0, *t.shape), t.dtype) for t in arg_types])

@@ -1,5 +1,5 @@
-"""The core library needs TensorFlow, NumPy, Numba and greenlet only; the examples' tools are
-extras."""
+"""The core library needs TensorFlow, Keras, NumPy, Numba and greenlet only; the examples'
+tools are extras."""
 
 from __future__ import annotations
 
@@ -16,15 +16,16 @@ else:  # the `test` extra brings tomli, the same parser, to Python 3.10
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def project() -> dict:
+def project(table: str = "project") -> dict:
+    """A table of pyproject.toml (`[project]` by default)."""
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
-        return tomllib.load(f)["project"]
+        return tomllib.load(f)[table]
 
 
-def test_the_core_dependencies_are_tensorflow_numpy_numba_and_greenlet():
+def test_the_core_dependencies_are_tensorflow_keras_numpy_numba_and_greenlet():
     # greenlet: an example paused between rounds of an Unfold (compiler.rounds)
     names = [d.split(">")[0].split("=")[0].strip() for d in project()["dependencies"]]
-    assert sorted(names) == ["greenlet", "numba", "numpy", "tensorflow"]
+    assert sorted(names) == ["greenlet", "keras", "numba", "numpy", "tensorflow"]
 
 
 def test_plotting_and_tensorboard_are_the_examples_extra_and_the_tests_pull_it_in():

@@ -19,7 +19,6 @@ import pytest
 import refold as td
 from refold.blocks import registry
 from refold.blocks.serialization import deserialize, serialize
-from tests.blocks.test_serialization import same
 from tests.compiler import saving_jobs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -31,6 +30,23 @@ def old_cases() -> dict:
     """name -> (inputs, predictions at save time), written with the files (Refold 0.1)."""
     with open(os.path.join(OLD, "cases.pkl"), "rb") as f:
         return pickle.load(f)
+
+
+def close(a, b) -> None:
+    """Equal results of `predict` (arrays, tuples, lists, metrics dicts) up to rounding:
+    the files were saved by another TensorFlow version's kernels, maybe."""
+    if isinstance(a, dict):
+        assert sorted(a) == sorted(b)
+        for k in a:
+            close(a[k], b[k])
+    elif isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for x, y in zip(a, b):
+            close(x, y)
+    elif a is None or isinstance(a, (str, bool)):
+        assert a == b
+    else:
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
 def test_the_old_files_name_the_old_top_level_modules():
@@ -45,7 +61,7 @@ def test_the_old_files_name_the_old_top_level_modules():
 def test_a_file_saved_before_the_namespace_change_loads_and_predicts_the_same(name):
     xs, before = old_cases()[name]
     model = td.load_model(os.path.join(OLD, f"{name}.keras"), safe_mode=False)
-    same(before, model.predict(xs, verbose=0))
+    close(before, model.predict(xs, verbose=0))
 
 
 def test_new_files_name_refold_classes_and_factories_by_registered_name(tmp_path):

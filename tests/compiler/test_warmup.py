@@ -11,7 +11,7 @@ import textwrap
 AFTER = textwrap.dedent("""
     import numpy as np
     from refold.compiler import Compiler
-    from refold.compiler.warmup import compilations
+    from refold.compiler.kernels import compilations
     from tests.compiler import factories
     trees = [(1.0, (2.0, -3.0)), 0.5]
     with compilations() as compiled:

@@ -1,0 +1,202 @@
+"""Every use of a private TensorFlow or Keras interface, in one place.
+
+Refold's hot paths need a few things TensorFlow and Keras do not export: whether a
+gradient tape is recording, a concrete function's flat call, the gradient helper
+`tf.while_loop` itself uses, TensorFlow's own `MatMul` gradient, the class of a loop
+body's graph, and Keras' compiled loss and metrics. Each is reached only through a
+function here, which names what it wraps and what happens on a version without it: a
+fallback that keeps results right (perhaps slower), or a `VersionError` naming the
+installed version and the tested range. `pyproject.toml` declares that range
+(`TESTED`), and `tests/test_compat.py` runs every function on the installed versions.
+
+>>> from refold import compat
+>>> compat.tape_may_record()            # no tape is watching here
+False
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+# The versions the suite has run on: pyproject.toml's bounds stop at the first
+# untested minor release (BENCHMARKS.md and the docs' install page say which ran).
+TESTED = {"tensorflow": ("2.18", "2.21"), "keras": ("3.10", "3.15")}
+
+
+class VersionError(RuntimeError):
+    """An installed TensorFlow or Keras lacks an interface Refold needs."""
+
+
+def _missing(what: str, package: str) -> VersionError:
+    import importlib.metadata
+    version = importlib.metadata.version(package)
+    low, high = TESTED[package]
+    return VersionError(f"{what} is missing in {package} {version}; Refold is tested with "
+                        f"{package} {low} to {high}.x (pip install '{package}>={low},"
+                        f"<={high}.*')")
+
+
+# --- TensorFlow ------------------------------------------------------------------------
+
+def tape_may_record() -> bool:
+    """Whether a gradient tape (or a `tf.function` being differentiated) could record
+    ops made now: `tensorflow.python.eager.record.could_possibly_record`. Without it,
+    True: the caller then builds what a gradient needs, which is never wrong."""
+    try:
+        from tensorflow.python.eager import record
+        return bool(record.could_possibly_record())
+    except (ImportError, AttributeError):
+        return True
+
+
+def call_flat(fn: Any, tensors: list) -> Any:
+    """`fn(*tensors)` for a `ConcreteFunction`, without binding the tensors to its
+    signature again: `ConcreteFunction._call_flat`. Without it, the plain call."""
+    flat = getattr(fn, "_call_flat", None)
+    if flat is None:
+        return fn(*tensors)
+    return flat(tensors, fn.captured_inputs)
+
+
+def while_gradients(ys: list, xs: list, grad_ys: list, src_graph: Any) -> list:
+    """The gradients of `ys` to `xs` taken in the forward graph `src_graph` from
+    inside a gradient function, as `tf.while_loop`'s own gradient does:
+    `tensorflow.python.ops.gradients_util._GradientsHelper`."""
+    try:
+        from tensorflow.python.ops import gradients_util
+        helper = gradients_util._GradientsHelper  # noqa: SLF001
+    except (ImportError, AttributeError):
+        raise _missing("gradients_util._GradientsHelper (the loop's input gradients)",
+                       "tensorflow") from None
+    return helper(ys, xs, grad_ys=grad_ys, src_graph=src_graph)
+
+
+def scratch_graph(name: str) -> Any:
+    """A `FuncGraph` to trace a function in without running it (what `tf.function`
+    traces into), for finding the variables it reads. Without the class, a plain
+    `tf.Graph`, in which variable reads trace the same."""
+    try:
+        from tensorflow.python.framework.func_graph import FuncGraph
+        return FuncGraph(name)
+    except (ImportError, AttributeError):
+        import tensorflow as tf
+        return tf.Graph()
+
+
+def is_while_body(graph: Any) -> bool:
+    """Whether `graph` is the body of a `tf.while_loop` (its class, which TensorFlow
+    does not export: `control_flow_v2_func_graphs.WhileBodyFuncGraph`). Without it,
+    False: the loop products then keep TensorFlow's gradient."""
+    try:
+        from tensorflow.python.ops.control_flow_v2_func_graphs import WhileBodyFuncGraph
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(graph, WhileBodyFuncGraph)
+
+
+def matmul_gradient(op: Any, grad: Any) -> Any:
+    """TensorFlow's own gradient of a `MatMul` op: `math_grad._MatMulGrad`."""
+    try:
+        from tensorflow.python.ops import math_grad
+        return math_grad._MatMulGrad(op, grad)  # noqa: SLF001
+    except (ImportError, AttributeError):
+        raise _missing("math_grad._MatMulGrad (the MatMul gradient)", "tensorflow") from None
+
+
+def matmul(a: Any, b: Any, **kwargs) -> Any:
+    """The `MatMul` kernel with its gradient flags (`grad_a`, `grad_b`: the product
+    is a gradient, which oneDNN may compute differently), which `tf.linalg.matmul`
+    does not pass: `tf.raw_ops.MatMul`. Where the kernel lacks the flags, without
+    them (the same product)."""
+    import tensorflow as tf
+    try:
+        return tf.raw_ops.MatMul(a=a, b=b, **kwargs)
+    except TypeError:
+        kwargs.pop("grad_a", None)
+        kwargs.pop("grad_b", None)
+        return tf.raw_ops.MatMul(a=a, b=b, **kwargs)
+
+
+def is_eager_tensor(t: Any) -> bool:
+    """Whether `t` is an eager tensor (a value; a graph tensor has a `graph`)."""
+    import tensorflow as tf
+    return tf.is_tensor(t) and not hasattr(t, "graph")
+
+
+def default_graph() -> Any:
+    """The graph ops are being made in (`tf.compat.v1.get_default_graph`, which a
+    `tf.function` trace sets)."""
+    import tensorflow as tf
+    return tf.compat.v1.get_default_graph()
+
+
+def register_gradient(name: str) -> Callable:
+    """`tf.RegisterGradient(name)`, as a decorator."""
+    import tensorflow as tf
+    return tf.RegisterGradient(name)
+
+
+def set_op_note(op: Any, key: str, value: Any) -> bool:
+    """Attaches `value` to graph operation `op` under `key` (a Python attribute of the
+    `tf.Operation`), for a gradient function to find; False where operations take no
+    attributes (the gradient then takes its fallback)."""
+    try:
+        setattr(op, f"_refold_{key}", value)
+        return True
+    except (AttributeError, TypeError):
+        return False
+
+
+def op_note(op: Any, key: str) -> Any:
+    """What `set_op_note` attached to `op` under `key`, or None."""
+    return getattr(op, f"_refold_{key}", None)
+
+
+# --- Keras -----------------------------------------------------------------------------
+
+def compiled_loss(model: Any) -> Any:
+    """The loss `model.compile(loss=...)` made (Keras' `CompileLoss`, `model._compile_loss`),
+    or None without one."""
+    if not hasattr(model, "_compile_loss"):
+        raise _missing("Model._compile_loss (the compiled loss)", "keras")
+    return model._compile_loss  # noqa: SLF001
+
+
+def compiled_metrics(model: Any) -> Any:
+    """The metrics `model.compile(metrics=...)` made (`model._compile_metrics`), or None."""
+    if not hasattr(model, "_compile_metrics"):
+        raise _missing("Model._compile_metrics (the compiled metrics)", "keras")
+    return model._compile_metrics  # noqa: SLF001
+
+
+def inner_layers(layer: Any) -> list:
+    """`layer` and every Keras layer inside it, at any depth (`Layer._flatten_layers`).
+    Without it, the layers reached through attributes, depth first."""
+    flatten = getattr(layer, "_flatten_layers", None)
+    if flatten is not None:
+        return list(flatten(include_self=True))
+    import keras
+    out, stack, seen = [], [layer], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        out.append(x)
+        for v in vars(x).values():
+            items = v if isinstance(v, (list, tuple)) else [v]
+            stack += [i for i in items if isinstance(i, keras.layers.Layer)]
+    return out
+
+
+def keras_safe_mode() -> bool | None:
+    """The safe mode `keras.models.load_model(safe_mode=...)` or
+    `keras.config.enable_unsafe_deserialization()` set (True, False, or None when
+    neither said): `keras.src.saving.serialization_lib.in_safe_mode`. Without it,
+    None (safe)."""
+    try:
+        from keras.src.saving import serialization_lib
+        return serialization_lib.in_safe_mode()
+    except (ImportError, AttributeError):
+        return None

@@ -1,0 +1,138 @@
+"""`refold.compat`, the one door to TensorFlow's and Keras' private interfaces: each
+function works on the installed versions, and each falls back (or names the version)
+where its interface is missing."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from refold import compat
+from tests.test_dependencies import project
+
+
+def test_the_declared_bounds_are_the_tested_range():
+    deps = {d.split(">")[0].split("=")[0].split("<")[0].strip(): d
+            for d in project()["dependencies"]}
+    for package, (low, high) in compat.TESTED.items():
+        major, minor = map(int, high.split("."))
+        assert deps[package] == f"{package}>={low},<{major}.{minor + 1}"
+        installed = importlib.metadata.version(package)
+        assert tuple(map(int, installed.split(".")[:2])) >= tuple(map(int, low.split(".")))
+
+
+def test_tape_may_record_sees_a_tape():
+    assert not compat.tape_may_record()
+    with tf.GradientTape():
+        assert compat.tape_may_record()
+
+
+def test_call_flat_calls_a_concrete_function_as_a_plain_call_does():
+    fn = tf.function(lambda a, b: a * b + 1.0).get_concrete_function(
+        tf.TensorSpec([2]), tf.TensorSpec([2]))
+    a, b = tf.constant([1.0, 2.0]), tf.constant([3.0, 4.0])
+    np.testing.assert_array_equal(compat.call_flat(fn, [a, b]), fn(a, b))
+
+
+def test_while_gradients_are_the_gradients_of_a_forward_graph():
+    @tf.function
+    def grads(x):
+        @tf.custom_gradient
+        def f(x):
+            y = tf.sin(x) * x
+
+            def grad(dy):
+                return compat.while_gradients([y], [x], [dy], y.graph)[0]
+            return y, grad
+
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = f(x)
+        return tape.gradient(out, x)
+
+    x = tf.constant([0.5, 1.5])
+    np.testing.assert_allclose(grads(x), np.cos(x) * x + np.sin(x), rtol=1e-6)
+
+
+def test_scratch_graphs_loop_bodies_and_eager_tensors():
+    with compat.scratch_graph("scratch").as_default() as g:
+        assert compat.default_graph() is g
+        assert not compat.is_eager_tensor(tf.constant(1.0))
+    assert compat.is_eager_tensor(tf.constant(1.0))
+    seen = []
+
+    @tf.function
+    def loop():
+        def body(i):
+            seen.append(compat.is_while_body(compat.default_graph()))
+            return i + 1
+        return tf.while_loop(lambda i: i < 3, body, [0])
+
+    loop()
+    assert seen == [True] and not compat.is_while_body(tf.Graph())
+
+
+def test_the_matmul_gradient_and_kernel_are_tensorflows():
+    a, b = tf.constant([[1.0, 2.0]]), tf.constant([[3.0], [4.0]])
+    np.testing.assert_array_equal(compat.matmul(a, b, grad_a=True), a @ b)
+    np.testing.assert_array_equal(compat.matmul(a, tf.transpose(b), transpose_b=True,
+                                                grad_b=True), a @ b)
+
+    @tf.function
+    def check(a, b):
+        z = tf.linalg.matmul(a, b)
+        ga, gb = compat.matmul_gradient(z.op, tf.ones_like(z))
+        return ga, gb
+
+    ga, gb = check(a, b)
+    np.testing.assert_array_equal(ga, tf.ones([1, 1]) @ tf.transpose(b))
+    np.testing.assert_array_equal(gb, tf.transpose(a) @ tf.ones([1, 1]))
+
+
+def test_op_notes_ride_on_graph_operations():
+    with tf.Graph().as_default():
+        op = tf.constant(1.0).op
+        assert compat.set_op_note(op, "weight", "w") and compat.op_note(op, "weight") == "w"
+        assert compat.op_note(op, "other") is None
+
+
+def test_keras_compiled_loss_metrics_layers_and_safe_mode():
+    inner = keras.layers.Dense(2)
+    outer = keras.Sequential([keras.Input((3,)), inner])
+    outer.compile(loss="mse", metrics=["mae"])
+    assert compat.compiled_loss(outer) is not None
+    assert compat.compiled_metrics(outer) is not None
+    assert inner in compat.inner_layers(outer) and compat.inner_layers(outer)[0] is outer
+    from keras.src.saving import serialization_lib
+    with serialization_lib.SafeModeScope(False):
+        assert compat.keras_safe_mode() is False
+    with serialization_lib.SafeModeScope(True):
+        assert compat.keras_safe_mode() is True
+
+
+def test_missing_interfaces_fall_back_or_name_the_version(monkeypatch):
+    from tensorflow.python.eager import record
+    from tensorflow.python.ops import gradients_util
+    monkeypatch.delattr(record, "could_possibly_record")
+    assert compat.tape_may_record()  # never wrong: the caller builds the gradient
+    assert compat.call_flat(lambda a, b: a + b, [1, 2]) == 3
+    monkeypatch.delattr(gradients_util, "_GradientsHelper")
+    with pytest.raises(compat.VersionError, match=r"missing in tensorflow 2\.\d+.*tested with "
+                                                  r"tensorflow 2\.\d+ to 2\.\d+\.x"):
+        compat.while_gradients([], [], [], None)
+    with pytest.raises(compat.VersionError, match=r"_compile_loss.*missing in keras 3\."):
+        compat.compiled_loss(object())
+
+    class Holder:  # no _flatten_layers: the attributes are walked instead
+        def __init__(self):
+            self.dense = keras.layers.Dense(1)
+            self.more = [keras.layers.Dense(2)]
+
+    holder = Holder()
+    found = compat.inner_layers(holder)
+    assert found[0] is holder and len(found) == 3
+    assert {id(x) for x in found} == {id(holder), id(holder.dense), id(holder.more[0])}

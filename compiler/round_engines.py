@@ -8,7 +8,10 @@ and a gather per loop value type in every iteration of its loop, and a launch (a
 round has nodes of them or not. For a parser walking with an encoder of a dozen ops,
 that bookkeeping is most of a round's call. So a round whose ops are a part of the
 program's runs on an executor built for that part (`RoundEngines`), traced once per
-part; values computed by other ops enter a round as constants anyway.
+part; values computed by other ops enter a round as constants anyway. It runs on
+TensorFlow's single-threaded executor (`compiler.executor_choice`), on the calling
+thread: between rounds Python decides, TensorFlow's thread pool falls asleep, and on
+a loaded machine waking it for a round's few small ops cost more than the ops.
 
 The parts are few: a part is kept, and a round whose ops are a part already kept
 runs there; a round that needs another op makes the union of the ops seen in such
@@ -37,6 +40,7 @@ import dataclasses
 
 import numpy as np
 
+from refold.compiler.executor_choice import InferenceExecutorChoice, _gpu_visible
 from refold.scheduler.executor import Executor
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.planner import Planner, plan_record
@@ -59,14 +63,22 @@ class _Part:
         self.planner = Planner(self.executor.layout, compiler.scheduler)
         self.handoff = handoff = Handoff(self.executor.input_signature())
         compute = self.executor.compute
-        self.fn = tf.function(lambda *t: compute(handoff.unfold(t)), autograph=False,
-                              input_signature=handoff.signature).get_concrete_function()
+        self.choice = choice = InferenceExecutorChoice(self.executor)
+        self.single = not _gpu_visible()
+        with choice.tracing(self.single):
+            self.fn = tf.function(lambda *t: compute(handoff.unfold(t)), autograph=False,
+                                  input_signature=handoff.signature).get_concrete_function()
+        if self.single and not choice.admits(True, self.fn):  # an Assert: the default
+            self.single = False
+            self.fn = tf.function(lambda *t: compute(handoff.unfold(t)), autograph=False,
+                                  input_signature=handoff.signature).get_concrete_function()
 
     def run(self, graph: OpGraph, reads: np.ndarray) -> tuple:
         graph = dataclasses.replace(graph, node_op=self.op_of[graph.node_op])
         self.planner.check(graph)
         plan = self.planner.plan([plan_record(graph, reads, [], [])], [graph.constants])
-        outputs = self.handoff.call(self.fn, self.handoff.tensors(plan.feed.arrays))
+        with self.choice.calling(self.single):
+            outputs = self.handoff.call(self.fn, self.handoff.tensors(plan.feed.arrays))
         return [o.numpy() for o in outputs], plan.read_type, plan.read_pos
 
 

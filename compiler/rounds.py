@@ -64,7 +64,7 @@ import numba
 import numpy as np
 
 from refold.blocks.errors import InputError
-from refold.blocks.evaluation import call_with_deep_stack, root_input
+from refold.blocks.evaluation import call_on_kept_deep_thread, root_input
 from refold.blocks.types import TensorType
 from refold.compiler.expansion import BatchGraph, ExampleGraph, ExpansionContext
 from refold.scheduler.graph import OpGraph
@@ -527,7 +527,7 @@ def expand_in_rounds(program, inputs: list, run_round: RunRound,
     An input that fails raises its `InputError` naming its index in `inputs` (the
     lowest such index); the others are expanded to the end first.
     """
-    return call_with_deep_stack(_expand_in_rounds, program, inputs, run_round, finish)
+    return call_on_kept_deep_thread(_expand_in_rounds, program, inputs, run_round, finish)
 
 
 def _expand_in_rounds(program, inputs: list, run_round: RunRound,

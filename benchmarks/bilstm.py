@@ -1,7 +1,7 @@
 """bilstm-tagger throughput: the engine beside a padded Keras BiLSTM and eager per-example.
 
 Run: `python -m benchmarks.bilstm` (add `--quick` for a short run). The workload
-(WORKLOADS.md): sentences of round(Normal(24, 10)) words clipped to [2, 80], vocab
+(the DyNet paper's): sentences of round(Normal(24, 10)) words clipped to [2, 80], vocab
 16,000, embedding 128, one BiLSTM layer of 128 units each way, 50 tags, a softmax
 loss at every word. It prints sentences/s for training (forward, backward, plain
 SGD) and inference at each batch size, for:

@@ -1,6 +1,6 @@
 """Engine figures beyond throughput: schedules, memory, layer sharing, expansion, plan cost.
 
-Run: `python -m benchmarks.engine [--quick] [--only schedules,memory,sharing,expansion,plan]`.
+Run: `python -m benchmarks.engine [--quick] [--only schedules,memory,sharing,expansion,plan,cache]`.
 Each section prints a markdown table (the figures in BENCHMARKS.md come from it):
 
 - `schedules`: agenda vs depth (steps, launches, mean batch size = nodes per
@@ -9,13 +9,17 @@ Each section prints a markdown table (the figures in BENCHMARKS.md come from it)
   (variant A) and (b) variable-length LSTM sequences with one loss at the end
   (DyNet's Figure 1 case).
 - `memory`: peak extra memory of one TreeLSTM training step at 256 and 1,024 trees,
-  per node (VmHWM of a fresh subprocess, ENGINE_NOTES P7).
+  per node (VmHWM of a fresh subprocess).
 - `sharing`: a TreeLSTM with two kinds of internal node that share one cell
   layer, compiled with sharing (one op) and per block instance (two ops, as
   TensorFlow Fold batches): launches and train trees/s (paired calls).
 - `expansion`: op-graph nodes/s expanding unseen inputs, serial and with workers.
 - `plan`: merging + scheduling + packing cached graphs, as % of a training step,
   and its median time when each plan follows a training step (cold caches).
+- `cache`: what a look-up in the expansion cache costs (its fingerprint walks the
+  input, `compiler.expansion_cache`) against expanding the same inputs afresh.
+
+The default runs every section but `cache`.
 """
 
 from __future__ import annotations
@@ -351,6 +355,36 @@ def _best_ms(fn, seconds: float) -> float:
     return best * 1e3
 
 
+def section_cache(n_trees: int, rounds: int = 5) -> dict:
+    """µs per sst-synth tree: a cache hit (the fingerprint check included) against
+    expanding the tree afresh; alternating rounds, medians."""
+    from refold.compiler.expansion import expand_all
+    from refold.compiler.expansion_cache import ExpansionCache
+    from refold.compiler.lowering import lower
+    rng = np.random.default_rng(0)
+    trees = [sst_synth_tree(rng) for _ in range(n_trees)]
+    program = lower(TreeLSTMModel(seed=0).block)
+    cache = ExpansionCache(len(trees))
+    for x, g in zip(trees, expand_all(program, trees)):
+        cache.put(x, g)
+    times: dict[str, list[float]] = {"cache hit": [], "expansion": []}
+    for _ in range(rounds):
+        t = time.perf_counter()
+        hits = [cache.get(x) for x in trees]
+        times["cache hit"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        expand_all(program, trees)
+        times["expansion"].append(time.perf_counter() - t)
+    assert all(h is not None for h in hits)
+    out = {k: float(np.median(v)) / len(trees) * 1e6 for k, v in times.items()}
+    out["ratio"] = out["cache hit"] / out["expansion"]
+    print("| per sst-synth tree | µs |\n|---|---|\n"
+          f"| cache hit (fingerprint checked) | {out['cache hit']:.1f} |\n"
+          f"| expansion afresh | {out['expansion']:.1f} |\n"
+          f"| hit ÷ expansion | {out['ratio']:.3f} |", flush=True)
+    return out
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="schedules,memory,sharing,expansion,plan")
@@ -380,6 +414,9 @@ def main(argv=None) -> dict:
     if "plan" in only:
         print("\n## plan overhead")
         results["plan"] = section_plan(seconds=seconds)
+    if "cache" in only:
+        print("\n## what the expansion cache costs")
+        results["cache"] = section_cache(256 if args.quick else 1024)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1, default=str)

@@ -18,6 +18,7 @@ TensorType((), 'float32')
 from refold.blocks.block import Block, IOBase
 from refold.blocks.composition import AllOf, Composition, Pipe, Record, Wire, convert_to_block
 from refold.blocks.control import ForwardDeclaration, OneOf, Optional
+from refold.blocks.diagram import plot_block
 from refold.blocks.errors import InputError, InputKeyError, InternalError
 from refold.blocks.inputs import (
     GetItem,
@@ -33,6 +34,7 @@ from refold.blocks.inputs import (
 )
 from refold.blocks.layers import FC, Embedding, Layer, ScopedLayer
 from refold.blocks.metrics import Metric
+from refold.blocks.noise import Dropout
 from refold.blocks.op import Op
 from refold.blocks.sequences import (
     RNN,
@@ -50,6 +52,7 @@ from refold.blocks.sequences import (
     ZipWith,
 )
 from refold.blocks.tensors import Concat, FromTensor, Function, Identity, Zeros
+from refold.blocks.training import training_mode
 from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,
@@ -81,6 +84,10 @@ __all__ = [
     "ForwardDeclaration", "OneOf", "Metric", "Void", "Unfold",
     # layers
     "Layer", "FC", "Embedding", "ScopedLayer",
+    # training behaviour: dropout per node, the training flag
+    "Dropout", "training_mode",
     # evaluation support
     "Op", "validate", "InputError", "InputKeyError", "InternalError",
+    # drawing
+    "plot_block",
 ]

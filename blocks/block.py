@@ -442,9 +442,18 @@ class Block(IOBase):
             raise_named(self, e, x)
 
 
-    def eval(self, inp: Any = None, tolist: bool = False):
+    def eval(self, inp: Any = None, tolist: bool = False, training: bool = False,
+             seed: Any = None, example: int = 0):
         """Evaluates the block on one input with the reference evaluator
         (`blocks.evaluation.reference_eval`): op by op, eagerly, with no batching.
+
+        In inference by default. `training=True` computes as a training step does
+        (`blocks.training`): dropout drops, with masks drawn from `seed` (an int
+        or a tuple of ints; a random one if None) and each random node's key,
+        `(example, node)`, where `example` is the input's index in a batch
+        (`blocks.noise`). A `Model`'s training step uses the seed `(model.seed,
+        optimizer.iterations, replica)`; with those, the input at index `example`
+        of a batch computes here what it does there.
 
         It is the oracle the batching engine (`compiler.Compiler`) is tested against
         and needs nothing of it; to run inputs as training does, batched, use
@@ -461,7 +470,8 @@ class Block(IOBase):
         -3.0
         """
         from refold.blocks.evaluation import reference_eval
-        return reference_eval(self, inp, tolist=tolist)
+        return reference_eval(self, inp, tolist=tolist, training=training, seed=seed,
+                              example=example)
 
     def max_depth(self, inp: Any = None) -> int:
         """The number of dependent op layers this input needs (Fold's count).

@@ -219,11 +219,24 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class ReferenceContext:
-    """Computes every op at once, eagerly, with batch size 1 (the oracle)."""
+    """Computes every op at once, eagerly, with batch size 1 (the oracle).
 
-    def __init__(self, low: str | None = None, keep=()):
+    Args:
+        low, keep: under a mixed policy, the low dtype and the types that stay
+            float32 (`blocks.precision`).
+        training: the training flag the ops see (`blocks.training`).
+        seed: in training, the step's seed random ops draw with (`blocks.noise`).
+        example: the input's index in a batch, the first item of its random
+            nodes' keys (0 for one input on its own).
+    """
+
+    def __init__(self, low: str | None = None, keep=(), training: bool = False,
+                 seed: Any = None, example: int = 0):
         import tensorflow as tf
         self._tf = tf
+        self._mode = (training, seed) if training else None
+        self._example = int(example)
+        self._random_nodes = 0  # the random nodes so far: the next one's number
         # under a mixed policy: the low dtype and the types that stay float32
         # (`blocks.precision`)
         self._low, self._keep = low, frozenset(keep)
@@ -250,10 +263,15 @@ class ReferenceContext:
             raise op.prelude_error()
         if op.check is not None:
             op.check(*[np.asarray(a)[None] for a in args])
-        if args:
-            outs = op.fn(*[tf.expand_dims(a, 0) for a in args])
+        if getattr(op, "random", False):  # its key: (example, node), as the engine's
+            args = [*args, tf.constant([self._example, self._random_nodes], tf.int32)]
+            self._random_nodes += 1
+        if self._mode is not None:
+            from refold.blocks.training import training_mode
+            with training_mode(*self._mode):
+                outs = self._call(op, args)
         else:
-            outs = op.fn(tf.constant(1, tf.int32))
+            outs = self._call(op, args)
         if not isinstance(outs, (list, tuple)):
             outs = [outs]
         if len(outs) != len(op.output_types):
@@ -271,6 +289,12 @@ class ReferenceContext:
                     f"{tuple(o.shape)[1:]} and dtype {o.dtype.name}")
             results.append(tf.squeeze(o, 0))  # 5x faster than o[0] in eager mode
         return results
+
+    def _call(self, op: Op, args: list):
+        tf = self._tf
+        if args:
+            return op.fn(*[tf.expand_dims(a, 0) for a in args])
+        return op.fn(tf.constant(1, tf.int32))
 
     def metric(self, name: str, value, label: Any = None) -> None:
         self.metrics.setdefault(name, []).append(value)
@@ -345,18 +369,27 @@ def root_input(block, ctx, inp: Any) -> Any:
                                      f"{describe(inp)}") from None
 
 
-def reference_eval(block, inp: Any, tolist: bool = False) -> Any:
+def reference_eval(block, inp: Any, tolist: bool = False, training: bool = False,
+                   seed: Any = None, example: int = 0) -> Any:
     """`block.eval(inp)`: evaluates `block` on `inp` op by op, eagerly, with batch
     size 1 (the oracle the batching engine is tested against).
 
     `eval` runs here rather than through the engine so that the block language
     stands alone (`blocks` imports nothing of `compiler` or `scheduler`), and
     because for one input it is several times faster than building a `Compiler`.
-    Return conventions: see `Block.eval`.
+    Return conventions and `training`, `seed`, `example`: see `Block.eval`.
     """
     from refold.blocks.validation import metric_types, validate
+    if not isinstance(training, bool):
+        raise TypeError(f"training must be True or False, got {training!r}")
+    if isinstance(example, bool) or not isinstance(example, (int, np.integer)) or example < 0:
+        raise ValueError(f"example must be an int >= 0, got {example!r}")
+    if training and seed is None:
+        import random
+        seed = random.getrandbits(31)
     metrics_of = metric_types(validate(block))
-    ctx = ReferenceContext(compute_dtype(block), metrics_of.values())
+    ctx = ReferenceContext(compute_dtype(block), metrics_of.values(), training, seed,
+                           int(example))
     try:
         result = call_with_deep_stack(lambda: block._eval(ctx, root_input(block, ctx, inp)))
     except InputError as e:

@@ -52,6 +52,11 @@ class Layer(IOBase):
     """Whether calls work on a batch of zero rows (see `Op`): True for the library's
     own layers, which are tested on zero rows; a subclass sets it when its `_call` does."""
 
+    random = False
+    """Whether calls draw random numbers per node (`blocks.noise`; see `Op`): a layer
+    with dropout says so, and its `_call` reads the training flag itself
+    (`blocks.training.current()`)."""
+
     def __init__(self, input_type: Any = None, output_type: Any = None,
                  name: str | None = None):
         self._functions: list = []
@@ -117,16 +122,40 @@ class FC(Layer):
             Defaults to ReLU, as in Fold.
         initializer: a Keras initializer for the weights (Glorot uniform by default).
         name: a name for the layer and its variables.
+        input_keep_prob: Fold's dropout on the input: in training each input
+            element is kept with this probability (and scaled by its inverse), per
+            node (`blocks.noise`); None or 1 for no dropout.
+        output_keep_prob: the same on the output, after the activation.
+
+    The keep probabilities are Fold's spelling of `FC`'s dropout, kept so that a
+    Fold model reads the same; elsewhere (`td.Dropout`, the zoo's cells) dropout
+    is a Keras-style rate, `1 - keep_prob`.
+
+    >>> import refold as td
+    >>> fc = td.FC(4, activation=None, input_keep_prob=0.5)
+    >>> block = td.Vector(2) >> fc
+    >>> bool((block.eval([1.0, 2.0]) == block.eval([1.0, 2.0])).all())   # inference
+    True
+    >>> fc.random
+    True
     """
 
     handles_empty = True
 
     def __init__(self, num_units_out: int, activation: Any = "relu",
-                 initializer: Any = None, name: str | None = None):
+                 initializer: Any = None, name: str | None = None,
+                 input_keep_prob: float | None = None, output_keep_prob: float | None = None):
         if isinstance(num_units_out, bool) or not isinstance(num_units_out, int) \
                 or num_units_out <= 0:
             raise ValueError(f"FC: num_units_out must be a positive int, got {num_units_out!r}")
+        for arg, p in (("input_keep_prob", input_keep_prob),
+                       ("output_keep_prob", output_keep_prob)):
+            if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float))
+                                  or not 0 < p <= 1):
+                raise ValueError(f"FC: {arg} must be None or a number in (0, 1], got {p!r}")
         keras = _keras()
+        self._drop_in = 0.0 if input_keep_prob is None else 1.0 - float(input_keep_prob)
+        self._drop_out = 0.0 if output_keep_prob is None else 1.0 - float(output_keep_prob)
         self._num_units_out = num_units_out
         self._dense = keras.layers.Dense(
             num_units_out, activation=activation,
@@ -137,6 +166,11 @@ class FC(Layer):
     @property
     def output_size(self) -> int:
         return self._num_units_out
+
+    @property
+    def random(self) -> bool:
+        """Whether it drops out (a keep probability below 1)."""
+        return self._drop_in > 0 or self._drop_out > 0
 
     def _keras_layer(self):
         return self._dense
@@ -153,7 +187,10 @@ class FC(Layer):
         super()._infer()
 
     def _call(self, x):
-        return self._dense(x)
+        if not self.random:
+            return self._dense(x)
+        from refold.blocks.noise import dropout
+        return dropout(self._dense(dropout(x, self._drop_in)), self._drop_out)
 
 
 class Embedding(Layer):
@@ -288,6 +325,13 @@ class ScopedLayer(Layer):
         super().__init__(output_type=output_type, name=name_or_scope)
 
     @property
+    def random(self) -> bool:
+        """Whether it wraps a Keras noise layer (`Dropout`, `GaussianNoise`, ...) that
+        draws anything: then it draws per node (`blocks.noise.keras_noise`)."""
+        from refold.blocks.noise import draws_noise, is_keras_noise
+        return is_keras_noise(self._layer) and draws_noise(self._layer)
+
+    @property
     def state_size(self):
         return getattr(self._layer, "state_size", None)
 
@@ -310,14 +354,25 @@ class ScopedLayer(Layer):
             self(*batch_call_structure(self.input_type, flat))
 
     def _call(self, *args):
+        from refold.blocks.noise import keras_noise
+        from refold.blocks.training import current
+        layer = self._layer
+        calls = self.__dict__.get("_calls")
+        if calls is None:  # (a Keras noise layer, takes `training`), found once
+            from refold.blocks.noise import is_keras_noise
+            from refold.blocks.training import takes_training
+            calls = self._calls = (is_keras_noise(layer), takes_training(layer))
+        if calls[0]:
+            return keras_noise(layer, *args)
+        kwargs = {"training": current().training} if calls[1] else {}
         if self._is_cell:
             x, state = args
             state_arg = list(state) if isinstance(state, tuple) else state
-            out, new_state = self._layer(x, state_arg)
+            out, new_state = layer(x, state_arg, **kwargs)
             if isinstance(new_state, list):
                 new_state = tuple(new_state)
             return out, new_state
-        return self._layer(*args)
+        return layer(*args, **kwargs)
 
 
 def _first(size):

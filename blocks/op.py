@@ -23,6 +23,11 @@ before they see an input; an op called without being declared is refused there
 (`compiler.lowering.UnloweredOpError`). Instances whose ops share an `Op.key`
 run in one launch.
 
+An op that draws random numbers (dropout) says so, `Op(..., random=True)`: each
+of its nodes then gets a key of its own, `(example, node)` (`NODE_KEY`), which the
+evaluators append to its inputs, so that its draws are the same in `block.eval`
+and batched, and differ from node to node (`blocks.noise`).
+
 >>> import refold as td, keras
 >>> class Scale(td.Block):
 ...     # multiplies a vector by a learned vector, element by element
@@ -53,6 +58,10 @@ from collections.abc import Callable, Hashable, Sequence
 
 from refold.blocks.types import TensorType
 
+NODE_KEY = TensorType((2,), "int32")
+"""The type of a random op's last input: per node, its example's index in the batch
+and its number among that example's random nodes, in evaluation order."""
+
 
 class Op:
     """A batched function from a flat list of tensors to a flat list of tensors.
@@ -80,20 +89,30 @@ class Op:
             The engine then runs its launches outside the loop unconditionally;
             otherwise each runs under a `tf.cond` that skips it when it has no
             nodes (BENCHMARKS.md, "The conds around the launches outside the loop").
+        random: each node draws random numbers of its own (`blocks.noise`): `fn`
+            gets one more input after the declared ones, the nodes' keys
+            `[batch, 2]` int32 (`NODE_KEY`), which every evaluator appends to
+            the arguments a block passes (`input_types` ends with `NODE_KEY`).
     """
 
     def __init__(self, name: str, fn: Callable, input_types: Sequence[TensorType],
                  output_types: Sequence[TensorType], key: Hashable | None = None,
                  cost: float = 1.0, prelude_only: bool = False, check: Callable | None = None,
-                 handles_empty: bool = False):
+                 handles_empty: bool = False, random: bool = False):
         self.name = name
         self.fn = fn
-        self.input_types = tuple(input_types)
+        self.input_types = tuple(input_types) + ((NODE_KEY,) if random else ())
         self.output_types = tuple(output_types)
         for t in self.input_types + self.output_types:
             if not isinstance(t, TensorType):
                 raise TypeError(f"op {name!r}: signature types must be TensorTypes, got {t}")
+        if random and len(self.input_types) < 2:
+            raise ValueError(f"op {name!r}: a random op needs an input (an op of none "
+                             "runs once per example, so its nodes could not differ)")
+        if random and prelude_only:
+            raise ValueError(f"op {name!r}: a lookup (prelude_only) cannot be random")
         self.key = self if key is None else key
+        self.random = random
         self.cost = cost
         self.prelude_only = prelude_only
         self.check = check

@@ -225,19 +225,30 @@ class Function(Block):
         handles_empty: whether `tf_fn` works on a batch of zero rows (see
             `Op`); None (the default) takes `tf_fn.handles_empty` if it has one
             (the library's layers say), else False.
+        random: whether `tf_fn` draws random numbers (`blocks.noise`: `dropout`,
+            `uniform`, `normal`), which then differ per node and are reproducible;
+            None (the default) takes `tf_fn.random` if it has one (the library's
+            layers say), True for a Keras noise layer (`keras.layers.Dropout`,
+            `GaussianNoise`, ...), which then draws per node, else False.
+
+    A callable that takes a `training` argument (a Keras layer whose `call` does,
+    or a function with a `training` parameter) gets the training flag in effect
+    (`blocks.training`): True in `Model.fit`'s training step, False elsewhere.
     """
 
     _expected_input_types = (TensorType, TupleType)
     _expected_output_types = (TensorType, TupleType)
 
     def __init__(self, tf_fn: Callable, name: str | None = None, infer_output_type: bool = True,
-                 handles_empty: bool | None = None):
+                 handles_empty: bool | None = None, random: bool | None = None):
         if not callable(tf_fn):
             raise TypeError(f"tf_fn is not callable: {tf_fn!r}")
-        if handles_empty is not None and not isinstance(handles_empty, bool):
-            raise TypeError(f"handles_empty must be True, False or None, got {handles_empty!r}")
+        for arg, value in (("handles_empty", handles_empty), ("random", random)):
+            if value is not None and not isinstance(value, bool):
+                raise TypeError(f"{arg} must be True, False or None, got {value!r}")
         self._tf_fn = tf_fn
         self._handles_empty = handles_empty
+        self._random = random
         self._infer_output = infer_output_type
         self._output_checked = False
         self._op: Op | None = None
@@ -288,14 +299,27 @@ class Function(Block):
         if self.output_type is not None:
             check_tensor_nest(self, self.output_type, "function outputs")
 
+    @property
+    def random(self) -> bool:
+        """Whether the function draws random numbers per node (see `Op`'s `random`)."""
+        if self._random is not None:
+            return self._random
+        from refold.blocks.noise import draws_noise, is_keras_noise
+        fn = self._tf_fn
+        return getattr(fn, "random", False) is True or (is_keras_noise(fn) and draws_noise(fn))
+
     def _call_on_zeros(self) -> ResultType:
         tf = _tf()
         batch = 2
         flat = [tf.zeros((batch, *t.shape), t.dtype) for t in flat_tensor_types(self.input_type)]
         args = batch_call_structure(self.input_type, flat)
+        from refold.blocks.noise import is_keras_noise, keras_noise
+        fn = self._tf_fn
+        if is_keras_noise(fn):  # as the op computes it (Keras' would cast to its dtype)
+            fn = lambda *xs: keras_noise(self._tf_fn, *xs)  # noqa: E731
         try:
             with tf.GradientTape() as tape:  # which trainable variables it reads
-                result = self._tf_fn(*args)
+                result = fn(*args)  # in inference mode: it draws nothing
         except Exception as e:
             raise TypeError(f"{self.path}: calling {self._fn_name()} on a batch of "
                             f"{self.input_type} failed: {type(e).__name__}: {e}") from e
@@ -313,19 +337,17 @@ class Function(Block):
         if self._op is None:
             in_types = flat_tensor_types(self.input_type)
             out_types = flat_tensor_types(self.output_type)
-            in_type, fn = self.input_type, self._tf_fn
-
-            def call(*flat):
-                return flatten_outputs(fn(*batch_call_structure(in_type, list(flat))))
-
             name = self.name or self._fn_name()
             empty = self._handles_empty
             if empty is None:
-                empty = getattr(fn, "handles_empty", False) is True
-            key = (fn, self.input_type, self.output_type, empty)
-            self._op = Op(name, call, in_types, out_types, key=key,
-                          prelude_only=getattr(fn, "reads_sparsely", False),
-                          check=getattr(fn, "check_inputs", None), handles_empty=empty)
+                empty = getattr(self._tf_fn, "handles_empty", False) is True
+            random = self.random
+            key = (self._tf_fn, self.input_type, self.output_type, empty, random)
+            self._op = Op(name, batch_function(self._tf_fn, self.input_type, random),
+                          in_types, out_types, key=key,
+                          prelude_only=getattr(self._tf_fn, "reads_sparsely", False),
+                          check=getattr(self._tf_fn, "check_inputs", None), handles_empty=empty,
+                          random=random)
         return self._op
 
     def ops(self) -> list[Op]:
@@ -382,6 +404,34 @@ class Function(Block):
             return flat_out[0] if len(flat_out) == 1 else self.output_type.unflatten(
                 iter(flat_out), None)
         return unflatten(flat_out)
+
+
+def batch_function(fn: Callable, in_type: ResultType, random: bool = False) -> Callable:
+    """The op function of `Function(fn)` on inputs of `in_type`: flat tensors in
+    (and with `random`, the nodes' keys last, `blocks.noise`), flat tensors out. A
+    Keras noise layer draws per node (`blocks.noise.keras_noise`); a callable that
+    takes `training` gets the flag in effect (`blocks.training`)."""
+    from refold.blocks.noise import is_keras_noise, keras_noise, node_keys
+    from refold.blocks.training import current, takes_training
+    if is_keras_noise(fn):
+        def compute(args):
+            return keras_noise(fn, *args)
+    elif takes_training(fn):
+        def compute(args):
+            return fn(*args, training=current().training)
+    else:
+        def compute(args):
+            return fn(*args)
+
+    if not random:
+        def call(*flat):
+            return flatten_outputs(compute(batch_call_structure(in_type, list(flat))))
+        return call
+
+    def keyed_call(*flat):
+        with node_keys(flat[-1]):
+            return flatten_outputs(compute(batch_call_structure(in_type, list(flat[:-1]))))
+    return keyed_call
 
 
 class Identity(Block):

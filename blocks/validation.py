@@ -79,7 +79,57 @@ def validate(root: Block) -> list[Block]:
             if seen[0] != block.input_type:
                 raise TypeError(f"{block.path}: Metric {block.metric_name!r} has incompatible "
                                 f"types: {seen[0]} (at {seen[1].path}) vs {block.input_type}")
+    for block in blocks:
+        check_per_node(block)
     return blocks
+
+
+def check_per_node(block: Block) -> None:
+    """Refuses Keras layers whose result would depend on how nodes are batched.
+
+    A block's op computes each node on its own, whatever else a launch holds. Three
+    kinds of Keras layer break that, and are refused with the block's path:
+    `BatchNormalization` normalises over a launch's rows (nodes of many examples
+    and depths: no per-example meaning; `LayerNormalization` normalises each row);
+    a noise layer (`Dropout`, `GaussianNoise`, ...) *inside* another layer, and a
+    Keras RNN cell with `dropout` or `recurrent_dropout`, draw one mask per launch
+    from Keras' own random state, which neither `block.eval` nor the engine's
+    replayed backward pass could draw again. A noise layer wrapped on its own
+    (`td.Function(keras.layers.Dropout(rate))`), `td.Dropout`, and the zoo's cells'
+    `dropout` draw per node instead (`blocks.noise`).
+    """
+    import sys
+    keras = sys.modules.get("keras")
+    if keras is None:
+        return
+    from refold.blocks.layers import is_keras_layer
+    from refold.blocks.noise import is_keras_noise
+    for w in block.weights():
+        if not is_keras_layer(w):
+            continue
+        for layer in w._flatten_layers(include_self=True):
+            kind = type(layer).__name__
+            if isinstance(layer, keras.layers.BatchNormalization):
+                raise ValueError(
+                    f"{block.path}: keras.layers.{kind} (layer {layer.name!r}) cannot run in "
+                    "a block: it would normalise over the rows of one launch of the engine "
+                    "(nodes of many examples and depths), which have no per-example "
+                    "meaning, and block.eval would compute something else. Normalise each "
+                    "node on its own with keras.layers.LayerNormalization instead")
+            if layer is not w and is_keras_noise(layer):
+                raise ValueError(
+                    f"{block.path}: layer {w.name!r} holds keras.layers.{kind} "
+                    f"({layer.name!r}), which would draw one mask per launch with Keras' "
+                    "own random state. Wrap the noise layer on its own, "
+                    f"td.Function(keras.layers.{kind}(...)), or use td.Dropout: those "
+                    "draw per node (refold.blocks.noise)")
+            if hasattr(layer, "state_size") and (getattr(layer, "dropout", 0) or 0) + (
+                    getattr(layer, "recurrent_dropout", 0) or 0) > 0:
+                raise ValueError(
+                    f"{block.path}: keras.layers.{kind} {layer.name!r} has dropout, which "
+                    "Keras draws once per launch with its own random state. Use the zoo's "
+                    "cells, refold.models.rnn_cells (dropout=, recurrent_dropout=), which "
+                    "draw per node")
 
 
 def metric_types(blocks: list[Block]) -> dict:
@@ -89,4 +139,4 @@ def metric_types(blocks: list[Block]) -> dict:
     return dict(sorted(found.items()))
 
 
-__all__ = ["validate", "iter_blocks", "metric_types"]
+__all__ = ["validate", "iter_blocks", "metric_types", "check_per_node"]

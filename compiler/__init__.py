@@ -20,12 +20,16 @@ _WHERE = {
     "Model": "refold.compiler.model",
     "ModelFileError": "refold.compiler.saving", "load_model": "refold.compiler.saving",
     "NonFiniteLossError": "refold.compiler.steps",
-    "Lines": "refold.compiler.streaming",
+    "Lines": "refold.compiler.streaming", "LineError": "refold.compiler.streaming",
+    "WorkerFailedError": "refold.compiler.distributed_streams",
+    "draw_schedule": "refold.compiler.schedule_picture",
+    "describe_schedule": "refold.compiler.schedule_picture",
 }
 
 
 __all__ = ["Compiler", "Model", "BatchPlan", "Program", "lower", "expand",
-           "ExampleGraph", "NonFiniteLossError", "load_model", "ModelFileError", "Lines"]
+           "ExampleGraph", "NonFiniteLossError", "load_model", "ModelFileError", "Lines",
+           "LineError", "WorkerFailedError", "draw_schedule", "describe_schedule"]
 
 
 def __getattr__(name: str):

@@ -281,8 +281,10 @@ class Compiler:
     def _plan_examples(self, examples: list[ExampleGraph], grouped: bool) -> BatchPlan:
         # The one hand-off to the scheduler: the examples' records and constants in,
         # a plan (merged, scheduled, packed) out.
-        plan = self.planner.plan(self._records(examples), [e.graph.constants for e in examples],
-                                 grouped)
+        key_type = self.program.key_type  # random nodes: the keys name each example's index
+        tables = [e.graph.constants for e in examples] if key_type is None else \
+            [e.constants_at(i, key_type) for i, e in enumerate(examples)]
+        plan = self.planner.plan(self._records(examples), tables, grouped)
         return BatchPlan(examples, plan, grouped)
 
     def _records(self, examples: list[ExampleGraph]) -> list[np.ndarray]:

@@ -51,9 +51,10 @@ shuffling the batches are exactly those of one device. An input skipped as bad
 the skipped inputs of this worker's shard. A part may be empty (a last batch with
 fewer inputs than replicas): that replica contributes nothing to the step.
 
-Streams (generators, `PyDataset`s, `compiler.Lines`) are not supported under a
-strategy: give lists. `predict` of a block whose output is not one tensor per
-input runs on one device (it has no step function to distribute).
+Streams (generators, `PyDataset`s, `tf.data` datasets, `compiler.Lines` files)
+are read by each worker in its own shard: `compiler.distributed_streams`.
+`predict` of a block whose output is not one tensor per input runs on one device
+(it has no step function to distribute).
 """
 
 from __future__ import annotations
@@ -227,28 +228,39 @@ def sharded_feeder(model, x, y, sample_weight, batch_size: int, shuffle: bool,
 
 
 def _build_state(model, feeder: ShardFeeder, labels: Labels) -> None:
+    shard = next((s for s in feeder.shards if s.inputs), None)
+    if shard is not None:
+        build_state(model, lambda: model.pipeline.pack(shard.inputs[:1]),
+                    None if labels.y is None else shard.labels.y[:1])
+
+
+def build_state(model, arrays: Callable[[], dict], y: np.ndarray | None) -> None:
     """Creates, in the strategy's scope, the state a step would otherwise create on
-    its first run: the layers' weights, the compiled metrics and loss. Variables
+    its first run: the layers' weights, the compiled metrics and loss, from a batch's
+    packed `arrays()` (made only if needed) and its labels `y` (or None). Variables
     cannot be created inside `strategy.run`, and Keras would try to build them from
     the batch indices it iterates."""
-    unbuilt = not all(layer.built for layer in compat.inner_layers(model))
+    if not state_unbuilt(model):
+        return
     compiled_metrics, compiled_loss = compat.compiled_metrics(model), compat.compiled_loss(model)
     metrics = compiled_metrics is not None and not compiled_metrics.built
     loss = compiled_loss is not None and not compiled_loss.built
-    if not (unbuilt or metrics or loss):
-        return
-    shard = next((s for s in feeder.shards if s.inputs), None)
-    if shard is None:
-        return
     with model.distribute_strategy.scope():
-        arrays = model.pipeline.pack(shard.inputs[:1])
-        y_pred, _ = model._forward({k: tf.constant(v) for k, v in arrays.items()})
-        if labels.y is not None and (metrics or loss):
-            y = tf.constant(shard.labels.y[:1])
+        y_pred, _ = model._forward({k: tf.constant(v) for k, v in arrays().items()})
+        if y is not None and (metrics or loss):
+            y = tf.constant(y)
             if metrics:
                 compiled_metrics.build(y, y_pred)
             if loss:
                 compiled_loss.build(y, y_pred)
+
+
+def state_unbuilt(model) -> bool:
+    """Whether some of the state `build_state` creates is missing."""
+    metrics, loss = compat.compiled_metrics(model), compat.compiled_loss(model)
+    return not all(layer.built for layer in compat.inner_layers(model)) \
+        or (metrics is not None and not metrics.built) \
+        or (loss is not None and not loss.built)
 
 
 def with_global_counts(x: dict) -> dict:
@@ -337,20 +349,32 @@ class ReplicaSteps:
         return i
 
     def on_iterator(self, iterator, steps: int):
-        """For `train_function` / `test_function`: up to `steps` batches."""
+        """For `train_function` / `test_function`: up to `steps` batches (until a
+        stream ends, on every worker at the same step: `compiler.distributed_streams`)."""
         outputs = None
+        n = self._feeder().n_batches  # None: a stream, until it ends
         for _ in next_indices(_Steps(iterator), steps):
             i = self._next_batch(iterator)
-            if i >= self._feeder().n_batches:
+            if n is not None and i >= n:
                 break
-            outputs = self.run(i)
+            try:
+                outputs = self.run(i)
+            except StopIteration:
+                break
         if outputs is None:
             raise StopIteration
         return outputs
 
     def on_data(self, data: list):
         """For `predict_function`: the outputs of the batches Keras fetched."""
-        outs = [self.run(self._next_batch(None)) for _ in data]
+        outs = []
+        for _ in data:
+            try:
+                outs.append(self.run(self._next_batch(None)))
+            except StopIteration:  # a stream ended
+                if not outs:
+                    raise
+                break
         return outs[0] if len(outs) == 1 else tf.concat(outs, 0)
 
 

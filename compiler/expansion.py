@@ -32,6 +32,7 @@ import numpy as np
 
 from refold.blocks.errors import InputError
 from refold.blocks.evaluation import call_with_deep_stack, root_input
+from refold.blocks.op import NODE_KEY
 from refold.blocks.types import TensorType
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.planner import plan_record
@@ -45,11 +46,26 @@ class ExampleGraph:
         graph: its op graph.
         result: the root's output with value ids where tensors are.
         metrics: `(metric id, value id, label)` triples, in emission order.
+        key_rows: int64, the rows of its random nodes' keys (`blocks.noise`) in the
+            key type's constant table, whose example column is its index in a
+            batch (`constants_at`); None if it has none.
     """
 
     graph: OpGraph
     result: Any
     metrics: list
+    key_rows: np.ndarray | None = None
+
+    def constants_at(self, position: int, key_type: int | None) -> list:
+        """The graph's constant tables with its random nodes' keys naming it the
+        example at `position` of a batch (copies: the cached graph is unchanged)."""
+        tables = self.graph.constants
+        if self.key_rows is None or key_type is None or position == 0:
+            return tables  # expanded as example 0
+        tables = list(tables)
+        keys = tables[key_type] = tables[key_type].copy()
+        keys[self.key_rows, 0] = position
+        return tables
 
     def result_values(self, out_type) -> np.ndarray:
         """int64: the value ids of the result's tensors, in `out_type`'s order
@@ -109,6 +125,11 @@ class ExpansionContext:
         self._sources: dict[int, list[int]] = {}  # zero-argument ops, called once
         self.recursion_path: set = set()  # cycle detection (see blocks.evaluation)
         self._last_type, self._last_type_id = None, -1
+        # random nodes' keys (blocks.noise): the example's index in the batch, the
+        # number of its random nodes so far, and their rows in the key type's table
+        self.example = 0
+        self.random_nodes = 0
+        self.key_rows: list[int] = []
 
     @property
     def num_values(self) -> int:
@@ -138,7 +159,9 @@ class ExpansionContext:
         if signature is None:  # imported here: the error path only
             from refold.compiler.lowering import UnloweredOpError
             raise UnloweredOpError.of(op)
-        o, out_types, prelude_only, check = signature
+        o, out_types, prelude_only, check, random = signature
+        if random:
+            args = [*args, self._node_key()]
         vd = self.value_depth
         n_args = len(args)
         if n_args == 1:  # one more than the deepest argument (constants are at -1)
@@ -171,21 +194,34 @@ class ExpansionContext:
             self._sources[o] = outs
         return outs
 
-    def start_example(self) -> tuple:
-        """Starts the next input of a batch, whose argument-less ops get nodes of its
-        own (as in its own graph, not one per batch); its `mark`, to rewind it."""
+    def _node_key(self) -> int:
+        """A constant for the next random node's key, `(example, node)` (the same as
+        the reference evaluator's, `blocks.evaluation.ReferenceContext`)."""
+        k = self._type_id[NODE_KEY]
+        self.key_rows.append(len(self.constants[k]))
+        v = self.constant(np.array([self.example, self.random_nodes], np.int32), NODE_KEY)
+        self.random_nodes += 1
+        return v
+
+    def start_example(self, example: int = 0) -> tuple:
+        """Starts the next input of a batch, the one at index `example`, whose
+        argument-less ops get nodes of its own (as in its own graph, not one per
+        batch) and whose random nodes are numbered from 0; its `mark`, to rewind it."""
         self._sources = {}
+        self.example, self.random_nodes = example, 0
         return self.mark()
 
     def mark(self) -> tuple:
         """Where the graph ends now, for `rewind` (a block building steps ahead)."""
         return (len(self.node_op), len(self.node_args), len(self.value_depth),
                 len(self.constant_value), [len(t) for t in self.constants],
-                len(self.metrics), set(self._sources))
+                len(self.metrics), set(self._sources), self.random_nodes, len(self.key_rows))
 
     def rewind(self, mark: tuple) -> None:
         """Drops every node, value, constant and metric added since `mark`."""
-        nodes, args, values, n_constants, rows, metrics, sources = mark
+        (nodes, args, values, n_constants, rows, metrics, sources, self.random_nodes,
+         keys) = mark
+        del self.key_rows[keys:]
         for a in (self.node_op, self.node_arity, self.sdepth):
             del a[nodes:]
         del self.node_args[args:]
@@ -197,6 +233,10 @@ class ExpansionContext:
         del self.metrics[metrics:]
         for o in set(self._sources) - sources:
             del self._sources[o]
+
+    def key_array(self) -> np.ndarray | None:
+        """The random nodes' key rows (`ExampleGraph.key_rows`), None if none."""
+        return np.asarray(self.key_rows, np.int64) if self.key_rows else None
 
     def read(self, value_type, value):
         from refold.blocks.errors import InternalError
@@ -302,7 +342,7 @@ def expand(program, x: Any) -> ExampleGraph:
         return root._eval(ctx, root_input(root, ctx, x))
 
     result = call_with_deep_stack(run)
-    return ExampleGraph(ctx.graph(program), result, ctx.metrics)
+    return ExampleGraph(ctx.graph(program), result, ctx.metrics, ctx.key_array())
 
 
 def expand_all(program, inputs: list, start: int = 0) -> list[ExampleGraph]:
@@ -322,7 +362,7 @@ def _expand_here(program, x: Any) -> ExampleGraph:
     ctx = ExpansionContext(program)
     root = program.root
     result = root._eval(ctx, root_input(root, ctx, x))
-    return ExampleGraph(ctx.graph(program), result, ctx.metrics)
+    return ExampleGraph(ctx.graph(program), result, ctx.metrics, ctx.key_array())
 
 
 @dataclass
@@ -371,7 +411,7 @@ def _expand_batch_here(program, inputs: list, skip: bool) -> BatchGraph:
     results: list[int] = []
     kept, skipped = [], []
     for i, x in enumerate(inputs):
-        mark = ctx.start_example()
+        mark = ctx.start_example(len(kept))  # its index in the batch: the keys' example
         try:
             result = root._eval(ctx, root_input(root, ctx, x))
         except InputError as e:

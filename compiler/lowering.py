@@ -31,7 +31,7 @@ from refold.blocks.block import Block
 from refold.blocks.composition import convert_to_block
 from refold.blocks.errors import InternalError
 from refold.blocks.metrics import Metric
-from refold.blocks.op import Op
+from refold.blocks.op import NODE_KEY, Op
 from refold.blocks.types import TensorType
 from refold.blocks.validation import validate
 
@@ -67,11 +67,19 @@ class Program:
 
     @functools.cached_property
     def op_signatures(self) -> dict:
-        """Every `Op` object -> `(op id, its outputs' type ids, prelude_only, check)`:
-        what expansion looks up for each node it records."""
+        """Every `Op` object -> `(op id, its outputs' type ids, prelude_only, check,
+        random)`: what expansion looks up for each node it records."""
         return {op: (o, tuple(self.type_id[t] for t in op.output_types), op.prelude_only,
-                     op.check)
+                     op.check, getattr(op, "random", False))
                 for op, o in self.op_id.items()}
+
+    @functools.cached_property
+    def key_type(self) -> int | None:
+        """The type id of the random ops' node keys (`blocks.op.NODE_KEY`), or None
+        when no op is random: then nothing is keyed and nothing costs."""
+        if not any(getattr(op, "random", False) for op in self.ops):
+            return None
+        return self.type_id[NODE_KEY]
 
     @functools.cached_property
     def op_outputs(self) -> tuple[np.ndarray, np.ndarray]:

@@ -59,6 +59,7 @@ from refold.blocks.errors import InputError
 from refold.blocks.layers import is_keras_layer
 from refold.blocks.precision import global_policy
 from refold.blocks.serialization import deserialize, serialize
+from refold.blocks.training import training_mode
 from refold.blocks.types import TensorType
 from refold.blocks.validation import validate
 from refold.compiler import signature as packed
@@ -71,6 +72,7 @@ from refold.compiler.declared_weights import (
     declared_ids,
 )
 from refold.compiler.distributed import ReplicaSteps, is_distributed, sharded_feeder
+from refold.compiler.distributed_streams import ShardedStreamFeeder
 from refold.compiler.pipeline import (
     InputPipeline,
     Labels,
@@ -280,8 +282,23 @@ class Model(keras.Model):
                                 *args, **kwargs)
 
     def call(self, inputs: dict, training: bool = False):
-        y_pred, _ = self._forward(inputs)
+        with training_mode(training is True, self._step_seed() if training is True else None):
+            y_pred, _ = self._forward(inputs)
         return y_pred
+
+    def _step_seed(self):
+        """The seed of a training step's random draws (`blocks.noise`): `(seed,
+        optimizer step, replica)`, so a run resumed from a checkpoint draws what an
+        uninterrupted one does; None when no block draws (nothing to compute)."""
+        if self.program.key_type is None:
+            return None
+        optimizer = getattr(self, "optimizer", None)
+        step = tf.cast(optimizer.iterations, tf.int32) if optimizer is not None \
+            else tf.constant(0, tf.int32)
+        replica = tf.distribute.get_replica_context()
+        replica = tf.constant(0, tf.int32) if replica is None else \
+            tf.cast(replica.replica_id_in_sync_group, tf.int32)
+        return tf.stack([tf.cast(tf.constant(self.seed, tf.int64), tf.int32), step, replica])
 
     def _total_loss(self, x, y, y_pred, sample_weight, values):
         """The loss of one packed batch: Keras' loss of the labels (with the weight
@@ -330,7 +347,16 @@ class Model(keras.Model):
         The update is applied only if the loss and every gradient are
         finite (`finite`, a scalar bool; the weights and the optimizer's state stay
         those of the last good step otherwise). On a replica's part of a batch
-        (`compiler.distributed`) the replicas agree whether to apply it."""
+        (`compiler.distributed`) the replicas agree whether to apply it.
+
+        Its ops compute in training mode (`blocks.training`), the gradient too:
+        the engine's replayed backward pass runs ops again and must draw what the
+        forward pass drew."""
+        with training_mode(True, self._step_seed()):
+            return self._step_on(x, y, sample_weight)
+
+    def _step_on(self, x, y, sample_weight):
+        """`_train_on` in training mode."""
         weights = self.trainable_weights
         with tf.GradientTape() as tape:
             y_pred, values = self._forward(x)
@@ -637,8 +663,10 @@ class Model(keras.Model):
         if class_weight is not None and sample_weight is not None:
             raise ValueError("give class_weight or sample_weight, not both")
         if stream:
+            # a run resumed at epoch e (BackupAndRestore) reads on from there
             data = self._stream(x, batch_size, "train", class_weight=class_weight,
-                                endless=steps_per_epoch is not None)
+                                endless=steps_per_epoch is not None,
+                                resume=lambda: self._epoch * steps_per_epoch)
         else:
             if class_weight is not None:
                 sample_weight = class_weights(y, class_weight)
@@ -793,7 +821,7 @@ class Model(keras.Model):
             try:
                 results.extend(self.compiler.run(raw.inputs))
             except InputError as e:
-                raise reader.named(e, raw) from e.__cause__
+                raise reader.named_in(e, raw) from e.__cause__
         if not results:
             raise ValueError(f"no inputs in x: the stream {x!r:.60} gave none")
         return results
@@ -812,36 +840,39 @@ class Model(keras.Model):
                 "whose __iter__ returns a fresh generator)")
 
     def _stream(self, x, batch_size: int, role: str, what: str = "x",
-                labelled: bool | None = None, class_weight=None, endless: bool = False):
+                labelled: bool | None = None, class_weight=None, endless: bool = False,
+                resume=None):
         """The batch indices Keras iterates over stream `x`; the batches come from the
         `StreamFeeder` kept for `role`."""
         return self._stream_feeder(x, batch_size, role, what, labelled, class_weight,
-                                   endless).dataset()
+                                   endless, resume).dataset()
 
     def _stream_feeder(self, x, batch_size: int, role: str, what: str = "x",
                        labelled: bool | None = None, class_weight=None,
-                       endless: bool = False) -> StreamFeeder:
-        """The `StreamFeeder` of one call over stream `x`, kept for `role`."""
-        if is_distributed(self.distribute_strategy):
-            raise ValueError(f"{what} is a stream ({type(x).__name__}); under a "
-                             "tf.distribute strategy give a list of inputs")
+                       endless: bool = False, resume=None) -> StreamFeeder:
+        """The `StreamFeeder` of one call over stream `x`, kept for `role` (under a
+        strategy, this worker's shard of it: `compiler.distributed_streams`)."""
         check_batch_size(batch_size)
         if labelled is None:
             labelled = compat.compiled_loss(self) is not None
         skipped = self._skipped.validation if what != "x" else self._skipped.x
         skipped.clear()
+        seen: set = set()  # a stream read again (each epoch) skips its bad inputs again
 
         def on_skip(position: int, error: InputError) -> None:
             if not skipped:
                 warnings.warn(f"skipping the inputs of {what} that do not fit the block "
                               f"(on_bad_example='skip'); the first: {error}")
-            skipped.append(position)
+            if position not in seen:
+                seen.add(position)
+                skipped.append(position)
 
-        feeder = StreamFeeder(
-            self.pipeline, x, batch_size, labelled,
+        sharded = is_distributed(self.distribute_strategy)
+        feeder = (ShardedStreamFeeder if sharded else StreamFeeder)(
+            self if sharded else self.pipeline, x, batch_size, labelled,
             loss=self.loss if labelled and compat.compiled_loss(self) is not None else None,
             skip=self.on_bad_example == "skip" and role != "predict", what=what,
-            class_weight=class_weight, endless=endless, on_skip=on_skip)
+            class_weight=class_weight, endless=endless, on_skip=on_skip, resume=resume)
         self._feeders[role] = feeder
         return feeder
 

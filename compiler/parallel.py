@@ -417,8 +417,12 @@ class _StoppedError(Exception):
 def _serve(task, conn, others, nice: int = 0) -> None:
     """A worker's life: payloads in, `("ok", reply)` or `("error", exception)` out,
     until the end message (None) or the parent's end closes. It first lowers its
-    priority by `nice` (its loop's thread inherits it)."""
+    priority by `nice` (its loop's thread inherits it). SIGTERM ends it, whatever
+    handler it inherited: under `MultiWorkerMirroredStrategy` TensorFlow's
+    preemption notifier catches SIGTERM in the parent, and a child that kept that
+    handler outlived the terminate of multiprocessing's exit, which then hung."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if nice:
         try:
             os.nice(nice)

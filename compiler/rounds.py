@@ -65,6 +65,7 @@ import numpy as np
 
 from refold.blocks.errors import InputError
 from refold.blocks.evaluation import call_on_kept_deep_thread, root_input
+from refold.blocks.op import NODE_KEY
 from refold.blocks.types import TensorType
 from refold.compiler.expansion import BatchGraph, ExampleGraph, ExpansionContext
 from refold.scheduler.graph import OpGraph
@@ -232,6 +233,7 @@ class RoundContext(ExpansionContext):
                      "constant_value", "constant_code", "constants"):
             setattr(self, name, getattr(shared, name))
         self.shared, self._driver, self.index = shared, driver, index
+        self.example = index  # its random nodes' keys name it (blocks.noise)
         self.segments: list[list] = []  # the [start, end] ranges this example recorded
         self.request = None  # what its walk or its read waits for
         self.walking = None  # the walk (a generator) the driver advances
@@ -281,7 +283,7 @@ class RoundContext(ExpansionContext):
     def rewind(self, mark: tuple) -> None:
         """Drops what this example recorded since `mark`: the tail it records now is cut
         off, the ranges it recorded before others recorded after it become dead."""
-        nodes, args, values, n_constants, rows, metrics, sources = mark
+        nodes, args, values, n_constants, rows, metrics, sources, randoms, keys = mark
         at = (nodes, args, values, n_constants)
         for seg in self.segments[:-1]:  # closed ranges: others may follow them
             start, end = seg
@@ -294,7 +296,7 @@ class RoundContext(ExpansionContext):
             rows = [len(t) for t in self.constants]
             for code in self.constant_code[cut[3]:]:
                 rows[code % n_types] -= 1
-        super().rewind((*cut, rows, metrics, sources))
+        super().rewind((*cut, rows, metrics, sources, randoms, keys))
 
 
 class _Driver:
@@ -453,7 +455,13 @@ def _cut(shared: _Shared, contexts: list, results: list, program) -> list[Exampl
             return int(value_local[v]) if isinstance(t, TensorType) else v
         result = program.root.output_type.for_each_terminal(local, results[e])
         metrics = [(m, int(value_local[v]), label) for m, v, label in ctx.metrics]
-        out.append(ExampleGraph(graph, result, metrics))
+        keys = None
+        if ctx.key_rows:  # its random nodes' keys, as an example graph's: example 0
+            k = program.type_id[NODE_KEY]
+            keys = rows[k][1][np.asarray(ctx.key_rows, np.int64)]
+            graph.constants[k] = graph.constants[k].copy()
+            graph.constants[k][keys, 0] = 0
+        out.append(ExampleGraph(graph, result, metrics, keys))
     return out
 
 

@@ -38,7 +38,6 @@ only once, needs `steps_per_epoch`, and then gives its next items to each epoch)
 from __future__ import annotations
 
 import gzip
-import itertools
 import os
 import queue
 import threading
@@ -52,50 +51,84 @@ import tensorflow as tf
 
 from refold.blocks.errors import InputError
 from refold.blocks.evaluation import start_deep_thread
+from refold.compiler.shards import (
+    LineRecord,
+    Part,
+    Shard,
+    known_batches,
+    read_steps,
+    source_name,
+)
 
 # Batches planned ahead of the step, waiting in the queue.
 AHEAD = 4
 
 
+class LineError(InputError):
+    """A line of a `Lines` file that its `parse` refused: an `InputError` whose
+    `block_path` is the line (`file:number`), so that it reads like a bad input
+    (skipped with `on_bad_example="skip"`, named by its position in the stream)."""
+
+
 class Lines:
-    """The lines of a text file as a stream of inputs, read anew on every pass.
+    """The lines of text files as a stream of inputs, read anew on every pass.
 
     Args:
-        path: the file; a name ending in `.gz` is read through gzip.
+        path: the file, or a list of files read one after the other; a name ending
+            in `.gz` is read through gzip. Under a `tf.distribute` strategy with at
+            least as many files as workers, each worker reads only its own files
+            (`compiler.shards`).
         parse: turns a line (without its newline) into an input, or into an
             `(input, label)` tuple for a model compiled with a loss. Default: the line.
         skip_blank: leave out lines that are only whitespace.
-        encoding: the file's text encoding.
+        encoding: the files' text encoding.
 
     Memory holds one line at a time (and the batches the model plans ahead). A
-    line that `parse` refuses raises `ValueError` naming the file and line number.
+    line that `parse` refuses raises `LineError` (a `blocks.InputError`, so a
+    `ValueError`) naming the file and line number.
     """
 
-    def __init__(self, path: str | os.PathLike, parse: Callable[[str], Any] | None = None,
+    def __init__(self, path: str | os.PathLike | Sequence[str | os.PathLike],
+                 parse: Callable[[str], Any] | None = None,
                  skip_blank: bool = True, encoding: str = "utf-8"):
-        self.path = os.fspath(path)
+        several = isinstance(path, (list, tuple))
+        self.paths = [os.fspath(p) for p in path] if several else [os.fspath(path)]
+        if not self.paths:
+            raise ValueError("Lines needs at least one file, got an empty list")
+        self.path = self.paths if several else self.paths[0]
         self.parse = parse
         self.skip_blank = skip_blank
         self.encoding = encoding
-        if not os.path.isfile(self.path):
-            raise FileNotFoundError(f"no such file: {self.path}")
+        for p in self.paths:
+            if not os.path.isfile(p):
+                raise FileNotFoundError(f"no such file: {p}")
 
     def __iter__(self) -> Iterator[Any]:
-        opener = gzip.open if self.path.endswith(".gz") else open
-        with opener(self.path, "rt", encoding=self.encoding) as f:
-            for number, line in enumerate(f, 1):
-                line = line.rstrip("\r\n")
-                if self.skip_blank and not line.strip():
-                    continue
-                if self.parse is None:
-                    yield line
-                    continue
-                try:
-                    item = self.parse(line)
-                except Exception as e:
-                    raise ValueError(f"{self.path}:{number}: cannot parse the line "
-                                     f"({type(e).__name__}: {e}): {line[:80]!r}") from e
-                yield item
+        for record in self.lines():
+            yield self.parse_line(*record)
+
+    def lines(self, paths: Sequence[str] | None = None) -> Iterator[LineRecord]:
+        """`(path, line number, text)` of each line of `paths` (default: every file),
+        in order, unparsed (blank ones left out with `skip_blank`)."""
+        for path in self.paths if paths is None else paths:
+            opener = gzip.open if path.endswith(".gz") else open
+            with opener(path, "rt", encoding=self.encoding) as f:
+                for number, line in enumerate(f, 1):
+                    line = line.rstrip("\r\n")
+                    if self.skip_blank and not line.strip():
+                        continue
+                    yield LineRecord(path, number, line)
+
+    def parse_line(self, path: str, number: int, text: str, position: int | None = None):
+        """`parse(text)`, or `LineError` naming `path:number` (and the input's position
+        in the stream, if given) when it fails."""
+        if self.parse is None:
+            return text
+        try:
+            return self.parse(text)
+        except Exception as e:
+            raise LineError(f"{path}:{number}", f"cannot parse the line "
+                            f"({type(e).__name__}: {e}): {text[:80]!r}", position) from e
 
     def __repr__(self) -> str:
         return f"Lines({self.path!r})"
@@ -129,6 +162,13 @@ class RawBatch:
     y: list | np.ndarray | None
     w: list | np.ndarray | None
     positions: np.ndarray
+    where: list[str] | None = None  # each input's file and line (`Lines`), or None
+
+    def take(self, keep: list[int]) -> RawBatch:
+        """The batch of the inputs at `keep` only."""
+        return RawBatch([self.inputs[k] for k in keep], _take(self.y, keep),
+                        _take(self.w, keep), self.positions[keep],
+                        _take(self.where, keep))
 
 
 class StreamFeeder:
@@ -153,20 +193,29 @@ class StreamFeeder:
         class_weight: `{class id: weight}` for the labels, or None.
         endless: read on across epochs (`steps_per_epoch`).
         ahead: batches planned ahead of the step.
+        resume: with `endless`, returns how many batches to read past when a run
+            starts (`epoch * steps_per_epoch` for a run resumed at `epoch`, so that
+            it reads on where an uninterrupted run would be); a stream read only
+            once is never read past (it goes on where it stands).
+        shard: where this process reads the stream (`compiler.shards`); default:
+            one device, every item.
     """
 
     def __init__(self, pipeline, source, batch_size: int, labelled: bool, loss=None,
                  skip: bool = False, what: str = "x", class_weight: dict | None = None,
-                 endless: bool = False, on_skip: Callable | None = None, ahead: int = AHEAD):
+                 endless: bool = False, on_skip: Callable | None = None, ahead: int = AHEAD,
+                 resume: Callable[[], int] | None = None, shard: Shard | None = None):
         self.pipeline, self.source, self.batch_size = pipeline, source, batch_size
         self.labelled, self.loss, self.skip, self.what = labelled, loss, skip, what
         self.class_weight, self.endless, self.ahead = class_weight, endless, ahead
         self.with_labels = labelled
+        self.shard = shard or Shard.single(batch_size)
         self._on_skip = on_skip
+        self._resume = resume
         self._ahead: _Ahead | None = None
         self._workers = None  # the worker processes this feeder has claimed
         self._once = None if not reads_once(source) else source
-        self.n_batches = _known_batches(source) if not endless else None
+        self.n_batches = known_batches(source) if not endless else None
         self.signature = None
         self.current = RawBatch([], None, None, np.zeros(0, np.int64))
 
@@ -183,16 +232,12 @@ class StreamFeeder:
     def batch(self, i: int) -> tuple:
         """The next batch of the stream: `(arrays, y?, sample_weight?)`, numpy."""
         if i == 0 or self._ahead is None:
-            self.close()
-            workers = self._claim_workers()
-            stop = threading.Event()
-            self._ahead = _Ahead(self._packed(self.batches(), workers, stop.is_set),
-                                 self.ahead, stop)
+            self.start()
         item = self._ahead.next()
         if item is None:
             if i == 0:
                 raise ValueError(f"no inputs in {self.what}: the stream "
-                                 f"{_name(self.source)} gave none")
+                                 f"{source_name(self.source)} gave none")
             raise StopIteration
         arrays, labels, raw = item
         self.current = raw
@@ -200,6 +245,17 @@ class StreamFeeder:
         self.signature = spec if self.with_labels else spec[:1]
         batch = (arrays, *labels.batch(slice(None)))
         return batch if self.with_labels else batch[:1]
+
+    def start(self) -> None:
+        """Starts a pass (or, with `endless`, the run): the planning thread, which
+        hands the batches to the compiler's worker processes if it can claim them."""
+        self._start(self.batches())
+
+    def _start(self, raws: Iterator) -> None:
+        self.close()
+        workers = self._claim_workers()
+        stop = threading.Event()
+        self._ahead = _Ahead(self._packed(raws, workers, stop.is_set), self.ahead, stop)
 
     def examples(self, i: int) -> np.ndarray:
         """The positions in the stream (of its pass) of the last batch's inputs."""
@@ -231,93 +287,99 @@ class StreamFeeder:
 
     def batches(self) -> Iterator[RawBatch]:
         """The raw batches of one run: a pass, or with `endless` pass after pass."""
+        skip = self._resume() if self._resume and self.endless and self._once is None \
+            else 0
         while True:
             n = 0
-            for raw in self._pass():
+            for step in read_steps(self.source, self.shard, self._once, skip):
                 n += 1
-                yield raw
+                if step is None:  # read past (a resumed run)
+                    skip -= 1
+                    continue
+                yield self._step(step)
             if not self.endless or self._once is not None or n == 0:
                 return
 
-    def _pass(self) -> Iterator[RawBatch]:
-        if isinstance(self.source, keras.utils.PyDataset):
-            yield from self._pydataset_pass()
-            return
-        items = self._once if self._once is not None else iter(_iterable(self.source))
-        start = 0
-        while True:
-            chunk = list(itertools.islice(items, self.batch_size))
-            if not chunk:
-                return
-            yield self._unpack(chunk, start)
-            start += len(chunk)
+    def _step(self, parts: list[Part]):
+        """What `batches` yields for a step read (one device: its one part)."""
+        return self._raw(parts[0])
 
-    def _pydataset_pass(self) -> Iterator[RawBatch]:
-        ds = self.source
-        ds.on_epoch_begin()
-        n = _known_batches(ds)
-        start = 0
-        for b in range(n) if n is not None else itertools.count():
-            item = ds[b]
-            if isinstance(item, tuple) and len(item) in (2, 3):
-                x, y, w = (*item, None) if len(item) == 2 else item
-            elif isinstance(item, tuple):
-                raise ValueError(f"{_name(ds)}[{b}] is a tuple of {len(item)}: a PyDataset "
-                                 "yields a list of inputs or (inputs, y[, sample_weight])")
-            else:
-                x, y, w = item, None, None
-            if isinstance(x, (str, bytes, dict)) or not isinstance(x, Iterable):
-                raise TypeError(f"{_name(ds)}[{b}]: a batch must be a list of inputs, got "
-                                f"{type(x).__name__}")
-            x = list(x)
+    def _raw(self, part: Part) -> RawBatch:
+        """A part as read, parsed (a `Lines` record) and split into inputs, labels and
+        weights; lines that do not parse are skipped (`skip`) or raise."""
+        records, positions, where = part.records, part.positions, part.where
+        if where is not None and isinstance(self.source, Lines):
+            items, keep = [], []
+            for k, record in enumerate(records):
+                try:
+                    items.append(self.source.parse_line(*record))
+                    keep.append(k)
+                except LineError as e:
+                    e = self.named(e, positions[k], where[k])
+                    if not self.skip:
+                        raise e from e.__cause__
+                    self._skipped(positions[k], e)
+            if len(keep) < len(records):
+                positions, where = [positions[k] for k in keep], [where[k] for k in keep]
+            records = items
+        positions = np.asarray(positions, np.int64)
+        if part.batch is not None:  # a PyDataset's batch
             if not self.labelled:
-                y = w = None
-            elif y is None:
-                raise ValueError(f"{_name(ds)}[{b}] has no labels, but the model is compiled "
-                                 "with a loss: yield (inputs, y) batches")
-            yield RawBatch(x, y, w, np.arange(start, start + len(x)))
-            start += len(x)
-        ds.on_epoch_end()
+                return RawBatch(records, None, None, positions)
+            if part.y is None:
+                raise ValueError(f"{source_name(self.source)}[{part.batch}] has no labels, "
+                                 "but the model is compiled with a loss: yield (inputs, y) "
+                                 "batches")
+            return RawBatch(records, part.y, part.w, positions)
+        return self._unpack(records, positions, where)
 
-    def _unpack(self, chunk: list, start: int) -> RawBatch:
-        positions = np.arange(start, start + len(chunk))
-        if not self.labelled:
-            return RawBatch(chunk, None, None, positions)
+    def _unpack(self, chunk: list, positions: np.ndarray, where=None) -> RawBatch:
+        if not self.labelled or not chunk:
+            return RawBatch(chunk, None, None, positions, where)
         for k, item in enumerate(chunk):
             if not (isinstance(item, tuple) and len(item) in (2, 3)):
                 raise ValueError(
-                    f"{self.what}[{start + k}] is a {type(item).__name__}, not an (input, "
-                    "label) or (input, label, sample_weight) tuple: a model compiled with a "
-                    "loss trains on a stream of such tuples")
+                    f"{self.what}[{positions[k]}]{_at(where, k)} is a {type(item).__name__}, "
+                    "not an (input, label) or (input, label, sample_weight) tuple: a model "
+                    "compiled with a loss trains on a stream of such tuples")
         w = [item[2] for item in chunk] if len(chunk[0]) == 3 else None
         if w is not None and any(len(item) != 3 for item in chunk):
             raise ValueError(f"{self.what}: some items have a sample weight and some do not "
-                             f"(around {self.what}[{start}])")
+                             f"(around {self.what}[{positions[0]}])")
         return RawBatch([item[0] for item in chunk], [item[1] for item in chunk], w,
-                        positions)
+                        positions, where)
 
     def _packed(self, raws: Iterator[RawBatch], workers=None,
-                stop: Callable[[], bool] = lambda: False) -> Iterator[tuple]:
+                stop: Callable[[], bool] = lambda: False,
+                keep_empty: bool = False) -> Iterator[tuple]:
         """`(arrays, labels, raw)` per batch: expanded here through the compiler's cache,
         or with `workers` (`compiler.parallel.StreamWorkers`) expanded and planned in
-        their processes (the cache unused), replies in the batches' order."""
+        their processes (the cache unused), replies in the batches' order. A batch
+        left with no input (all skipped) is left out, or with `keep_empty` given as
+        `(None, None, raw)`."""
         if workers is None:
             compiler = self.pipeline.compiler
             for raw in raws:
-                if compiler.expands_batches:  # no cache to fill: one graph a batch
+                if not raw.inputs:
+                    pass
+                elif compiler.expands_batches:  # no cache to fill: one graph a batch
                     arrays, kept, skipped, error = plan_in_worker(
                         compiler, (raw.inputs, self.skip))
                     raw = self._kept(raw, kept, skipped, error)
                     if raw.inputs:
                         yield arrays, self._labels(raw), raw
-                    continue
-                examples, kept, skipped, error = expand_skipping(
-                    lambda xs: compiler.expand(xs, 0, in_workers=False), raw.inputs,
-                    self.skip)
-                raw = self._kept(raw, kept, skipped, error)
-                if raw.inputs:
-                    plan = compiler.plan_expanded(examples, grouped=True)
-                    yield self.pipeline.arrays(plan), self._labels(raw), raw
+                        continue
+                else:
+                    examples, kept, skipped, error = expand_skipping(
+                        lambda xs: compiler.expand(xs, 0, in_workers=False), raw.inputs,
+                        self.skip)
+                    raw = self._kept(raw, kept, skipped, error)
+                    if raw.inputs:
+                        plan = compiler.plan_expanded(examples, grouped=True)
+                        yield self.pipeline.arrays(plan), self._labels(raw), raw
+                        continue
+                if keep_empty:
+                    yield None, None, raw
             return
         replies = workers.map(raws, lambda raw: (raw.inputs, self.skip), stop)
         try:
@@ -325,6 +387,8 @@ class StreamFeeder:
                 raw = self._kept(raw, kept, skipped, error)
                 if raw.inputs:
                     yield arrays, self._labels(raw), raw
+                elif keep_empty:
+                    yield None, None, raw
         finally:
             replies.close()  # drains the replies of batches still in the workers
 
@@ -333,19 +397,33 @@ class StreamFeeder:
         """The batch without its skipped inputs (each reported to `on_skip`), or the
         error of its bad input raised, naming it by its position in the stream."""
         if error is not None:
-            raise self.named(error, raw) from error.__cause__
+            raise self.named_in(error, raw) from error.__cause__
         if not skipped:
             return raw
-        if self._on_skip is not None:
-            for j, e in skipped:
-                self._on_skip(int(raw.positions[j]), self.named(e, raw))
-        return RawBatch([raw.inputs[k] for k in kept], _take(raw.y, kept),
-                        _take(raw.w, kept), raw.positions[kept])
+        for j, e in skipped:
+            self._skipped(int(raw.positions[j]), self.named_in(e, raw))
+        return raw.take(kept)
 
-    def named(self, e: InputError, raw: RawBatch) -> InputError:
-        """The error naming the input by its position in the stream."""
-        reason = e.reason if self.what == "x" else f"{e.reason} (in {self.what})"
-        err = type(e)(e.block_path, reason, int(raw.positions[e.example_index or 0]))
+    def _skipped(self, position: int, error: InputError) -> None:
+        if self._on_skip is not None:
+            self._on_skip(position, error)
+
+    def named_in(self, e: InputError, raw: RawBatch) -> InputError:
+        """The error of an input of `raw` naming it by its position in the stream (and
+        its file and line)."""
+        j = e.example_index or 0
+        return self.named(e, int(raw.positions[j]), None if raw.where is None
+                          else raw.where[j])
+
+    def named(self, e: InputError, position: int, where: str | None = None) -> InputError:
+        """The error naming the input by its position in the stream (its index in
+        the pass: `compiler.shards` says how a worker counts) and where it came from."""
+        reason = e.reason
+        if where is not None and where != e.block_path:
+            reason = f"{reason} (at {where})"
+        if self.what != "x":
+            reason = f"{reason} (in {self.what})"
+        err = type(e)(e.block_path, reason, int(position), e.data_path)
         err.__cause__ = e.__cause__
         return err
 
@@ -468,29 +546,11 @@ class _Ahead:
         self._thread.join(timeout)
 
 
-def _known_batches(source) -> int | None:
-    """The number of batches of a `PyDataset` (None if endless); None for other streams."""
-    if not isinstance(source, keras.utils.PyDataset):
-        return None
-    try:
-        n = source.num_batches
-    except NotImplementedError:
-        return None
-    return None if n is None else int(n)
-
-
-def _iterable(source) -> Iterable:
-    if isinstance(source, tf.data.Dataset):
-        return source.as_numpy_iterator()
-    return source
-
-
 def _take(a, keep: list):
     if a is None:
         return None
     return [a[k] for k in keep]
 
 
-def _name(source) -> str:
-    text = repr(source)
-    return text if len(text) <= 60 else f"<{type(source).__name__}>"
+def _at(where: list[str] | None, k: int) -> str:
+    return "" if where is None else f" (at {where[k]})"

@@ -27,7 +27,10 @@ def warm_up(schedulers=None) -> dict:
     return kernels.warm_up(Compiler, schedulers)
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    import argparse
+    argparse.ArgumentParser(prog="python -m refold.compiler.warmup",
+                            description=__doc__.splitlines()[0]).parse_args(argv)
     stats = warm_up()
     where = numba.config.CACHE_DIR or "next to the sources"
     print(f"planned under {len(SCHEDULERS)} schedulers in {stats['seconds']:.1f} s: "

@@ -43,7 +43,10 @@ def encode_tree(seed: int = 0) -> np.ndarray:
     return expression_model().eval(random_tree(np.random.default_rng(seed)))
 
 
-def main() -> None:
+def main(argv=None) -> None:
+    import argparse
+    argparse.ArgumentParser(prog="python -m refold.examples.quickstart",
+                            description=__doc__.splitlines()[0]).parse_args(argv)
     model = expression_model()
     rng = np.random.default_rng(0)
     print(f"model: {model!r}, {model.input_type} -> {model.output_type}")

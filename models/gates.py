@@ -33,14 +33,17 @@ def cut_gates(z, n_gates: int) -> list:
     return tf.split(z, n_gates, axis=1)
 
 
-def lstm_memory(z, children_c: list, layout: str) -> tuple:
+def lstm_memory(z, children_c: list, layout: str, update_mask=None) -> tuple:
     """An LSTM memory update from gate pre-activations: `(h, c)`.
 
     `layout` names `z`'s gate blocks of columns in order, one letter each: `i`
     (input), `o` (output), `u` (update, tanh) once, and one `f` (forget) per
     child memory in `children_c`, in their order. Then
 
-        c = sigmoid(i) * tanh(u) + sum_k sigmoid(f_k) * c_k,   h = sigmoid(o) * tanh(c)
+        c = sigmoid(i) * tanh(u) * m + sum_k sigmoid(f_k) * c_k,   h = sigmoid(o) * tanh(c)
+
+    where `m` is `update_mask` (a dropout mask on the candidate update, Semeniuta
+    et al. 2016: `blocks.noise.keep_mask`), or 1 if None.
 
     Under a gradient tape the update carries its own gradient (`_fused_memory`),
     with none of the broadcasting-gradient machinery (shapes,
@@ -59,8 +62,8 @@ def lstm_memory(z, children_c: list, layout: str) -> tuple:
     from refold import compat
     _check_layout(layout, len(children_c))
     if compat.tape_may_record():
-        return _fused_memory(z, list(children_c), layout)
-    h, c, _ = _memory_forward(z, list(children_c), layout)
+        return _fused_memory(z, list(children_c), layout, update_mask)
+    h, c, _ = _memory_forward(z, list(children_c), layout, update_mask)
     return h, c
 
 
@@ -70,8 +73,9 @@ def _check_layout(layout: str, n_children: int) -> None:
                          f"({n_children}), got {layout!r}")
 
 
-def _memory_forward(z, cs: list, layout: str):
-    """`(h, c, (gates, tanh_c))`: gates by letter (`f`: a list, in order)."""
+def _memory_forward(z, cs: list, layout: str, update_mask=None):
+    """`(h, c, (gates, tanh_c))`: gates by letter (`f`: a list, in order; `m`: the
+    update as it enters the memory, `u` masked)."""
     import tensorflow as tf
     gate: dict = {"f": []}
     for letter, pre in zip(layout, cut_gates(z, len(layout))):
@@ -79,22 +83,24 @@ def _memory_forward(z, cs: list, layout: str):
             gate["f"].append(tf.sigmoid(pre))
         else:
             gate[letter] = tf.tanh(pre) if letter == "u" else tf.sigmoid(pre)
-    c = tf.add_n([gate["i"] * gate["u"]] + [f * c_k for f, c_k in zip(gate["f"], cs)])
+    gate["m"] = gate["u"] if update_mask is None else gate["u"] * update_mask
+    c = tf.add_n([gate["i"] * gate["m"]] + [f * c_k for f, c_k in zip(gate["f"], cs)])
     tanh_c = tf.tanh(c)
     return gate["o"] * tanh_c, c, (gate, tanh_c)
 
 
-def _fused_memory(z, cs: list, layout: str) -> tuple:
+def _fused_memory(z, cs: list, layout: str, update_mask=None) -> tuple:
     """`lstm_memory` with a hand-written gradient: the upstream gradient of c
     (through h and directly) formed once, each gate's gradient one product and
     one `SigmoidGrad` or `TanhGrad`, then one concat in column order (as the
     split's gradient). It keeps the gates, tanh(c) and the children's memories
-    for the backward pass, not the products and sums autodiff would."""
+    for the backward pass, not the products and sums autodiff would. A mask on the
+    update is a constant (no gradient)."""
     import tensorflow as tf
 
     @tf.custom_gradient
     def memory(z, *cs):
-        h, c, (gate, tanh_c) = _memory_forward(z, list(cs), layout)
+        h, c, (gate, tanh_c) = _memory_forward(z, list(cs), layout, update_mask)
 
         def grad(d_h, d_c):
             if d_h is None:
@@ -102,9 +108,12 @@ def _fused_memory(z, cs: list, layout: str) -> tuple:
             d_total = tf.raw_ops.TanhGrad(y=tanh_c, dy=d_h * gate["o"])
             if d_c is not None:
                 d_total = d_total + d_c
-            d_pre = {"i": tf.raw_ops.SigmoidGrad(y=gate["i"], dy=d_total * gate["u"]),
+            d_update = d_total * gate["i"]
+            if update_mask is not None:
+                d_update = d_update * update_mask
+            d_pre = {"i": tf.raw_ops.SigmoidGrad(y=gate["i"], dy=d_total * gate["m"]),
                      "o": tf.raw_ops.SigmoidGrad(y=gate["o"], dy=d_h * tanh_c),
-                     "u": tf.raw_ops.TanhGrad(y=gate["u"], dy=d_total * gate["i"])}
+                     "u": tf.raw_ops.TanhGrad(y=gate["u"], dy=d_update)}
             d_forget = iter([tf.raw_ops.SigmoidGrad(y=f, dy=d_total * c_k)
                              for f, c_k in zip(gate["f"], cs)])
             d_z = tf.concat([next(d_forget) if letter == "f" else d_pre[letter]

@@ -14,6 +14,12 @@ The input size is taken from the first input type the cell meets, or given as
 projection `x W + b` (`InputProjection`) on every element before the engine's loop,
 the rest (`ProjectedCell`) in it.
 
+Dropout, in training only, as Keras' cells name it: `dropout` drops a fraction of the
+input `x` before `x W`, `recurrent_dropout` a fraction of the state `h` before `h U`.
+Each node (each step of each sequence) draws its own masks (`blocks.noise`), where
+Keras draws one pair of masks per sequence; the split cell drops the input in its
+projection, before the loop, and the state in the loop.
+
 >>> import refold as td
 >>> cell = LSTMCell(4)
 >>> encoder = td.Map(td.Vector(3)) >> td.RNN(cell)        # (outputs, final (h, c))
@@ -36,6 +42,7 @@ import keras
 import tensorflow as tf
 
 import refold.blocks as td
+from refold.blocks import noise
 from refold.blocks.block import block_factory
 from refold.blocks.layers import Layer
 from refold.blocks.types import ResultType, TensorType, TupleType
@@ -73,10 +80,16 @@ class _RecurrentCell(Layer):
     handles_empty = True
 
     def __init__(self, units: int, input_size: int | None = None,
-                 activation: Any = "tanh", name: str | None = None):
+                 activation: Any = "tanh", name: str | None = None, dropout: float = 0.0,
+                 recurrent_dropout: float = 0.0):
         kind = type(self).__name__
         if isinstance(units, bool) or not isinstance(units, int) or units <= 0:
             raise ValueError(f"{kind}: units must be a positive int, got {units!r}")
+        for arg, rate in (("dropout", dropout), ("recurrent_dropout", recurrent_dropout)):
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) \
+                    or not 0 <= rate < 1:
+                raise ValueError(f"{kind}: {arg} must be a number in [0, 1), got {rate!r}")
+        self.dropout, self.recurrent_dropout = float(dropout), float(recurrent_dropout)
         if input_size is not None and (isinstance(input_size, bool)
                                        or not isinstance(input_size, int) or input_size <= 0):
             raise ValueError(f"{kind}: input_size must be a positive int or None, "
@@ -93,6 +106,15 @@ class _RecurrentCell(Layer):
 
     def _bias_shape(self) -> tuple:
         return (self._gates * self.units,)
+
+    @property
+    def random(self) -> bool:
+        """Whether it drops out (`dropout` or `recurrent_dropout` above 0)."""
+        return self.dropout > 0 or self.recurrent_dropout > 0
+
+    def _dropped_input(self, x):
+        """`x` with `dropout` applied (in training, per node: `blocks.noise`)."""
+        return noise.dropout(x, self.dropout) if self.dropout else x
 
     @property
     def state_type(self) -> ResultType:
@@ -123,7 +145,7 @@ class _RecurrentCell(Layer):
     def _project(self, x):
         """`x W + b_x`: all of the cell that does not depend on the state."""
         x, kernel, bias = self._computed(x, self.kernel, self.bias)
-        return x @ kernel + self._input_bias(bias)
+        return self._dropped_input(x) @ kernel + self._input_bias(bias)
 
     def _input_bias(self, bias):
         """The part of `bias` added to `x W` (all of it, but for the GRU's)."""
@@ -141,8 +163,11 @@ class _RecurrentCell(Layer):
 
     def _state_product(self, h):
         """`h U`, U the recurrent kernel in the compute dtype (in the engine's loop,
-        its gradient reads U transposed once per step: `scheduler.loop_products`)."""
+        its gradient reads U transposed once per step: `scheduler.loop_products`),
+        `h` with `recurrent_dropout` applied."""
         import tensorflow as tf
+        if self.recurrent_dropout:
+            h = noise.dropout(h, self.recurrent_dropout)
         return h @ tf.cast(self.recurrent_kernel, self._weights.compute_dtype)
 
     def _computed(self, *ts) -> list:
@@ -183,11 +208,14 @@ class SimpleRNNCell(_RecurrentCell):
         input_size: the size of `x` (inferred from the first input type if None).
         activation: a callable or Keras activation name (tanh by default).
         name: the layer's name.
+        dropout: the fraction of the input `x` dropped (per node, in training).
+        recurrent_dropout: the fraction of the state `h` dropped where it enters
+            the recurrent product `h U` (per node, in training).
     """
 
     def _call(self, x, h):
         x, h, kernel, bias = self._computed(x, h, self.kernel, self.bias)
-        h = self.activation(x @ kernel + self._state_product(h) + bias)
+        h = self.activation(self._dropped_input(x) @ kernel + self._state_product(h) + bias)
         return h, h
 
     def _recur(self, z_x, h):
@@ -210,6 +238,9 @@ class LSTMCell(_RecurrentCell):
         input_size: the size of `x` (inferred from the first input type if None).
         activation: for `g` and the output (tanh by default).
         name: the layer's name.
+        dropout: the fraction of the input `x` dropped (per node, in training).
+        recurrent_dropout: the fraction of the state `h` dropped where it enters
+            the recurrent product `h U` (per node, in training).
     """
 
     _gates = 4
@@ -217,6 +248,7 @@ class LSTMCell(_RecurrentCell):
 
     def _call(self, x, state):
         x, h, c, kernel, bias = self._computed(x, *state, self.kernel, self.bias)
+        x = self._dropped_input(x)
         if self.activation is keras.activations.tanh:
             # AddN and bias_add: gradients with no broadcasting machinery; the
             # memory update with its own gradient (`gates.lstm_memory`)
@@ -260,6 +292,9 @@ class GRUCell(_RecurrentCell):
         input_size: the size of `x` (inferred from the first input type if None).
         activation: for the candidate state (tanh by default).
         name: the layer's name.
+        dropout: the fraction of the input `x` dropped (per node, in training).
+        recurrent_dropout: the fraction of the state `h` dropped where it enters
+            the recurrent product `h U` (per node, in training).
     """
 
     _gates = 3
@@ -272,7 +307,7 @@ class GRUCell(_RecurrentCell):
 
     def _call(self, x, h):
         x, h, kernel, bias = self._computed(x, h, self.kernel, self.bias)
-        return self._update(x @ kernel + self._input_bias(bias), h, bias)
+        return self._update(self._dropped_input(x) @ kernel + self._input_bias(bias), h, bias)
 
     def _recur(self, from_x, h):
         from_x, h, bias = self._computed(from_x, h, self.bias)
@@ -331,6 +366,11 @@ class CellPair(Layer):
     @property
     def handles_empty(self) -> bool:
         return self.first.handles_empty is True and self.second.handles_empty is True
+
+    @property
+    def random(self) -> bool:
+        return getattr(self.first, "random", False) is True or \
+            getattr(self.second, "random", False) is True
 
     @staticmethod
     def _pair(a: TupleType, b: TupleType) -> TupleType:
@@ -391,6 +431,11 @@ class InputProjection(Layer):
     def _keras_layers(self) -> list:
         return [w for c in self.cells for w in c._keras_layers()]
 
+    @property
+    def random(self) -> bool:
+        """Whether a cell drops its input out (`dropout`)."""
+        return any(c.dropout > 0 for c in self.cells)
+
     def _infer(self):
         t = self.input_type
         if t is not None:
@@ -423,6 +468,11 @@ class ProjectedCell(Layer):
 
     def _keras_layers(self) -> list:
         return self.cell._keras_layers()
+
+    @property
+    def random(self) -> bool:
+        """Whether the cell drops its state out (`recurrent_dropout`)."""
+        return self.cell.recurrent_dropout > 0
 
     def _call(self, z_x, state):
         return self.cell._recur(z_x, state)

@@ -24,6 +24,12 @@ sees that child's `h`:
 
 Its input is `(x, children)`: a vector and a *sequence* of child states.
 
+Dropout, in training only, per node (`blocks.noise`): `dropout` drops a fraction of
+the input `x`; `recurrent_dropout` a fraction of the candidate update `u` before it
+enters the memory, `c = i * drop(u) + sum_k f_k * c_k` (Semeniuta et al. 2016,
+"Recurrent dropout without memory loss"; the recurrent dropout of Fold's sentiment
+model), so the children's memories pass on untouched.
+
 >>> import refold as td
 >>> cell = NaryTreeLSTMCell(4, num_children=2)
 >>> node = td.Record((td.Zeros(state_type(4)), td.Zeros(state_type(4)))) >> cell
@@ -45,8 +51,10 @@ from __future__ import annotations
 from typing import Any
 
 import refold.blocks as td
+from refold.blocks import noise
 from refold.blocks.block import Block
 from refold.blocks.layers import Layer
+from refold.blocks.training import current
 from refold.blocks.types import SequenceType, TensorType, TupleType
 from refold.models import gates
 from refold.models.nodes import node_input_type, split_node_args
@@ -70,14 +78,23 @@ class NaryTreeLSTMCell(Layer):
             leaf cells), or None for none.
         forget_bias: added to the forget gates' bias at initialisation.
         name: the layer's name.
+        dropout: the fraction of the input vector `x` dropped (per node, in
+            training); a cell without input has none to drop.
+        recurrent_dropout: the fraction of the candidate update `u` dropped before
+            it enters the memory, `c = i * drop(u) + sum_k f_k * c_k` (Semeniuta et
+            al. 2016, "Recurrent dropout without memory loss"; Fold's sentiment
+            model's recurrent dropout): the children's memories pass untouched.
     """
 
     handles_empty = True
 
     def __init__(self, hidden: int, num_children: int = 2, input_size: int | None = None,
-                 forget_bias: float = 1.0, name: str | None = None):
+                 forget_bias: float = 1.0, name: str | None = None, dropout: float = 0.0,
+                 recurrent_dropout: float = 0.0):
         import keras
         _check_positive("hidden", hidden)
+        self.dropout = _check_rate("dropout", dropout)
+        self.recurrent_dropout = _check_rate("recurrent_dropout", recurrent_dropout)
         if isinstance(num_children, bool) or not isinstance(num_children, int) \
                 or num_children < 0:
             raise ValueError(f"num_children must be an int >= 0, got {num_children!r}")
@@ -103,6 +120,11 @@ class NaryTreeLSTMCell(Layer):
     def _keras_layer(self):
         return self._dense
 
+    @property
+    def random(self) -> bool:
+        """Whether it drops out (`dropout` on an input, or `recurrent_dropout`)."""
+        return (self.dropout > 0 and self.input_size is not None) or self.recurrent_dropout > 0
+
     def _call(self, *args):
         import tensorflow as tf
         x, states = split_node_args(args, self.num_children, self.input_size)
@@ -110,6 +132,8 @@ class NaryTreeLSTMCell(Layer):
         cs = [s[1] for s in states]
         dense = self._dense
         dtype = dense.compute_dtype  # the low dtype under a mixed policy
+        if x is not None and self.dropout:
+            x = noise.dropout(tf.cast(x, dtype), self.dropout)
         inputs = [tf.cast(t, dtype) for t in ([x] if x is not None else []) + hs]
         bias = tf.cast(dense.bias, dtype)
         # bias_add, not the Dense layer's broadcasting +: its gradient is one
@@ -119,35 +143,54 @@ class NaryTreeLSTMCell(Layer):
         x = inputs[0] if len(inputs) == 1 else tf.concat(inputs, axis=1)
         z = tf.nn.bias_add(x @ tf.cast(dense.kernel, dtype), bias)
         cs = [tf.cast(c_k, dtype) for c_k in cs]
-        return gates.lstm_memory(z, cs, "iou" + "f" * len(cs))
+        return gates.lstm_memory(z, cs, "iou" + "f" * len(cs),
+                                 _update_mask(self.recurrent_dropout, self.hidden, dtype))
 
 
-def leaf_cell(hidden: int, input_size: int, name: str | None = None) -> NaryTreeLSTMCell:
-    """A leaf TreeLSTM cell: `x -> (h, c)`."""
-    return NaryTreeLSTMCell(hidden, num_children=0, input_size=input_size, name=name)
+def _update_mask(rate: float, hidden: int, dtype):
+    """The candidate update's dropout mask `[n, hidden]`, or None (no dropout, or
+    inference)."""
+    if not rate or not current().training:
+        return None
+    return noise.keep_mask([hidden], rate, dtype)
 
 
-def binary_cell(hidden: int, name: str | None = None) -> NaryTreeLSTMCell:
-    """A binary TreeLSTM cell: `((h_l, c_l), (h_r, c_r)) -> (h, c)`."""
-    return NaryTreeLSTMCell(hidden, num_children=2, name=name)
+def leaf_cell(hidden: int, input_size: int, name: str | None = None, dropout: float = 0.0,
+              recurrent_dropout: float = 0.0) -> NaryTreeLSTMCell:
+    """A leaf TreeLSTM cell: `x -> (h, c)` (dropouts: `NaryTreeLSTMCell`)."""
+    return NaryTreeLSTMCell(hidden, num_children=0, input_size=input_size, name=name,
+                            dropout=dropout, recurrent_dropout=recurrent_dropout)
+
+
+def binary_cell(hidden: int, name: str | None = None,
+                recurrent_dropout: float = 0.0) -> NaryTreeLSTMCell:
+    """A binary TreeLSTM cell: `((h_l, c_l), (h_r, c_r)) -> (h, c)` (its
+    `recurrent_dropout`: `NaryTreeLSTMCell`)."""
+    return NaryTreeLSTMCell(hidden, num_children=2, name=name,
+                            recurrent_dropout=recurrent_dropout)
 
 
 def nary_cell(hidden: int, num_children: int, input_size: int | None = None,
-              name: str | None = None) -> NaryTreeLSTMCell:
+              name: str | None = None, dropout: float = 0.0,
+              recurrent_dropout: float = 0.0) -> NaryTreeLSTMCell:
     """An N-ary TreeLSTM cell: `(state_1, ..., state_N) -> (h, c)`, or
-    `(x, (state_1, ..., state_N)) -> (h, c)` with `input_size`."""
+    `(x, (state_1, ..., state_N)) -> (h, c)` with `input_size` (dropouts:
+    `NaryTreeLSTMCell`)."""
     return NaryTreeLSTMCell(hidden, num_children=num_children, input_size=input_size,
-                            name=name)
+                            name=name, dropout=dropout, recurrent_dropout=recurrent_dropout)
 
 
 class _ChildSumGates(Layer):
-    """`(x, h~, sum_k f_k * c_k) -> (h, c)`: the input, output and update gates."""
+    """`(x, h~, sum_k f_k * c_k) -> (h, c)`: the input, output and update gates (the
+    update dropped out at `recurrent_dropout`)."""
 
     handles_empty = True
 
-    def __init__(self, hidden: int, input_size: int, name: str | None):
+    def __init__(self, hidden: int, input_size: int, name: str | None,
+                 recurrent_dropout: float = 0.0):
         import keras
         self.hidden = hidden
+        self.recurrent_dropout = recurrent_dropout
         self.dense = keras.layers.Dense(3 * hidden, name=f"{name or 'child_sum'}_iou")
         self.dense.build((None, input_size + hidden))
         vec = TensorType((hidden,))
@@ -157,11 +200,17 @@ class _ChildSumGates(Layer):
     def _keras_layer(self):
         return self.dense
 
+    @property
+    def random(self) -> bool:
+        return self.recurrent_dropout > 0
+
     def _call(self, x, h_sum, fc_sum):
         import tensorflow as tf
         z = self.dense(tf.concat([x, h_sum], axis=1))
         i, o, u = gates.cut_gates(z, 3)
         i, o, u = tf.sigmoid(i), tf.sigmoid(o), tf.tanh(u)
+        if self.recurrent_dropout:
+            u = noise.dropout(u, self.recurrent_dropout)
         c = i * u + fc_sum
         return o * tf.tanh(c), c
 
@@ -232,6 +281,11 @@ class ChildSumTreeLSTMCell(Block):
         input_size: the size of the input vector `x` read at every node.
         forget_bias: added to the forget gate's bias at initialisation.
         name: a name for the block and its weights.
+        dropout: the fraction of the input vector `x` dropped (per node, in
+            training; one mask for the gates and the forget gates).
+        recurrent_dropout: the fraction of the candidate update `u` dropped before
+            it enters the memory, `c = i * drop(u) + sum_k f_k * c_k` (Semeniuta et
+            al. 2016): the children's memories pass untouched.
 
     Attributes:
         variables: the gates' kernel and bias, then the forget gate's. (Its layers
@@ -244,19 +298,25 @@ class ChildSumTreeLSTMCell(Block):
     """
 
     def __init__(self, hidden: int, input_size: int, forget_bias: float = 1.0,
-                 name: str | None = None, _layers: tuple | None = None):
+                 name: str | None = None, _layers: tuple | None = None, dropout: float = 0.0,
+                 recurrent_dropout: float = 0.0):
         _check_positive("hidden", hidden)
         _check_positive("input_size", input_size)
         self.hidden, self.input_size, self.forget_bias = hidden, input_size, forget_bias
+        self.dropout = _check_rate("dropout", dropout)
+        recurrent_dropout = _check_rate("recurrent_dropout", recurrent_dropout)
         if _layers is None:
-            _layers = (_ChildSumGates(hidden, input_size, name),
+            _layers = (_ChildSumGates(hidden, input_size, name, recurrent_dropout),
                        _ChildSumForget(hidden, input_size, forget_bias, name))
         self.gates, self.forget = _layers
+        self.recurrent_dropout = self.gates.recurrent_dropout
         x, kids = td.GetItem(0), td.GetItem(1)
         h_sum = td.GetItem(1) >> td.Map(td.GetItem(0)) >> td.Sum()
         fc_sum = (td.AllOf(x >> td.Function(self.forget.input_part) >> td.Broadcast(), kids)
                   >> td.Zip() >> td.Map(td.Function(self.forget)) >> td.Sum())
         body = td.AllOf(td.GetItem(0), h_sum, fc_sum) >> self.gates
+        if self.dropout:  # x dropped once, for the gates and every child's forget gate
+            body = td.AllOf(td.GetItem(0) >> td.Dropout(self.dropout), td.GetItem(1)) >> body
         in_type = TupleType(TensorType((input_size,)), SequenceType(state_type(hidden)))
         super().__init__([body], input_type=in_type, output_type=state_type(hidden),
                          name=name)
@@ -264,7 +324,8 @@ class ChildSumTreeLSTMCell(Block):
     def shared(self) -> ChildSumTreeLSTMCell:
         """Another cell block with the same weights (for a second place in a model)."""
         return ChildSumTreeLSTMCell(self.hidden, self.input_size, self.forget_bias,
-                                    name=self._name, _layers=(self.gates, self.forget))
+                                    name=self._name, _layers=(self.gates, self.forget),
+                                    dropout=self.dropout)
 
     @property
     def variables(self) -> list:
@@ -288,11 +349,21 @@ class ChildSumTreeLSTMCell(Block):
         return self._children[0]._eval(ctx, x)
 
 
-def child_sum_cell(hidden: int, input_size: int, name: str | None = None) -> ChildSumTreeLSTMCell:
-    """A child-sum TreeLSTM cell: `(x, [(h_1, c_1), ..., (h_K, c_K)]) -> (h, c)`, K >= 0."""
-    return ChildSumTreeLSTMCell(hidden, input_size, name=name)
+def child_sum_cell(hidden: int, input_size: int, name: str | None = None,
+                   dropout: float = 0.0, recurrent_dropout: float = 0.0
+                   ) -> ChildSumTreeLSTMCell:
+    """A child-sum TreeLSTM cell: `(x, [(h_1, c_1), ..., (h_K, c_K)]) -> (h, c)`, K >= 0
+    (dropouts: `ChildSumTreeLSTMCell`)."""
+    return ChildSumTreeLSTMCell(hidden, input_size, name=name, dropout=dropout,
+                                recurrent_dropout=recurrent_dropout)
 
 
 def _check_positive(arg: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{arg} must be a positive int, got {value!r}")
+
+
+def _check_rate(arg: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"{arg} must be a number in [0, 1), got {value!r}")
+    return float(value)

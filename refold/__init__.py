@@ -41,9 +41,10 @@ from refold.blocks import __all__ as _blocks_all  # noqa: E402
 from refold.compiler.compiler import Compiler  # noqa: E402
 from refold.compiler.model import Model  # noqa: E402  (registers "refold>Model" with Keras)
 from refold.compiler.saving import ModelFileError, load_model  # noqa: E402
+from refold.compiler.schedule_picture import describe_schedule, draw_schedule  # noqa: E402
 from refold.compiler.steps import NonFiniteLossError  # noqa: E402
 from refold.compiler.streaming import Lines  # noqa: E402
 from refold.version import __version__  # noqa: E402
 
 __all__ = [*_blocks_all, "Model", "Compiler", "load_model", "ModelFileError",
-           "NonFiniteLossError", "Lines", "__version__"]
+           "NonFiniteLossError", "Lines", "describe_schedule", "draw_schedule", "__version__"]

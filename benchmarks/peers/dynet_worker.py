@@ -1,6 +1,6 @@
 """DyNet's side of the peer benchmark: our own DyNet programs of the workloads.
 
-Runs under the DyNet venv (`bash /work/shared/peers/dynet_setup.sh`), one CPU thread,
+Runs under the DyNet venv (`bash benchmarks/peers/dynet_setup.sh`), one CPU thread,
 autobatching on (`--autobatch 1`, DyNet's agenda), by depth (2) or off (0). A timed
 pass is everything a DyNet training loop does for each minibatch of the data (build
 the graph in Python, forward, backward, SGD update), or for inference builds the
@@ -37,7 +37,7 @@ def _parser_package() -> None:
 
 _parser_package()
 
-# WORKLOADS.md; the same sizes as benchmarks/workloads.py and benchmarks/bilstm.py
+# the same sizes as benchmarks/workloads.py and benchmarks/bilstm.py
 TREE = dict(vocab=16_000, embed=300, hidden=150, classes=5)
 TAGGER = dict(vocab=16_000, embed=128, hidden=128, tags=50)
 # examples/tagger/char_tagger.py's model at the workload's sizes (benchmarks/peers/run.py);

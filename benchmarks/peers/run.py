@@ -33,7 +33,7 @@ import numpy as np
 
 from benchmarks.peers import protocol
 
-DYNET_SETUP = "bash /work/shared/peers/dynet_setup.sh"
+DYNET_SETUP = "bash benchmarks/peers/dynet_setup.sh"  # run from the repository's root
 DYNET_PYTHON = os.path.join(os.environ.get("PEERS_HOME", os.path.expanduser(
     "~/.cache/refold-peers")), "dynetvenv", "bin", "python")
 WORKLOADS = {"treelstm": ("sst-synth TreeLSTM, loss at the root (variant R)", "trees/s"),

@@ -37,13 +37,22 @@ DEFAULT_ENCODERS = ("tree_lstm", "tree_lstm_pos", "bag", "bilstm")
 
 
 def encoder_block(kind: str, vocab_size: int, num_classes: int, embed: int = 32,
-                  hidden: int = 64) -> td.Block:
-    """`example -> logits[num_classes]` for encoder `kind` (one of `ENCODERS`)."""
+                  hidden: int = 64, dropout: float = 0.0,
+                  recurrent_dropout: float = 0.0) -> td.Block:
+    """`example -> logits[num_classes]` for encoder `kind` (one of `ENCODERS`).
+
+    In training, `dropout` drops that fraction of each token's vector where an
+    encoder reads it (the cells' `dropout`; the bag's hidden layer's input) and of
+    the vector the logits read; `recurrent_dropout`, that of the TreeLSTM's candidate
+    update (Semeniuta et al. 2016) or the BiLSTM's state `h`.
+    """
     embedding = td.Embedding(vocab_size, embed, name="tokens")
     token = td.Scalar("int32") >> embedding
-    logits = td.FC(num_classes, activation=None, name="logits")
+    keep = 1.0 - dropout
+    logits = td.FC(num_classes, activation=None, name="logits", input_keep_prob=keep)
+    drops = {"dropout": dropout, "recurrent_dropout": recurrent_dropout}
     if kind == "tree_lstm":
-        cell = tree_lstm.ChildSumTreeLSTMCell(hidden, embed, name="child_sum")
+        cell = tree_lstm.ChildSumTreeLSTMCell(hidden, embed, name="child_sum", **drops)
         tree = encoders.tree_encoder(cell, td.GetItem("t") >> token, children="c")
         return td.GetItem("tree") >> tree >> td.GetItem(0) >> logits
     if kind == "tree_lstm_pos":
@@ -52,19 +61,21 @@ def encoder_block(kind: str, vocab_size: int, num_classes: int, embed: int = 32,
         node_input = (td.AllOf(td.GetItem("t") >> token,
                                td.GetItem("i") >> td.Scalar("int32") >> position)
                       >> td.Function(tf.add, name="token_and_position"))
-        cell = tree_lstm.ChildSumTreeLSTMCell(hidden, embed, name="child_sum")
+        cell = tree_lstm.ChildSumTreeLSTMCell(hidden, embed, name="child_sum", **drops)
         tree = encoders.tree_encoder(cell, node_input, children="c")
         return td.GetItem("tree") >> tree >> td.GetItem(0) >> logits
     if kind == "tree_lstm_mean":
-        cell = tree_lstm.ChildSumTreeLSTMCell(hidden, embed, name="child_sum")
+        cell = tree_lstm.ChildSumTreeLSTMCell(hidden, embed, name="child_sum", **drops)
         return (td.GetItem("tree") >> _tree_with_totals(cell, td.GetItem("t") >> token)
                 >> td.Slice(start=1) >> td.Function(_mean, name="mean_h") >> logits)
     tokens = td.GetItem("tokens") >> td.Map(token)
     if kind == "bag":
-        return tokens >> td.Mean() >> td.FC(hidden, name="hidden") >> logits
+        return tokens >> td.Mean() >> td.FC(hidden, name="hidden", input_keep_prob=keep) \
+            >> logits
     if kind == "bilstm":
-        both = encoders.sequence_encoder(rnn_cells.LSTMCell(hidden, embed, name="forward"),
-                                         rnn_cells.LSTMCell(hidden, embed, name="backward"))
+        both = encoders.sequence_encoder(
+            rnn_cells.LSTMCell(hidden, embed, name="forward", **drops),
+            rnn_cells.LSTMCell(hidden, embed, name="backward", **drops))
         return tokens >> both >> logits
     raise ValueError(f"encoder must be one of {ENCODERS}, got {kind!r}")
 

@@ -61,8 +61,8 @@ def word_vector(vocabulary_size: int, words: str = "char", char_embed: int = 20,
 
 def char_tagger_model(vocabulary_size: int, words: str = "char", char_embed: int = 20,
                       char_hidden: int = 64, hidden: int = 64, tags: str | None = "tags",
-                      num_tags: int = len(TAGS), characters: int = len(CHARACTERS)
-                      ) -> td.Block:
+                      num_tags: int = len(TAGS), characters: int = len(CHARACTERS),
+                      dropout: float = 0.0, recurrent_dropout: float = 0.0) -> td.Block:
     """`{"words": [...], "tags": [...]} -> [tag logits per word]`, with a loss and a hit
     at every word (no metrics if `tags` is None).
 
@@ -72,9 +72,13 @@ def char_tagger_model(vocabulary_size: int, words: str = "char", char_embed: int
         tags: the key of the tag ids, or None for a model that only predicts.
         num_tags: the number of tags (this language's by default; a treebank's from
             its `Vocabulary`).
+        dropout, recurrent_dropout: the word-level LSTMs' (`rnn_cells.LSTMCell`): the
+            fraction of each word vector and of each state `h` dropped in training.
     """
     vectors = td.GetItem("words") >> td.Map(
         word_vector(vocabulary_size, words, char_embed, char_hidden, characters))
-    encoder = vectors >> encoders.bidirectional(rnn_cells.LSTMCell(hidden, name="forward"),
-                                                rnn_cells.LSTMCell(hidden, name="backward"))
+    cells = [rnn_cells.LSTMCell(hidden, name=name, dropout=dropout,
+                                recurrent_dropout=recurrent_dropout)
+             for name in ("forward", "backward")]
+    encoder = vectors >> encoders.bidirectional(*cells)
     return heads.tagger(encoder, num_tags, tags=tags)

@@ -94,6 +94,13 @@ def test_engine_memory_expansion_and_plan_sections(capsys):
     assert len(_table(printed, "| scheduler | B | plan ms")) == 2
 
 
+def test_engine_cache_section_times_a_hit_against_expansion(capsys):
+    out = engine.section_cache(n_trees=8, rounds=1)
+    assert sorted(out) == ["cache hit", "expansion", "ratio"] and all(map(_rate, out.values()))
+    assert out["ratio"] == out["cache hit"] / out["expansion"]
+    assert len(_table(capsys.readouterr().out, "| per sst-synth tree | µs |")) == 3
+
+
 def test_fit_against_the_bare_engine():
     out = fit.main(["--trees", "8", "--batch", "4", "--rounds", "1"])
     rates = ["engine", "fit", "ratio", "stream", "stream_ratio", "workers", "workers_ratio"]
@@ -283,3 +290,17 @@ def test_breakdown_profiles_whole_calls_of_both_workloads(capsys):
     assert [r.split(" | ")[:2] for r in rows] == [
         ["| treelstm", "fit"], ["| treelstm", "predict"], ["| bilstm", "fit"],
         ["| bilstm", "predict"]]
+
+
+def test_dropout_compares_a_checkout_with_itself_and_the_cost_of_dropout(capsys):
+    # an A/A run against this very checkout (two worker processes), tiny calls
+    from benchmarks import dropout
+    out = dropout.main(["--base", dropout.HERE, "--batch-sizes", "2", "--items", "2",
+                        "--rounds", "1"])
+    assert sorted(out["base"]) == ["TreeLSTM 2", "tagger 2"]
+    assert all(_rate(v["this"]) and _rate(v["base"]) for v in out["base"].values())
+    assert sorted(out["cost"]) == [f"{w} 2 {c}" for w in ("TreeLSTM", "tagger")
+                                   for c in ("fit", "predict")]
+    text = capsys.readouterr().out
+    assert len(_table(text, "| workload | B | this | base |")) == 2
+    assert len(_table(text, "| workload | B | call | without | with |")) == 4

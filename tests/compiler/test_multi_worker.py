@@ -81,8 +81,10 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def run_workers(out: str, stop_after: int = 0, n: int = 2) -> list[int]:
-    """Runs `n` workers to the end (or `TIMEOUT`); their exit codes."""
+def run_workers(out: str, stop_after: int = 0, n: int = 2, script: str = WORKER) -> list[int]:
+    """Runs `n` workers of `script` (arguments: `out`, `stop_after`) to the end (or
+    `TIMEOUT`, when every worker is killed: a hang fails the test, never stalls it);
+    their exit codes: 3 when `stop_after` asks them to stop, else 0."""
     cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(n)]}
     procs, logs = [], []
     for i in range(n):
@@ -91,7 +93,7 @@ def run_workers(out: str, stop_after: int = 0, n: int = 2) -> list[int]:
                                          "task": {"type": "worker", "index": i}}))
         log = open(os.path.join(out, f"log{i}-{stop_after}.txt"), "w")
         logs.append(log)
-        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, out, str(stop_after)],
+        procs.append(subprocess.Popen([sys.executable, "-c", script, out, str(stop_after)],
                                       cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
     deadline = time.monotonic() + TIMEOUT
     try:

@@ -12,6 +12,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from refold.compiler import Compiler
 from refold.examples.function_names import __main__ as names_main
@@ -178,6 +179,33 @@ def test_batched_encoders_equal_the_reference_evaluator(kind):
     for scheduler in schedulers:
         got = Compiler(block, scheduler=scheduler).run(xs)
         np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["tree_lstm", "tree_lstm_pos", "bag", "bilstm"])
+def test_encoders_with_dropout_train_as_the_reference_evaluator_does(kind):
+    from refold.blocks.training import training_mode
+    task, xs = _tiny_examples()
+    block = encoder_block(kind, len(task.vocabulary), 2, embed=4, hidden=5, dropout=0.4,
+                          recurrent_dropout=0.3)
+    c = Compiler(block)
+    plan = c.plan(xs)
+    with training_mode(True, (3, 1, 0)):
+        outs = c.executor.compute({k: tf.constant(v) for k, v in plan.feed.arrays.items()})
+    got = np.stack(c.results(plan, [o.numpy() for o in outs]))
+    want = np.stack([block.eval(x, training=True, seed=(3, 1, 0), example=i)
+                     for i, x in enumerate(xs)])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(got, np.stack([block.eval(x) for x in xs]))
+
+
+def test_the_tree_lstms_drop_their_inputs_by_default_and_the_others_do_not():
+    task, _ = _tiny_examples()
+    args = names_main.parse_args(["--embed", "4", "--hidden", "5"])
+    for kind in ENCODERS:
+        random = Compiler(names_main.encoder_for(kind, task, args)).program.key_type
+        assert (random is not None) == kind.startswith("tree_lstm"), kind
+    args = names_main.parse_args(["--dropout", "0"])
+    assert Compiler(names_main.encoder_for("tree_lstm", task, args)).program.key_type is None
 
 
 def test_the_tree_lstm_sees_structure_the_bag_does_not():

@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from refold.examples import treebanks
 from refold.examples.parser.treebank import Sentence
@@ -167,6 +168,31 @@ def test_the_batched_treebank_taggers_equal_the_reference(words, scheduler):
     assert 0 in spelled and max(spelled) > 26
     check_case_batch(Case(f"turkish_{words}_tagger", block, None, heads.variables(block)),
                      scheduler, sentences)
+
+
+@pytest.mark.parametrize("words", ["lookup", "char"])
+def test_the_treebank_taggers_with_dropout_train_as_the_reference_does(words):
+    from refold.blocks.training import training_mode
+    from refold.compiler import Compiler
+    from refold.examples.parser import turkish
+    train, test = turkish.load("web")
+    vocab = treebank.vocabulary(train[:300], test)
+    block = char_tagger_model(len(vocab), words, char_embed=3, char_hidden=2, hidden=3,
+                              num_tags=len(vocab.tags), characters=len(vocab.characters),
+                              dropout=0.5, recurrent_dropout=0.3)
+    sentences = [vocab.encode(s.words, s.tags) for s in test if len(s) <= 6][:3]
+    c = Compiler(block)
+    plan = c.plan(sentences)
+    with training_mode(True, (0, 4, 0)):
+        outs = c.executor.compute({k: tf.constant(v) for k, v in plan.feed.arrays.items()})
+    got = c.results(plan, [o.numpy() for o in outs])
+    for i, x in enumerate(sentences):
+        want = block.eval(x, training=True, seed=(0, 4, 0), example=i)
+        np.testing.assert_allclose(np.stack(got[i][0]), np.stack(want[0]), atol=1e-5)
+        np.testing.assert_allclose(got[i][1]["loss"], want[1]["loss"], atol=1e-5)
+    args = treebank.parse_args(["--data", "turkish-web"])
+    assert (args.dropout, args.recurrent_dropout) == (treebank.DROPOUT,
+                                                      treebank.RECURRENT_DROPOUT)
 
 
 # --- whole runs -----------------------------------------------------------------------

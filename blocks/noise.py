@@ -1,0 +1,316 @@
+"""Randomness per node: dropout and noise that batched training reproduces exactly.
+
+A random op (`Op(random=True)`: `td.Dropout`, `td.FC` with keep probabilities,
+the zoo's cells with dropout, a Keras noise layer in `td.Function`, or
+`td.Function(fn, random=True)`) gets, for each node, a key `(example, node)`: the
+example's index in its batch and the node's number among that example's random
+nodes, counted in evaluation order. The reference evaluator and the batching
+engine count alike, so a node has the same key in `block.eval(x, example=i)` as
+in a batch where `x` is the i-th input. Every draw is a function of the step's
+seed (`blocks.training`), the node's key, the draw's number within the op's call
+and the element's index: a counter-based hash (TensorFlow's stateless random
+ops take one seed per call, and a launch holds many nodes), integer arithmetic
+only, so the engine's loop, its replayed backward pass and XLA draw the same bits
+the reference evaluator does, with no state and nothing to carry between
+iterations. Two nodes of one launch never share a mask; an op run again (the
+engine's replayed backward pass) draws the same one.
+
+In inference (`evaluate`, `predict`, `Compiler.run`, `block.eval` by default)
+every draw is skipped: `dropout` returns its input.
+
+Functions of one's own draw with `dropout`, `uniform` and `normal` inside a
+`td.Function(fn, random=True)`:
+
+>>> import tensorflow as tf
+>>> import refold as td
+>>> from refold.blocks.training import current
+>>> def noisy(x):
+...     return x + 0.1 * normal(x.shape[1:]) if current().training else x
+>>> block = td.Vector(3) >> td.Function(noisy, random=True)
+>>> block.eval([1.0, 2.0, 3.0]).tolist()          # inference: no noise
+[1.0, 2.0, 3.0]
+>>> a = block.eval([1.0, 2.0, 3.0], training=True, seed=7)
+>>> b = block.eval([1.0, 2.0, 3.0], training=True, seed=7)
+>>> bool((a == b).all()), bool((a != [1.0, 2.0, 3.0]).all())
+(True, True)
+>>> drop = td.Map(td.Vector(4) >> td.Dropout(0.5))
+>>> [m.tolist() for m in drop.eval([[1.0] * 4] * 2, training=True, seed=2)]   # two nodes
+[[2.0, 0.0, 2.0, 0.0], [0.0, 0.0, 0.0, 2.0]]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from refold.blocks.tensors import Function
+from refold.blocks.training import current
+from refold.blocks.types import TensorType
+
+_call = threading.local()  # .keys: the current random op call's keys; .draws: drawn so far
+
+_M1, _M2 = 0x7FEB352D, 0x846CA68B  # the "lowbias32" integer hash (C. Wellons)
+_SALT = 0x9E3779B9
+
+
+@contextlib.contextmanager
+def node_keys(keys):
+    """Draws made inside are keyed by `keys` (`[n, 2]` int32, one row per node of the
+    call; the evaluators pass each random op's keys here). Draws are numbered from 0
+    in every call, so an op called again draws the same numbers."""
+    before = getattr(_call, "state", None)
+    _call.state = [keys, 0]
+    try:
+        yield
+    finally:
+        _call.state = before
+
+
+def _next_draw(what: str):
+    state = getattr(_call, "state", None)
+    if state is None:
+        raise RuntimeError(
+            f"{what} was called in training outside a random op: a function that draws "
+            "random numbers must say so, td.Function(fn, random=True) (or a layer's "
+            "`random` attribute), so that each of its nodes gets a key")
+    state[1] += 1
+    return state[0], state[1] - 1
+
+
+def _tf():
+    import tensorflow as tf
+    return tf
+
+
+def _u32(x):
+    tf = _tf()
+    x = tf.convert_to_tensor(x)
+    if x.dtype == tf.uint32:
+        return x
+    return tf.bitcast(tf.cast(x, tf.int32), tf.uint32)
+
+
+def _mix(h):
+    """A bijective avalanche hash of uint32 tensors, elementwise."""
+    tf = _tf()
+    xor, shift = tf.bitwise.bitwise_xor, tf.bitwise.right_shift
+    h = xor(h, shift(h, tf.constant(16, tf.uint32))) * tf.constant(_M1, tf.uint32)
+    h = xor(h, shift(h, tf.constant(15, tf.uint32))) * tf.constant(_M2, tf.uint32)
+    return xor(h, shift(h, tf.constant(16, tf.uint32)))
+
+
+def _seed_hash(seed, draw: int):
+    """A uint32 scalar from the step's seed and the draw's number."""
+    tf = _tf()
+    if seed is None:
+        raise RuntimeError("a random draw in training needs the step's seed: "
+                           "training_mode(True, seed=...) (Model.fit gives one)")
+    s = tf.reshape(_u32(seed), [-1])
+    if s.shape[0] is None:
+        raise ValueError("the step's seed must have a static length")
+    h = _mix(tf.constant((draw * _SALT + 1) & 0xFFFFFFFF, tf.uint32))
+    for i in range(s.shape[0]):
+        h = _mix(tf.bitwise.bitwise_xor(h, s[i]))
+    return h
+
+
+def random_bits(shape: Sequence[int], what: str = "random_bits"):
+    """uint32 `[n, *shape]`: per node of the current random op's call (n nodes), its
+    own bits, a function of (seed, node key, draw number, element index) only."""
+    tf = _tf()
+    mode = current()
+    keys, draw = _next_draw(what)
+    shape = [int(d) for d in shape]
+    size = math.prod(shape)
+    keys = _u32(keys)
+    row = _mix(tf.bitwise.bitwise_xor(_seed_hash(mode.seed, draw), keys[:, 0]))
+    row = _mix(tf.bitwise.bitwise_xor(row, keys[:, 1]))[:, None]
+    element = _mix(tf.bitwise.bitwise_xor(_u32(tf.range(size)), tf.constant(_SALT, tf.uint32)))
+    bits = _mix(_mix(tf.bitwise.bitwise_xor(row, element[None])) + row)
+    return tf.reshape(bits, [-1, *shape])
+
+
+def _unit(bits, open_low: bool = False):
+    """float32 in [0, 1) (or (0, 1] with `open_low`) from the top 24 bits."""
+    tf = _tf()
+    top = tf.cast(tf.bitwise.right_shift(bits, tf.constant(8, tf.uint32)), tf.float32)
+    return (top + (1.0 if open_low else 0.0)) * (2.0 ** -24)
+
+
+def uniform(shape: Sequence[int] = ()):
+    """float32 `[n, *shape]`, uniform in [0, 1), per node of the current random op
+    (in training only: call it where `blocks.training.current().training` holds)."""
+    return _unit(random_bits(shape, "uniform"))
+
+
+def normal(shape: Sequence[int] = ()):
+    """float32 `[n, *shape]`, standard normal (Box-Muller), per node of the current
+    random op (in training only, as `uniform`)."""
+    tf = _tf()
+    shape = [int(d) for d in shape]
+    bits = random_bits([2, *shape], "normal")
+    radius = tf.sqrt(-2.0 * tf.math.log(_unit(bits[:, 0], open_low=True)))
+    return radius * tf.cos((2.0 * math.pi) * _unit(bits[:, 1]))
+
+
+def keep_mask(shape: Sequence[int], rate: float, dtype="float32"):
+    """`[n, *shape]` of 0 (dropped, with probability `rate`) and `1 / (1 - rate)`."""
+    tf = _tf()
+    threshold = min(int(round(rate * 2 ** 24)), 2 ** 24)
+    top = tf.bitwise.right_shift(random_bits(shape, "dropout"), tf.constant(8, tf.uint32))
+    keep = top >= tf.constant(threshold, tf.uint32)
+    return tf.cast(keep, dtype) * tf.cast(1.0 / (1.0 - rate), dtype)
+
+
+def dropout(x, rate: float, noise_shape: Sequence[int | None] | None = None):
+    """`x` (`[n, ...]`, one row per node) with each element zeroed with probability
+    `rate` and the others scaled by `1 / (1 - rate)`, in training; `x` in inference.
+
+    Args:
+        x: a float tensor whose rows are the current random op's nodes.
+        rate: the fraction dropped, in [0, 1).
+        noise_shape: per row, the mask's shape (1 where one draw covers a whole
+            axis, None for the row's own size); the row's shape by default.
+    """
+    _check_rate(rate, "dropout")
+    if rate == 0 or not current().training:
+        return x
+    tf = _tf()
+    x = tf.convert_to_tensor(x)
+    row = list(x.shape[1:])
+    shape = row if noise_shape is None else [r if d is None else d
+                                             for d, r in zip(noise_shape, row)]
+    return x * keep_mask(shape, rate, x.dtype)
+
+
+def _check_rate(rate: Any, what: str) -> None:
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+        raise ValueError(f"{what}: rate must be a number in [0, 1), got {rate!r}")
+
+
+# --- Keras' noise layers, drawn per node --------------------------------------------------
+
+def _keras_noise_classes() -> tuple:
+    import keras
+    layers = keras.layers
+    return (layers.Dropout, layers.GaussianNoise, layers.GaussianDropout, layers.AlphaDropout)
+
+
+def is_keras_noise(layer: Any) -> bool:
+    """Whether `layer` is one of Keras' noise layers (`Dropout` and its spatial
+    forms, `GaussianNoise`, `GaussianDropout`, `AlphaDropout`), which a `Function`
+    or `ScopedLayer` wrapping it draws per node (`keras_noise`) instead of letting
+    the layer draw for the whole launch."""
+    from refold.blocks.layers import is_keras_layer
+    return is_keras_layer(layer) and isinstance(layer, _keras_noise_classes())
+
+
+def draws_noise(layer: Any) -> bool:
+    """Whether a Keras noise layer draws anything (a rate or deviation above 0)."""
+    return getattr(layer, "rate", getattr(layer, "stddev", 0)) > 0
+
+
+def keras_noise(layer: Any, x):
+    """What Keras noise layer `layer` computes on `x`, with the draws per node (in
+    training; `x` in inference). The layer's own seed is not used: the step's is."""
+    import keras
+    tf = _tf()
+    if not current().training or not draws_noise(layer):
+        return x
+    x = tf.convert_to_tensor(x)
+    row = list(x.shape[1:])
+    if isinstance(layer, keras.layers.GaussianNoise):
+        return x + tf.cast(layer.stddev * normal(row), x.dtype)
+    rate = float(layer.rate)
+    if isinstance(layer, keras.layers.GaussianDropout):
+        return x * tf.cast(1.0 + math.sqrt(rate / (1.0 - rate)) * normal(row), x.dtype)
+    shape = _row_noise_shape(layer, row)
+    if isinstance(layer, keras.layers.AlphaDropout):
+        alpha_p = -1.6732632423543772 * 1.0507009873554805
+        keep = tf.cast(keep_mask(shape, rate) > 0, x.dtype)
+        a = ((1 - rate) * (1 + rate * alpha_p ** 2)) ** -0.5
+        b = -a * alpha_p * rate
+        return a * (x * keep + alpha_p * (1 - keep)) + b
+    return x * keep_mask(shape, rate, x.dtype)
+
+
+def _row_noise_shape(layer, row: list) -> list:
+    """Per row, the shape of a Keras dropout layer's mask (spatial forms: one draw
+    per feature map)."""
+    import keras
+    spatial = {keras.layers.SpatialDropout1D: 1, keras.layers.SpatialDropout2D: 2,
+               keras.layers.SpatialDropout3D: 3}
+    for cls, n in spatial.items():
+        if isinstance(layer, cls):
+            if getattr(layer, "data_format", "channels_last") == "channels_first":
+                return [row[0]] + [1] * n
+            return [1] * n + [row[-1]]
+    noise_shape = getattr(layer, "noise_shape", None)
+    if noise_shape is None:
+        return row
+    return [r if d is None else int(d) for d, r in zip(list(noise_shape)[1:], row)]
+
+
+# --- the block ------------------------------------------------------------------------------
+
+class Dropout(Function):
+    """Dropout, per node: in training each element of the input is zeroed with
+    probability `rate` and the others are scaled by `1 / (1 - rate)`; in
+    inference the input passes unchanged.
+
+    Every node draws its own mask (see the module docstring), so `block.eval` with
+    the same seed and example index computes what batched training does.
+    `td.Function(keras.layers.Dropout(rate))` computes the same.
+
+    Args:
+        rate: the fraction of the input's elements dropped, in [0, 1) (Keras'
+            convention: `1 - keep_prob`).
+        noise_shape: per input row, the mask's shape (1 where one draw covers a
+            whole axis, None for the row's own size); the row's shape by default.
+        name: a name for the block.
+
+    >>> import refold as td
+    >>> block = td.Vector(4) >> td.Dropout(0.5)
+    >>> block.eval([1.0, 2.0, 3.0, 4.0]).tolist()      # inference
+    [1.0, 2.0, 3.0, 4.0]
+    >>> block.eval([1.0, 2.0, 3.0, 4.0], training=True, seed=2).tolist()
+    [2.0, 0.0, 6.0, 0.0]
+    """
+
+    def __init__(self, rate: float, noise_shape: Sequence[int | None] | None = None,
+                 name: str | None = None):
+        _check_rate(rate, "Dropout")
+        self._rate = float(rate)
+        self._noise_shape = None if noise_shape is None else tuple(noise_shape)
+
+        def drop(x):
+            return dropout(x, self._rate, self._noise_shape)
+
+        drop.__name__ = "dropout"
+        super().__init__(drop, name=name, infer_output_type=False, handles_empty=True,
+                         random=self._rate > 0)
+
+    @property
+    def rate(self) -> float:
+        return self._rate
+
+    def _repr_args(self):
+        return {"rate": self._rate}
+
+    def _infer(self):
+        t = self.input_type if self.input_type is not None else self.output_type
+        if t is not None:
+            if not isinstance(t, TensorType) or not t.dtype.startswith(("float", "bfloat")):
+                raise TypeError(f"{self.path}: Dropout takes a float tensor, got {t}")
+            if self._noise_shape is not None and len(self._noise_shape) != t.ndim:
+                raise TypeError(f"{self.path}: noise_shape {self._noise_shape} has "
+                                f"{len(self._noise_shape)} axes, the input {t} has {t.ndim}")
+            self.set_input_type(t)
+            self.set_output_type(t)
+
+
+__all__ = ["Dropout", "dropout", "uniform", "normal", "keep_mask", "random_bits",
+           "node_keys", "is_keras_noise", "keras_noise"]

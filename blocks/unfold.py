@@ -156,37 +156,47 @@ class Unfold(Block):
                             "(state type, PyObjectType()) with the configuration second")
 
     def _evaluate(self, ctx, x):
-        if self.lookahead > 1 and self.reads_values and hasattr(ctx, "rewind"):
-            return self._evaluate_ahead(ctx, x)
-        state, config = x
-        step = self._children[0]
-        out_type = step.output_type[1]
-        outputs = []
-        while len(outputs) < self.max_steps and not self._is_done(config):
-            step_config = None if self.lookahead > 1 else config
-            state, out = step._eval(ctx, (state, step_config))
-            outputs.append(out)
-            values = ctx.read(out_type, out) if self.reads_values else None
-            config = self._decide(config, values)
-        return outputs, state, config
+        if self.reads_values and hasattr(ctx, "walk") and self._walkable():
+            # the batching context drives the walk across its rounds
+            return ctx.walk(self._walk(ctx, x))
+        walk = self._walk(ctx, x)
+        try:
+            request = next(walk)
+            while True:
+                request = walk.send(ctx.read(*request))
+        except StopIteration as finished:
+            return finished.value
 
-    def _evaluate_ahead(self, ctx, x):
-        """`_evaluate` with up to `lookahead` steps built before one `ctx.read` of
-        them all; the steps after the last one taken are rewound (`ctx.mark`)."""
+    def _walk(self, ctx, x):
+        """The loop, as a generator: it yields each `(value type, value)` whose values
+        `decide` needs and is sent them back (one read per step, or per `lookahead`
+        steps), and returns `(outputs, state, config)`. Whoever drives it reads the
+        values: `_evaluate` through `ctx.read`, a batching context through its rounds
+        (`ctx.walk`). Steps after the one where the walk ends are rewound
+        (`ctx.mark`, `ctx.rewind`)."""
         state, config = x
         step = self._children[0]
         out_type = step.output_type[1]
+        ahead = self.lookahead if self.reads_values and hasattr(ctx, "rewind") else 1
         outputs = []
         finished = len(outputs) >= self.max_steps or self._is_done(config)
         while not finished:
-            k = min(self.lookahead, self.max_steps - len(outputs))
-            ahead = []  # (state, out, the context's mark after the step)
+            if ahead == 1:
+                step_config = None if self.lookahead > 1 else config
+                state, out = step._eval(ctx, (state, step_config))
+                outputs.append(out)
+                values = (yield out_type, out) if self.reads_values else None
+                config = self._decide(config, values)
+                finished = len(outputs) >= self.max_steps or self._is_done(config)
+                continue
+            k = min(ahead, self.max_steps - len(outputs))
+            steps = []  # (state, out, the context's mark after the step)
             s = state
             for _ in range(k):
                 s, out = step._eval(ctx, (s, None))
-                ahead.append((s, out, ctx.mark()))
-            values = ctx.read(TupleType(*[out_type] * k), tuple(o for _, o, _ in ahead))
-            for (s, out, mark), v in zip(ahead, values):
+                steps.append((s, out, ctx.mark()))
+            values = yield TupleType(*[out_type] * k), tuple(o for _, o, _ in steps)
+            for (s, out, mark), v in zip(steps, values):
                 state = s
                 outputs.append(out)
                 config = self._decide(config, v)
@@ -195,6 +205,15 @@ class Unfold(Block):
                     ctx.rewind(mark)
                     break
         return outputs, state, config
+
+    def _walkable(self) -> bool:
+        """Whether a batching context may drive this walk from outside the example's
+        evaluation: not if its step holds another block that reads values (that one
+        needs the example's own evaluation to wait for its rounds)."""
+        known = self.__dict__.get("_walkable_cache")
+        if known is None:
+            known = self._walkable_cache = not _reads_values_inside(self._children[0])
+        return known
 
     def _is_done(self, config) -> bool:
         if self._done is None:
@@ -205,6 +224,24 @@ class Unfold(Block):
         except Exception:
             raise bad_input(self, f"done(config) returned {verdict!r:.60}, which is "
                                   "not a truth value") from None
+
+
+def _reads_values_inside(block: Block) -> bool:
+    """Whether `block` or a block inside it (through forward declarations too) is a
+    value-reading `Unfold`."""
+    seen: set[int] = set()
+    todo = [block]
+    while todo:
+        b = todo.pop()
+        if id(b) in seen:
+            continue
+        seen.add(id(b))
+        if isinstance(b, Unfold) and b.reads_values:
+            return True
+        todo.extend(b.children)
+        if b.is_forward_declaration_ref() and b.declaration.target is not None:
+            todo.append(b.declaration.target)
+    return False
 
 
 def _known(a, b):

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import operator
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -30,6 +29,7 @@ from refold.compiler.executor_choice import InferenceExecutorChoice
 from refold.compiler.expansion import BatchGraph, ExampleGraph, expand_all, expand_batch
 from refold.compiler.expansion_cache import ExpansionCache
 from refold.compiler.lowering import Program, lower
+from refold.compiler.round_engines import RoundEngines
 from refold.compiler.rounds import expand_in_rounds
 from refold.scheduler.executor import Executor
 from refold.scheduler.graph import OpGraph
@@ -100,6 +100,8 @@ class Compiler:
         # which TensorFlow executor runs a batch of `run` and of Model's inference
         self.inference_executor = InferenceExecutorChoice(self.executor)
         self.last_rounds = 0  # engine calls the last expansion in rounds made
+        # executors of the parts of the program that rounds run
+        self.round_engines = RoundEngines(self) if self.program.reads_values else None
         self.workers = workers
         self._pool = None
         self._stream_workers = None
@@ -185,19 +187,28 @@ class Compiler:
                 start + (positions[idx] if positions is not None else idx)) from e.__cause__
 
     def _expand_in_rounds(self, inputs: list) -> list[ExampleGraph]:
-        graphs, _, self.last_rounds = expand_in_rounds(self.program, inputs,
-                                                       self._run_graphs)
-        return graphs
+        driver = expand_in_rounds(self.program, inputs, self._run_round)
+        self.last_rounds = driver.rounds
+        return driver.example_graphs()
 
-    def _run_graphs(self, graphs: list[OpGraph], reads: list) -> list[list[np.ndarray]]:
-        """Runs op graphs as one batch (forward only); per graph, the values of its
-        value ids `reads` (a round of `compiler.rounds`)."""
-        self.planner.check(OpGraph.concatenate(graphs))
-        records = [plan_record(g, r, [], []) for g, r in zip(graphs, reads)]
-        plan = self.planner.plan(records, [g.constants for g in graphs])
+    def _batch_in_rounds(self, inputs: list) -> BatchGraph:
+        """The batch expanded in rounds, as one graph (what a training step plans)."""
+        driver = expand_in_rounds(self.program, inputs, self._run_round)
+        self.last_rounds = driver.rounds
+        return driver.batch_graph()
+
+    def _run_round(self, graph: OpGraph, reads: np.ndarray) -> tuple:
+        """Runs an op graph forward (a round of `compiler.rounds`): `(outputs per value
+        type, read_type, read_pos)`, value `reads[i]` being row `read_pos[i]` of
+        `outputs[read_type[i]]`. A round of some of the ops runs on an executor of
+        those (`compiler.round_engines`)."""
+        part = self.round_engines.part_for(graph)
+        if part is not None:
+            return part.run(graph, reads)
+        self.planner.check(graph)
+        plan = self.planner.plan([plan_record(graph, reads, [], [])], [graph.constants])
         outputs = [o.numpy() for o in self._compute(plan.feed.arrays)]
-        rows = iter(zip(plan.read_type.tolist(), plan.read_pos.tolist()))
-        return [[outputs[k][p] for k, p in itertools.islice(rows, len(r))] for r in reads]
+        return outputs, plan.read_type, plan.read_pos
 
     def plan_batches(self, batches: Iterable[Sequence[Any]], grouped: bool = False,
                      ahead: int = 0):
@@ -256,9 +267,12 @@ class Compiler:
         `grouped=True` all examples' results first, then the values of each
         metric in turn (see `BatchPlan.metric_bounds`), as training wants them.
         Without a cache, a grouped batch is expanded as one graph (`plan_batch`),
-        unless the worker processes expand it.
+        unless the worker processes expand it; a block that reads computed values
+        (`Unfold`) always expands a grouped batch as one graph, in rounds.
         """
         inputs = _as_list(inputs)
+        if grouped and self.program.reads_values and inputs:
+            return self.plan_batch(self._batch_in_rounds(inputs))
         if grouped and self.expands_batches and inputs and not (
                 self.workers and len(inputs) >= self.min_parallel_batch):
             return self.plan_batch(expand_batch(self.program, inputs))
@@ -356,13 +370,15 @@ class Compiler:
         rounds (`compiler.rounds`), which compute every node once, forward only."""
         from refold.blocks.errors import InputError
         try:
-            graphs, contexts, self.last_rounds = expand_in_rounds(
-                self.program, inputs, self._run_graphs, finish=True)
+            driver = expand_in_rounds(self.program, inputs, self._run_round, finish=True)
         except InputError:
             raise
         except Exception as e:
             raise _blame(self.program.root, inputs, e) from e
-        return [self._result(g, ctx.value_of, tolist) for g, ctx in zip(graphs, contexts)]
+        self.last_rounds = driver.rounds
+        value_of = driver.shared.value_of
+        return [self._result(ExampleGraph(None, result, ctx.metrics), value_of, tolist)
+                for result, ctx in zip(driver.results, driver.contexts)]
 
     def _result(self, example: ExampleGraph, value_of, tolist: bool) -> Any:
         """One input's result (as `block.eval` returns it), `value_of(value id)` giving

@@ -1,4 +1,5 @@
-"""The core library needs TensorFlow, NumPy and Numba only; the examples' tools are extras."""
+"""The core library needs TensorFlow, Keras, NumPy, Numba and greenlet only; the examples'
+tools are extras."""
 
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ def project(table: str = "project") -> dict:
         return tomllib.load(f)[table]
 
 
-def test_the_core_dependencies_are_tensorflow_keras_numpy_and_numba():
+def test_the_core_dependencies_are_tensorflow_keras_numpy_numba_and_greenlet():
+    # greenlet: an example paused between rounds of an Unfold (compiler.rounds)
     names = [d.split(">")[0].split("=")[0].strip() for d in project()["dependencies"]]
-    assert sorted(names) == ["keras", "numba", "numpy", "tensorflow"]
+    assert sorted(names) == ["greenlet", "keras", "numba", "numpy", "tensorflow"]
 
 
 def test_plotting_and_tensorboard_are_the_examples_extra_and_the_tests_pull_it_in():

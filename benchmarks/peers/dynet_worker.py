@@ -18,10 +18,24 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import protocol  # noqa: E402  (standard library only)
 
-# the repository's root: the parser's transition system (examples.parser.transitions,
-# standard library only) for greedy parsing
-sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__)))))
+# The parser's transition system and dynamic oracle (examples/parser/transitions.py,
+# dynamic_oracle.py, treebank.py: standard library only) from the repository, imported
+# as `refold.examples.parser.*` without running `refold/__init__.py`, which imports the
+# whole library (TensorFlow, Numba) that DyNet's interpreter does not have.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _parser_package() -> None:
+    import types
+    for name, folder in (("refold", "refold"), ("refold.examples", "examples"),
+                         ("refold.examples.parser", os.path.join("examples", "parser"))):
+        if name not in sys.modules:
+            package = types.ModuleType(name)
+            package.__path__ = [os.path.join(_ROOT, folder)]
+            sys.modules[name] = package
+
+
+_parser_package()
 
 # the same sizes as benchmarks/workloads.py and benchmarks/bilstm.py
 TREE = dict(vocab=16_000, embed=300, hidden=150, classes=5)

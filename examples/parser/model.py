@@ -27,13 +27,13 @@ oracle speak labels), and a label never competes with SHIFT for probability. An 
 without labels (`training_input`) trains the transitions alone.
 
 Parsing (`ParserModel.parse`) is greedy and runs through Python: one engine call
-encodes all sentences (`Compiler.run` of the encoder), then each round gathers the
-features of the current configuration of every unfinished sentence into one matrix,
-calls the trained MLP's layers on it once (`ParserModel.score`: a fixed-shape batch,
-so the layers are called directly rather than expanding every configuration through
-the engine), and applies each sentence's best legal transition. A sentence of n words
-is done after 2n rounds. `parse_labelled` also labels each arc with its direction's
-best label.
+encodes all sentences (`Compiler.run` of the encoder), then each round scores the
+current configuration of every unfinished sentence with the MLP's weights as arrays
+and applies each sentence's best legal transition (`examples.parser.greedy`: a
+round's arithmetic is far below the cost of a TensorFlow call, so the rounds run in
+NumPy, on all configurations at once). A sentence of n words is done after 2n
+rounds. `parse_labelled` also labels each arc with its direction's best label;
+`ParserModel.score` scores given configurations with the layers themselves.
 
 >>> import numpy as np
 >>> from refold.examples.parser.treebank import Sentence
@@ -68,13 +68,13 @@ import keras
 import numpy as np
 
 import refold as td
+from refold.examples.parser import greedy
 from refold.examples.parser.transitions import (
     LEFT,
     RIGHT,
     SHIFT,
     STACK_FEATURES,
     TRANSITIONS,
-    Configuration,
     labelled_oracle,
     oracle,
 )
@@ -200,14 +200,16 @@ class ParserModel:
     def _mlp(self, features: td.Block) -> td.Block:
         return td.Pipe(features, td.Concat(), self.hidden_layer)
 
-    def _encoder(self) -> td.Block:
+    def _encoder(self, keyed: bool = True) -> td.Block:
+        """`{"tokens"} -> encodings` (`keyed`) or `tokens -> encodings`."""
         word = td.Scalar("int32") >> self.word_embedding
         if self.tag_embedding is not None:
             tag = td.Scalar("int32") >> self.tag_embedding
             token = td.Record((word, tag)) >> td.Concat()
         else:
             token = td.GetItem(0) >> word
-        return td.GetItem("tokens") >> td.Map(token) >> encoders.bidirectional(*self.cells)
+        encode = td.Map(token) >> encoders.bidirectional(*self.cells)
+        return td.GetItem("tokens") >> encode if keyed else encode
 
     def _configurations_block(self, loss: bool) -> td.Block:
         # the configurations stay Python objects: Zip pairs each with the encodings
@@ -308,46 +310,53 @@ class ParserModel:
         """`(heads, relations)` of each sentence: `parse`'s heads, each arc labelled
         with the best label for its direction (None if the vocabulary has no labels)."""
         tokens = [self.vocab.tokens(s) for s in sentences]
-        return [(c.heads, c.relations) for c in self._configurations(tokens, batch_size)]
+        return self._parses(tokens, batch_size, labels=True)
 
     def parse_tokens(self, tokens: Sequence[list], batch_size: int = 256) -> list[list[int]]:
         """`parse` of sentences given as their `Vocabulary.tokens`, `batch_size` sentences
         at a time."""
-        return [c.heads for c in self._configurations(tokens, batch_size, labels=False)]
+        return [heads for heads, _ in self._parses(tokens, batch_size, labels=False)]
 
-    def _configurations(self, tokens: Sequence[list], batch_size: int, labels: bool = True
-                        ) -> list[Configuration]:
-        out: list[Configuration] = []
+    def _parses(self, tokens: Sequence[list], batch_size: int, labels: bool
+                ) -> list[tuple[list[int], list[str | None]]]:
+        """`(heads, relations)` of each sentence, `batch_size` sentences at a time: one
+        engine call encodes a batch, then its rounds run on arrays (`greedy.parse`)."""
+        layers = self.layers(labels)
+        out: list = []
         for start in range(0, len(tokens), batch_size):
-            out.extend(self._parse_batch(tokens[start:start + batch_size], labels))
+            encodings = self.encode(tokens[start:start + batch_size])
+            for found, ids in greedy.parse(layers, encodings):
+                out.append((found, [None] * len(found) if ids is None
+                            else [self.label_names[i] for i in ids]))
         return out
 
+    def layers(self, labels: bool = True) -> greedy.Layers:
+        """The scoring layers' weights now, as arrays (`greedy.Layers`); with `labels`,
+        the label layers too (if the vocabulary has labels)."""
+        def dense(layer, inputs: int):
+            d = layer._keras_layer()
+            if not d.built:  # a layer no block has typed yet (a parser never trained)
+                d.build((None, inputs))
+            return keras.ops.convert_to_numpy(d.kernel), keras.ops.convert_to_numpy(d.bias)
+        mlp = self.hidden_layer.output_size
+        hidden_w, hidden_b = dense(self.hidden_layer, (STACK_FEATURES + 1) * self.width)
+        logits_w, logits_b = dense(self.logits_layer, mlp)
+        pads = np.stack([keras.ops.convert_to_numpy(p) for p in self.pads])
+        label_layers = {d: dense(layer, mlp) for d, layer in self.label_layers.items()} \
+            if labels and self.label_layers else None
+        return greedy.Layers(hidden_w, hidden_b, logits_w, logits_b, pads, label_layers)
+
     def encode(self, tokens: Sequence[list]) -> list[np.ndarray]:
-        """Each sentence's `[n + 1, 2 * hidden]` encodings, in one engine call."""
+        """Each sentence's `[n + 1, 2 * hidden]` encodings, in one engine call. The
+        expanded graph of a token list is kept (the compiler's cache: the same list
+        object with the same content), as `Model.predict` keeps its inputs': parsing
+        the same sentences again (a test set after every epoch) skips expanding them."""
         if self._encoder_compiler is None:
             from refold.compiler import Compiler
-            self._encoder_compiler = Compiler.create(self.encoder, scheduler=self.scheduler,
-                                                     cache=False)
-        encoded = self._encoder_compiler.run([{"tokens": t} for t in tokens])
+            self._encoder_compiler = Compiler.create(self._encoder(keyed=False),
+                                                     scheduler=self.scheduler)
+        encoded = self._encoder_compiler.run(list(tokens))
         return [np.stack(e) for e in encoded]
-
-    def _parse_batch(self, tokens: Sequence[list], labels: bool) -> list[Configuration]:
-        encodings = self.encode(tokens)
-        configs = [Configuration(len(t) - 1) for t in tokens]
-        active = [i for i, c in enumerate(configs) if not c.is_terminal()]
-        score = self.score_labels if labels else self.score
-        while active:
-            scored = score([encodings[i] for i in active],
-                           [configs[i].features() for i in active])
-            logits, label_logits = scored if labels else (scored, {})
-            for j, (i, scores) in enumerate(zip(active, logits)):
-                legal = np.asarray(configs[i].legal())
-                t = int(np.argmax(np.where(legal, scores, -np.inf)))
-                label = (self.label_names[int(np.argmax(label_logits[t][j]))]
-                         if t != SHIFT and label_logits else None)
-                configs[i].apply(t, label)
-            active = [i for i in active if not configs[i].is_terminal()]
-        return configs
 
 
 def _labelled_direction(x) -> int:

@@ -265,3 +265,25 @@ def test_sequence_type_root_output():
     block = td.InputTransform(list) >> td.Map(td.Scalar())
     assert block.output_type == SequenceType(F32)
     assert [float(x) for x in block.eval((1, 2))] == [1.0, 2.0]
+
+
+def test_kept_deep_threads_are_reused_raise_in_the_caller_and_restore_the_limit():
+    import sys
+    import threading
+
+    from refold.blocks.evaluation import call_on_kept_deep_thread
+
+    def depth(n):
+        return 0 if n == 0 else 1 + depth(n - 1)
+    limit = sys.getrecursionlimit()
+    first = call_on_kept_deep_thread(threading.get_ident)
+    assert call_on_kept_deep_thread(threading.get_ident) == first  # one thread, kept
+    assert first != threading.get_ident()
+    assert call_on_kept_deep_thread(depth, 30_000) == 30_000  # its deep stack
+    assert sys.getrecursionlimit() == limit  # raised only while a call runs
+
+    def fail():
+        raise KeyError("inside")
+    with pytest.raises(KeyError, match="inside"):
+        call_on_kept_deep_thread(fail)
+    assert call_on_kept_deep_thread(lambda: 7) == 7  # still serving

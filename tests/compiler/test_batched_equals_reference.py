@@ -134,6 +134,14 @@ def check_case_batch(c: models.Case, scheduler: str, inputs: list, built=None,
         np.testing.assert_allclose(g.numpy(), tf.convert_to_tensor(r).numpy(), atol=atol,
                                    rtol=max(rtol, GRAD_RTOL),
                                    err_msg=f"{name}/{scheduler} gradient of {v.name}")
+    if comp.program.reads_values:  # training plans the rounds' shared graph whole
+        _, loss, grads = run(comp.plan(inputs, grouped=True).feed.arrays)
+        np.testing.assert_allclose(loss.numpy(), ref_loss.numpy(), atol=max(atol, 1e-4),
+                                   rtol=max(rtol, 1e-5), err_msg=f"{name}/{scheduler} grouped")
+        for v, g, r in zip(c.variables, grads, ref_grads):
+            np.testing.assert_allclose(g.numpy(), tf.convert_to_tensor(r).numpy(), atol=atol,
+                                       rtol=max(rtol, GRAD_RTOL),
+                                       err_msg=f"{name}/{scheduler} grouped gradient of {v.name}")
 
 
 NAMES = [f.__name__[len("make_"):] for f in models.ALL]

@@ -48,20 +48,35 @@ def test_examples_stop_at_their_own_step_and_take_one_round_each():
     assert comp.last_rounds == 5  # the longest example's steps, not their sum
 
 
-def test_no_example_expands_before_every_examples_thread_has_started():
-    # a thread started while others expand waits for the GIL (a switch interval each)
-    import threading
+def test_examples_expand_one_at_a_time_each_resumed_once_per_walk():
+    # examples share one graph, so only one records at a time; a walk's steps are
+    # expanded by the driver, so an example is resumed once per walk, not per step
+    from refold.compiler import rounds
+    running, seen, runs = [0], [], []
 
-    def threads_then_nothing(x):
-        seen.append(sum(t.name.startswith("refold-round-") for t in threading.enumerate()))
+    def one_at_a_time(x):
+        running[0] += 1
+        seen.append(running[0])
+        running[0] -= 1
         return ()
-    seen: list[int] = []
     step = td.GetItem(0) >> td.Function(lambda s: s + 1.0) >> td.AllOf(
         td.Identity(), td.Identity())
-    block = td.AllOf(td.Scalar(), td.InputTransform(threads_then_nothing)) >> td.Unfold(
-        step, decide=lambda c, out: c, max_steps=1)
-    Compiler.create(block).run([float(k) for k in range(24)])
-    assert seen == [24] * 24
+    block = td.AllOf(td.Scalar(), td.InputTransform(one_at_a_time)) >> td.Unfold(
+        step, decide=lambda c, out: c, max_steps=5)
+    comp = Compiler.create(block)
+    run = rounds._Driver._run
+
+    def counting(driver, i):
+        runs.append(i)
+        return run(driver, i)
+    rounds._Driver._run = counting
+    try:
+        comp.run([float(k) for k in range(12)])
+    finally:
+        rounds._Driver._run = run
+    assert seen == [1] * 12 and comp.last_rounds == 5
+    # each example started, then resumed once when its walk of 5 steps ended
+    assert sorted(runs) == sorted(list(range(12)) * 2)
 
 
 def test_an_example_done_at_the_start_takes_no_step():
@@ -75,12 +90,12 @@ def test_every_node_is_computed_once_across_rounds():  # and a run needs no othe
     case = models.make_greedy_decoder()
     comp = Compiler.create(case.block)
     ran = []
-    run_graphs = comp._run_graphs
+    run_round = comp._run_round
 
-    def counting(graphs, reads):
-        ran.append(sum(g.num_nodes for g in graphs))
-        return run_graphs(graphs, reads)
-    comp._run_graphs = counting
+    def counting(graph, reads):
+        ran.append(graph.num_nodes)
+        return run_round(graph, reads)
+    comp._run_round = counting
     inputs = [[0.5, -1.0], [1.5, 0.25], [-2.0, 2.0]]
     graphs = comp.expand(inputs)
     assert len(ran) == comp.last_rounds >= 1

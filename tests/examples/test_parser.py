@@ -591,3 +591,29 @@ def test_main_trains_on_the_turkish_treebank_leaving_non_projective_trees_out(ca
     printed = capsys.readouterr().out
     assert "60 training sentences" in printed and "non-projective left out" in printed
     assert "relation labels" in printed and "| test LAS |" in printed
+
+
+def test_greedy_rounds_follow_the_transition_system_on_any_legal_path():
+    # the arrays of a batch (examples.parser.greedy.Rounds) against one Configuration
+    # per sentence, on random legal transitions: same features, legality, heads, labels
+    from refold.examples.parser.greedy import Rounds
+    rng = np.random.default_rng(3)
+    lengths = [0, 1, 2, 5, 9]
+    rounds, configs = Rounds(lengths), [Configuration(n) for n in lengths]
+    at = rounds.active()
+    while len(at):
+        features, legal = rounds.features(at), rounds.legal(at)
+        chosen, labels = [], []
+        for j, i in enumerate(at):
+            want = configs[i].features()
+            assert tuple(-1 if p is None else p for p in want) == tuple(features[j])
+            assert tuple(legal[j]) == configs[i].legal()
+            chosen.append(int(rng.choice(np.flatnonzero(legal[j]))))
+            labels.append(int(rng.integers(0, 4)))
+            configs[i].apply(chosen[-1], None if chosen[-1] == SHIFT else str(labels[-1]))
+        rounds.apply(at, np.array(chosen), np.array(labels))
+        at = rounds.active()
+    assert [c.is_terminal() for c in configs] == [True] * len(lengths)
+    for i, (n, c) in enumerate(zip(lengths, configs)):
+        assert rounds.heads[i, 1:n + 1].tolist() == c.heads
+        assert [str(r) for r in rounds.labels[i, 1:n + 1].tolist()] == c.relations

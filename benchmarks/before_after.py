@@ -1,0 +1,174 @@
+"""This tree's speed against an earlier commit's, through whole public calls, interleaved.
+
+    python -m benchmarks.before_after --workloads explore,parser --batch-sizes 16,64
+    python -m benchmarks.before_after --base 9ff7fbd --workloads decoder,treelstm,bilstm
+
+Each side is a worker process running one tree's code: the earlier commit's tree
+(`--base`, exported with `git archive` into a temporary folder) and this one. Both
+run the same requests on the same data (`benchmarks.peers.run.make_data`, seeded):
+for each (workload, mode, batch size B) one untimed pass on each side, then
+`--rounds` timed passes in turn (before, after, before, after, ...). A pass is what a
+user calls: `Model.fit(epochs=1)` ("train"), `Model.predict` ("infer"),
+`ParserModel.parse_tokens` ("parse"), each side's own
+`benchmarks.peers.refold_side.RefoldSide`; for the decoder (`examples.decoder`'s
+model as `benchmarks.decoding` builds it, untrained, `--steps` steps a string),
+`Compiler.run` over the strings in batches of B, Python feeding the argmax back every
+round ("rounds") or the device in one round ("device"). The table gives after ÷
+before in items/s per round: median [min-max], > 1 when this tree is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BASE = "9ff7fbd"  # main before the rounds work (issue 38)
+MODES = {"explore": ("train",), "parser": ("train", "infer", "parse"),
+         "decoder": ("rounds", "device")}
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+class DecoderSide:
+    """The decoder example's greedy decoding in both variants (`benchmarks.decoding`)."""
+
+    def __init__(self, steps: int, n: int):
+        import numpy as np
+
+        from benchmarks.decoding import blocks_for
+        from refold.compiler import Compiler
+        from refold.examples.decoder.decoder import reverse_task
+        blocks = blocks_for(steps)
+        self.compilers = {v: Compiler.create(blocks[v]) for v in ("rounds", "device")}
+        self.strings = reverse_task(np.random.default_rng(0), n)
+
+    def run(self, request: dict) -> dict:
+        b, n = request["batch"], request["items"]
+        run = self.compilers[request["op"]].run
+        start = time.perf_counter()
+        for i in range(0, n, b):
+            run(self.strings[i:i + b])
+        return {"seconds": time.perf_counter() - start, "loss": None}
+
+
+def serve(argv) -> None:
+    """A worker: answers the runner's requests with the code of the tree it runs in."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--data", required=True)
+    p.add_argument("--workloads", required=True)
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--lr", type=float, default=0.1)
+    args = p.parse_args(argv)
+    from benchmarks.peers import protocol
+    reply = protocol.claim_stdout()
+    data = protocol.load_data(args.data, tuples=True)
+    workloads = args.workloads.split(",")
+    sides = {}
+    peers = [w for w in workloads if w != "decoder"]
+    if peers:
+        from benchmarks.peers.refold_side import RefoldSide
+        side = RefoldSide(data, peers, args.lr)
+        sides.update({w: side for w in peers})
+    if "decoder" in workloads:
+        sides["decoder"] = DecoderSide(args.steps, data["decoder_items"])
+    protocol.serve(lambda r: sides[r["workload"]].run(r), reply, {"root": sys.path[0]})
+
+
+def export(commit: str, into: str) -> str:
+    """The tree of `commit` written into the folder `into`; returns `into`."""
+    os.makedirs(into, exist_ok=True)
+    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+    return into
+
+
+def _commit(ref: str) -> str:
+    return subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.before_after",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--base", default=BASE, help="the earlier commit")
+    p.add_argument("--workloads", default="explore,parser")
+    p.add_argument("--batch-sizes", default="16,64")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--items", type=int, default=128, help="items per pass (at least B)")
+    p.add_argument("--items-b1", type=int, default=32, help="items per pass at B=1")
+    p.add_argument("--steps", type=int, default=8, help="decoding steps a string")
+    p.add_argument("--modes", help="only these modes (e.g. train,parse); default all")
+    args = p.parse_args(argv)
+    only = None if args.modes is None else set(args.modes.split(","))
+    from benchmarks.peers import protocol
+    from benchmarks.peers.run import make_data
+    workloads = args.workloads.split(",")
+    sizes = [int(b) for b in args.batch_sizes.split(",")]
+
+    def items_for(b: int) -> int:
+        return args.items_b1 if b == 1 else max(args.items, b)
+
+    n = max(map(items_for, sizes))
+    load_before = os.getloadavg()
+    rows: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        data = make_data([w for w in workloads if w != "decoder"], n)
+        data["decoder_items"] = n
+        path = os.path.join(tmp, "data.json")
+        protocol.save_data(path, data)
+        old = export(args.base, os.path.join(tmp, "before") + os.sep)
+        common = ["--data", path, "--workloads", args.workloads, "--steps", str(args.steps)]
+        sides = {}
+        try:
+            for name, root in (("before", old), ("after", ROOT)):
+                # the worker imports the tree at `root` (its first sys.path entry)
+                sides[name] = protocol.Worker(name, [
+                    sys.executable, "-c", "import runpy, sys; root, script = sys.argv[1:3]; "
+                    "sys.path.insert(0, root); sys.argv = sys.argv[2:]; "
+                    "runpy.run_path(script, run_name='__worker__')",
+                    root.rstrip(os.sep), os.path.abspath(__file__), *common],
+                    env={"PYTHONPATH": ""})
+            for w in workloads:
+                for b in sizes:
+                    for mode in MODES.get(w, ("train", "infer")):
+                        if only is not None and mode not in only:
+                            continue
+                        request = {"op": mode, "workload": w, "batch": b, "items": items_for(b)}
+                        for side in sides.values():
+                            side.run(request)
+                        rates: dict = {name: [] for name in sides}
+                        for _ in range(args.rounds):
+                            for name, side in sides.items():
+                                rates[name].append(items_for(b) / side.run(request)["seconds"])
+                        ratios = [a / o for a, o in zip(rates["after"], rates["before"])]
+                        rows[(w, mode, b)] = {name: statistics.median(r)
+                                              for name, r in rates.items()}
+                        rows[(w, mode, b)]["ratio"] = (statistics.median(ratios), min(ratios),
+                                                       max(ratios))
+        finally:
+            for side in sides.values():
+                side.close()
+    print(f"python -m benchmarks.before_after {' '.join(argv or sys.argv[1:])}")
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; before: {_commit(args.base)}, "
+          f"after: {_commit('HEAD')} and the work tree; load average "
+          f"{' '.join(f'{x:.2f}' for x in load_before)} before, "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} after")
+    print("| workload | mode | B | before items/s | after items/s | after ÷ before |")
+    print("|---|---|---|---|---|---|")
+    for (w, mode, b), r in rows.items():
+        med, lo, hi = r["ratio"]
+        print(f"| {w} | {mode} | {b} | {r['before']:.0f} | {r['after']:.0f} | "
+              f"{med:.2f} [{lo:.2f}-{hi:.2f}] |")
+    return rows
+
+
+if __name__ == "__worker__":
+    serve(sys.argv[1:])
+elif __name__ == "__main__":
+    main()

@@ -24,6 +24,7 @@ which of TensorFlow's executors runs a batch (`compiler.executor_choice`). With
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Collection, Sequence
 
 import tensorflow as tf
@@ -31,6 +32,7 @@ import tensorflow as tf
 from refold.compiler.executor_choice import InferenceExecutorChoice, by_rows, rows_limit
 from refold.compiler.handoff import Handoff
 from refold.compiler.pipeline import BatchFeeder
+from refold.scheduler.gradient_mode import GradientMode
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -159,18 +161,29 @@ class WeightGradsChoice:
             return True
         return by_rows(self.executor.layout, arrays, self.max_rows, traced, self.NEAR)
 
-    @contextlib.contextmanager
+    def mode(self, once: bool) -> GradientMode:
+        """The `GradientMode` a step traced for choice `once` passes to the executor
+        (`Model.train_step(data, gradient_mode)`): the weight gradients as `once`
+        says; once per step, the loop also replayed backward by the engine unless
+        `replay` is False (`scheduler.reverse`), which measured faster than
+        TensorFlow's backward loop for such batches.
+
+        A value passed to the step rather than the executor's settings changed
+        while it is traced: the executor is shared by every step of the model.
+
+        >>> from types import SimpleNamespace
+        >>> choice = WeightGradsChoice(SimpleNamespace(batched_weight_grads=False))
+        >>> choice.mode(True)
+        GradientMode(weights_once_per_step=True, replay_backward=True)
+        >>> choice.mode(False) == GradientMode()   # TensorFlow's gradient of the loop
+        True
+        """
+        return GradientMode.once_per_step(self.replay) if once else GradientMode()
+
     def tracing(self, once: bool):
-        """A step traced in this scope takes its weight gradients as `once` says; once
-        per step, it also replays the loop backward itself (`scheduler.reverse`),
-        which measured faster than TensorFlow's backward loop for such batches."""
-        ex = self.executor
-        before = ex.batched_weight_grads, ex.replay_backward
-        ex.batched_weight_grads, ex.replay_backward = once, once and self.replay
-        try:
-            yield
-        finally:
-            ex.batched_weight_grads, ex.replay_backward = before
+        """The scope a step is traced in for choice `once`: any (the choice reaches
+        the step as its `mode`, an argument)."""
+        return contextlib.nullcontext()
 
     def calling(self, once: bool):
         """The scope a step traced with choice `once` is called in: any."""
@@ -291,6 +304,9 @@ class StepFunction:
         self._before_trace(signature)
         handoff = Handoff(signature)
         step = self._step
+
+        if isinstance(self._choice, WeightGradsChoice) and variant is not None:
+            step = functools.partial(step, gradient_mode=self._choice.mode(variant))
 
         def flat_step(*tensors):
             return step(handoff.unfold(tensors))

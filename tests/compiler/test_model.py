@@ -131,13 +131,18 @@ def test_predict_of_structured_outputs_gives_eval_results():
 
 
 def test_training_is_traced_once_for_every_batch_shape_and_weight_gradient_choice():
+    from refold.scheduler import GradientMode
+
     class Counting(Model):
         traces: dict = {}
+        settings: set = set()
 
-        def _forward(self, x):  # Python runs only while tracing
-            once = self.compiler.executor.batched_weight_grads
+        def _forward(self, x, gradient_mode=None):  # Python runs only while tracing
+            once = gradient_mode is not None and gradient_mode.weights_once_per_step
             Counting.traces[once] = Counting.traces.get(once, 0) + 1
-            return super()._forward(x)
+            # the choice reaches the executor as an argument: its settings stay
+            Counting.settings.add(self.compiler.executor.gradient_mode)
+            return super()._forward(x, gradient_mode)
 
     trees, y = sign_data(45, seed=4)
     model = compiled(Counting(factories.tree_sign()))
@@ -145,6 +150,7 @@ def test_training_is_traced_once_for_every_batch_shape_and_weight_gradient_choic
     model.fit(trees[:4], y[:4], batch_size=1, epochs=1, verbose=0)
     # small launches take the weight gradients once per step, large ones per iteration
     assert set(Counting.traces) == {False, True}
+    assert Counting.settings == {GradientMode()}
     # once each: the compiled metrics' variables are made before the first trace
     # (made in it, TensorFlow would trace the step a second time)
     first = dict(Counting.traces)
@@ -187,9 +193,9 @@ def test_a_batch_near_the_threshold_runs_on_the_other_choices_trace():
     class Counting(Model):
         traces: list = []
 
-        def _forward(self, x):  # Python runs only while tracing
-            Counting.traces.append(self.compiler.executor.batched_weight_grads)
-            return super()._forward(x)
+        def _forward(self, x, gradient_mode=None):  # Python runs only while tracing
+            Counting.traces.append(gradient_mode.weights_once_per_step)
+            return super()._forward(x, gradient_mode)
 
     trees, y = sign_data(24, seed=7)
     model = compiled(Counting(factories.tree_sign()))

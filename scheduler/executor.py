@@ -29,8 +29,12 @@ How a batch runs (`compute`, one method per stage):
    need; the tail ops run on them, then the results are gathered.
 
 Under a gradient tape TensorFlow differentiates the loop, unless the executor
-replays it backward itself (`replay_backward`, `scheduler.reverse`; `Model`
-chooses it for batches of small launches).
+replays it backward itself (`scheduler.reverse`): the `GradientMode` passed to
+`compute` says which (`scheduler.gradient_mode`; `Model` chooses per batch, and
+replays for batches of small launches). The other loops over the same launches
+(the replayed backward one, the XLA program's) read them through
+`Executor.launches` (`scheduler.launches`) and `loop_values`, never this module's
+internals.
 
 Why this design, in short (figures: BENCHMARKS.md, "Why the executor looks as it does"):
 per-type buffers updated in place are the one storage scheme measured linear in
@@ -107,10 +111,12 @@ class Executor:
             as its own row list (the default); False stacks the rows of a value
             type, as a loop of several ops must (for comparison: `python -m
             benchmarks.ablations --only rowlists`).
-        batched_weight_grads: under a gradient tape, take the weight gradients
-            of the loop's ops once per step, batched over all their nodes, rather
-            than in every iteration of the backward loop, as TensorFlow does (the
-            default, False). Measured faster at batch 1 and for the bilstm
+        batched_weight_grads: under a gradient tape, take the weight gradients of
+            the loop's ops once per step, batched over all their nodes, rather than
+            in every iteration of the backward loop, as TensorFlow does (the
+            default, False). With `replay_backward`, the executor's
+            `gradient_mode`: that of a `compute` call given none, read when the call
+            is traced. Measured faster at batch 1 and for the bilstm
             tagger, slower for the TreeLSTM from batch 16 on, since it runs the
             loop's ops once more (`scheduler.weight_grads`; BENCHMARKS.md,
             "Weight gradients once per step"; `python -m benchmarks.ablations

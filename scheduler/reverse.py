@@ -35,20 +35,21 @@ host on a GPU) and the data stays on the device. Graph mode only: the XLA step
 >>> from collections import namedtuple
 >>> from types import SimpleNamespace as Op
 >>> from refold.scheduler.executor import Executor
+>>> from refold.scheduler.gradient_mode import GradientMode
 >>> from refold.scheduler.graph import OpGraph
 >>> from refold.scheduler.planner import Planner
 >>> from refold.scheduler.schedules import SCHEDULERS
 >>> t = namedtuple("ValueType", "shape dtype")((), "float32")
 >>> w = tf.Variable(3.0)
 >>> scale = Op(name="scale", input_types=[t], output_types=[t], fn=lambda x: [w * x])
->>> ex = Executor([scale], [t], replay_backward=True)
+>>> ex = Executor([scale], [t])
 >>> g = OpGraph.build([0, 0], [1, 1], [0, 1], [0, 0, 0], [-1, 0, 1], [0, 0, 0],
 ...                   [np.ones(1, np.float32)])   # scale(scale(1.0)) = w * w
 >>> feed = Planner(ex.layout).feed(g, SCHEDULERS["agenda"](g), [2])
 >>> @tf.function(input_signature=[ex.input_signature()], autograph=False)
 ... def value_and_grad(arrays):
 ...     with tf.GradientTape() as tape:
-...         y = tf.reduce_sum(ex.compute(arrays)[0])
+...         y = tf.reduce_sum(ex.compute(arrays, GradientMode.once_per_step(replay=True))[0])
 ...     return y, tape.gradient(y, w)
 >>> [float(v) for v in value_and_grad(feed.arrays)]   # w * w, 2 * w
 [9.0, 6.0]

@@ -114,9 +114,7 @@ class Executor:
         batched_weight_grads: under a gradient tape, take the weight gradients of
             the loop's ops once per step, batched over all their nodes, rather than
             in every iteration of the backward loop, as TensorFlow does (the
-            default, False). With `replay_backward`, the executor's
-            `gradient_mode`: that of a `compute` call given none, read when the call
-            is traced. Measured faster at batch 1 and for the bilstm
+            default, False). Measured faster at batch 1 and for the bilstm
             tagger, slower for the TreeLSTM from batch 16 on, since it runs the
             loop's ops once more (`scheduler.weight_grads`; BENCHMARKS.md,
             "Weight gradients once per step"; `python -m benchmarks.ablations
@@ -126,7 +124,9 @@ class Executor:
             value buffers (`scheduler.reverse`), with the weight gradients once per
             step, rather than TensorFlow's gradient of the `tf.while_loop` (the
             default, False). Falls back to the latter when a loop op's weights
-            cannot be found (an op that fails on zero rows).
+            cannot be found (an op that fails on zero rows). With
+            `batched_weight_grads`, the executor's `gradient_mode`: that of a
+            `compute` call given none, read when the call is traced.
         output_dtypes: per value type, the dtype `compute` returns its rows in (a
             cast where it differs from the type's); under a mixed policy the
             values are held in a low dtype and returned in the declared one

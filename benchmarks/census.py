@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import functools
 import time
 
 import numpy as np
@@ -116,7 +115,7 @@ def train_step_census(workload: str, batch_size: int) -> dict:
     model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0)  # builds the weights
     packed = model.pipeline.pack(x)
     once = model.weight_grads.key(packed)
-    step = functools.partial(model.train_step, gradient_mode=model.weight_grads.mode(once))
+    step = model.training_step(model.weight_grads.mode(once))
     graph = tf.function(step, autograph=False).get_concrete_function(
         (tf.nest.map_structure(tf.constant, packed),
          None if y is None else tf.constant(y))).graph

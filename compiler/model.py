@@ -47,7 +47,7 @@ import contextlib
 import itertools
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -425,10 +425,21 @@ class Model(keras.Model):
                                  if "metric_counts" in x else None)
         return self.get_metrics_result()
 
-    def train_step(self, data, gradient_mode: GradientMode | None = None):
-        """Keras' training step on a packed batch; `gradient_mode` (given by the step
-        function, `compiler.steps.WeightGradsChoice.mode`) says how the executor's
-        loop is differentiated (None: as the executor says)."""
+    def train_step(self, data):
+        return self._train_step(data, None)
+
+    def training_step(self, gradient_mode: GradientMode | None) -> Callable:
+        """`train_step` with the executor's loop differentiated as `gradient_mode` says
+        (`scheduler.gradient_mode`; None: as the executor says): the step traced for
+        each weight-gradient choice (`compiler.steps.WeightGradsChoice.mode`).
+
+        A step of its own rather than an argument of `train_step`, whose signature
+        stays Keras' (`tf.function(model.train_step, input_signature=...)` binds no
+        other argument). A subclass overriding `train_step` is traced as it is, with
+        the executor's own mode."""
+        return lambda data: self._train_step(data, gradient_mode)
+
+    def _train_step(self, data, gradient_mode: GradientMode | None):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         loss, y_pred, values, finite = self._train_on(x, y, sample_weight, gradient_mode)
         logs = self._update_metrics(x, y, y_pred, sample_weight, values, loss)
@@ -508,6 +519,9 @@ class Model(keras.Model):
                             xla=lambda: self._xla_batches() if self.jit_compile else None,
                             choice=(self.weight_grads if kind == "train"
                                     else self.inference_executor),
+                            step_for_mode=(self.training_step if kind == "train" and
+                                           type(self).train_step is Model.train_step
+                                           else None),
                             before_trace=self._build_compiled_metrics,
                             after_trace=self._traced_weights)
 

@@ -24,7 +24,6 @@ which of TensorFlow's executors runs a batch (`compiler.executor_choice`). With
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Collection, Sequence
 
 import tensorflow as tf
@@ -162,8 +161,8 @@ class WeightGradsChoice:
         return by_rows(self.executor.layout, arrays, self.max_rows, traced, self.NEAR)
 
     def mode(self, once: bool) -> GradientMode:
-        """The `GradientMode` a step traced for choice `once` passes to the executor
-        (`Model.train_step(data, gradient_mode)`): the weight gradients as `once`
+        """The `GradientMode` the step traced for choice `once` passes to the executor
+        (`Model.training_step`): the weight gradients as `once`
         says; once per step, the loop also replayed backward by the engine unless
         `replay` is False (`scheduler.reverse`), which measured faster than
         TensorFlow's backward loop for such batches.
@@ -211,14 +210,19 @@ class StepFunction:
             in it, which makes TensorFlow trace it a second time).
         after_trace: called with each traced step (a `ConcreteFunction`), once per
             trace (the model's check of the weights the step reads).
+        step_for_mode: for a training step, the step to trace for a `GradientMode`
+            (`Model.training_step`), which `choice.mode` gives per variant; None:
+            `step` for every variant.
     """
 
     def __init__(self, step: Callable, feeder: Callable[[], BatchFeeder],
                  eager: Callable[[], bool], epoch: Callable[[], int] | None = None,
                  xla: Callable[[], object] | None = None,
                  choice: WeightGradsChoice | InferenceExecutorChoice | None = None,
-                 before_trace: Callable | None = None, after_trace: Callable | None = None):
+                 before_trace: Callable | None = None, after_trace: Callable | None = None,
+                 step_for_mode: Callable[[GradientMode], Callable] | None = None):
         self._step, self._feeder, self._eager = step, feeder, eager
+        self._step_for_mode = step_for_mode
         self._before_trace = before_trace or (lambda signature: None)
         self._after_trace = after_trace or (lambda concrete_fn: None)
         self._choice = choice
@@ -305,8 +309,9 @@ class StepFunction:
         handoff = Handoff(signature)
         step = self._step
 
-        if isinstance(self._choice, WeightGradsChoice) and variant is not None:
-            step = functools.partial(step, gradient_mode=self._choice.mode(variant))
+        if isinstance(self._choice, WeightGradsChoice) and variant is not None \
+                and self._step_for_mode is not None:
+            step = self._step_for_mode(self._choice.mode(variant))
 
         def flat_step(*tensors):
             return step(handoff.unfold(tensors))

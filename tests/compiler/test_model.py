@@ -164,6 +164,27 @@ def test_training_is_traced_once_for_every_batch_shape_and_weight_gradient_choic
     assert Counting.traces == {False: 1}  # evaluate first: its metrics made before, too
 
 
+def test_a_train_step_overridden_without_the_gradient_mode_trains_with_the_executors():
+    # Keras' habit: train_step(self, data) calling super(); traced as it is (the
+    # choice's GradientMode goes to Model's own step, `Model.training_step`)
+    class Overriding(Model):
+        modes: list = []
+
+        def train_step(self, data):
+            return super().train_step(data)
+
+        def _forward(self, x, gradient_mode=None):  # Python runs only while tracing
+            Overriding.modes.append(gradient_mode)
+            return super()._forward(x, gradient_mode)
+
+    trees, y = sign_data(8, seed=5)
+    model = compiled(Overriding(factories.tree_sign()))
+    before = [w.numpy().copy() for w in model.trainable_weights]
+    model.fit(trees, y, batch_size=1, epochs=1, verbose=0)  # small launches: once chosen
+    assert Overriding.modes and set(Overriding.modes) == {None}
+    assert any(not np.array_equal(b, w.numpy()) for b, w in zip(before, model.trainable_weights))
+
+
 def test_a_batch_near_the_threshold_runs_on_the_other_choices_trace():
     from types import SimpleNamespace
 

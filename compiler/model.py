@@ -426,6 +426,8 @@ class Model(keras.Model):
         return self.get_metrics_result()
 
     def train_step(self, data):
+        """Keras' training step on a packed batch, the executor's loop differentiated
+        as the executor's own `gradient_mode` says (`training_step` for another)."""
         return self._train_step(data, None)
 
     def training_step(self, gradient_mode: GradientMode | None) -> Callable:

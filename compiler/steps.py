@@ -162,10 +162,10 @@ class WeightGradsChoice:
 
     def mode(self, once: bool) -> GradientMode:
         """The `GradientMode` the step traced for choice `once` passes to the executor
-        (`Model.training_step`): the weight gradients as `once`
-        says; once per step, the loop also replayed backward by the engine unless
-        `replay` is False (`scheduler.reverse`), which measured faster than
-        TensorFlow's backward loop for such batches.
+        (`Model.training_step`): the weight gradients as `once` says; once per step,
+        the loop also replayed backward by the engine unless `replay` is False
+        (`scheduler.reverse`), which measured faster than TensorFlow's backward loop
+        for such batches.
 
         A value passed to the step rather than the executor's settings changed
         while it is traced: the executor is shared by every step of the model.

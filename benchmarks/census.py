@@ -115,10 +115,10 @@ def train_step_census(workload: str, batch_size: int) -> dict:
     model.fit(x, y, batch_size=batch_size, epochs=1, verbose=0)  # builds the weights
     packed = model.pipeline.pack(x)
     once = model.weight_grads.key(packed)
-    with model.weight_grads.tracing(once):
-        graph = tf.function(model.train_step, autograph=False).get_concrete_function(
-            (tf.nest.map_structure(tf.constant, packed),
-             None if y is None else tf.constant(y))).graph
+    step = model.training_step(model.weight_grads.mode(once))
+    graph = tf.function(step, autograph=False).get_concrete_function(
+        (tf.nest.map_structure(tf.constant, packed),
+         None if y is None else tf.constant(y))).graph
     loops = sorted(loop_census(graph).items(), key=lambda kv: _order(kv[0]))
     if len(loops) != 2:
         raise RuntimeError(f"expected a forward and a backward loop, found {len(loops)}: "

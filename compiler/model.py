@@ -47,7 +47,7 @@ import contextlib
 import itertools
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -94,6 +94,7 @@ from refold.compiler.steps import (
 )
 from refold.compiler.streaming import StreamFeeder, is_stream, reads_once
 from refold.compiler.xla import XlaBatches, metric_weights
+from refold.scheduler.gradient_mode import GradientMode
 
 
 @keras.saving.register_keras_serializable(package="refold")
@@ -251,11 +252,13 @@ class Model(keras.Model):
 
     # --- the traced computation ---------------------------------------------------
 
-    def _forward(self, x: dict):
-        """`(y_pred or None, {metric id: values})` for one packed batch."""
+    def _forward(self, x: dict, gradient_mode: GradientMode | None = None):
+        """`(y_pred or None, {metric id: values})` for one packed batch (`gradient_mode`:
+        how the executor's loop is differentiated in a training step; None: as the
+        executor says)."""
         if "metric_counts" in x:  # a batch in its XLA form (compiler.xla)
             return self._xla_batches().forward(x)
-        outs = self.compiler.executor.compute(x)
+        outs = self.compiler.executor.compute(x, gradient_mode)
         n = x["batch_size"][0]
         y_pred = outs[self._out_type][:n] if self._out_type is not None else None
         bounds = tf.reshape(x["metric_bounds"], [-1, 2])
@@ -341,7 +344,8 @@ class Model(keras.Model):
             return tf.constant(0.0)
         return tf.add_n(terms) if len(terms) > 1 else terms[0]
 
-    def _train_on(self, x, y=None, sample_weight=None):
+    def _train_on(self, x, y=None, sample_weight=None,
+                  gradient_mode: GradientMode | None = None):
         """One optimizer step on a packed batch: `(loss, y_pred, metric values, finite)`.
 
         The update is applied only if the loss and every gradient are
@@ -351,15 +355,16 @@ class Model(keras.Model):
 
         Its ops compute in training mode (`blocks.training`), the gradient too:
         the engine's replayed backward pass runs ops again and must draw what the
-        forward pass drew."""
+        forward pass drew. `gradient_mode`: how the executor's loop is differentiated
+        (`scheduler.gradient_mode`; None: as the executor says)."""
         with training_mode(True, self._step_seed()):
-            return self._step_on(x, y, sample_weight)
+            return self._step_on(x, y, sample_weight, gradient_mode)
 
-    def _step_on(self, x, y, sample_weight):
+    def _step_on(self, x, y, sample_weight, gradient_mode):
         """`_train_on` in training mode."""
         weights = self.trainable_weights
         with tf.GradientTape() as tape:
-            y_pred, values = self._forward(x)
+            y_pred, values = self._forward(x, gradient_mode)
             loss = self._total_loss(x, y, y_pred, sample_weight, values)
             scaled = self.optimizer.scale_loss(loss)
         if not weights:
@@ -421,8 +426,24 @@ class Model(keras.Model):
         return self.get_metrics_result()
 
     def train_step(self, data):
+        """Keras' training step on a packed batch, the executor's loop differentiated
+        as the executor's own `gradient_mode` says (`training_step` for another)."""
+        return self._train_step(data, None)
+
+    def training_step(self, gradient_mode: GradientMode | None) -> Callable:
+        """`train_step` with the executor's loop differentiated as `gradient_mode` says
+        (`scheduler.gradient_mode`; None: as the executor says): the step traced for
+        each weight-gradient choice (`compiler.steps.WeightGradsChoice.mode`).
+
+        A step of its own rather than an argument of `train_step`, whose signature
+        stays Keras' (`tf.function(model.train_step, input_signature=...)` binds no
+        other argument). A subclass overriding `train_step` is traced as it is, with
+        the executor's own mode."""
+        return lambda data: self._train_step(data, gradient_mode)
+
+    def _train_step(self, data, gradient_mode: GradientMode | None):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        loss, y_pred, values, finite = self._train_on(x, y, sample_weight)
+        loss, y_pred, values, finite = self._train_on(x, y, sample_weight, gradient_mode)
         logs = self._update_metrics(x, y, y_pred, sample_weight, values, loss)
         # taken out of the logs by the step function, which raises on a bad step
         return {**logs, STEP_FINITE: finite, STEP_LOSS: loss}
@@ -500,6 +521,9 @@ class Model(keras.Model):
                             xla=lambda: self._xla_batches() if self.jit_compile else None,
                             choice=(self.weight_grads if kind == "train"
                                     else self.inference_executor),
+                            step_for_mode=(self.training_step if kind == "train" and
+                                           type(self).train_step is Model.train_step
+                                           else None),
                             before_trace=self._build_compiled_metrics,
                             after_trace=self._traced_weights)
 

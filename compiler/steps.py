@@ -31,6 +31,7 @@ import tensorflow as tf
 from refold.compiler.executor_choice import InferenceExecutorChoice, by_rows, rows_limit
 from refold.compiler.handoff import Handoff
 from refold.compiler.pipeline import BatchFeeder
+from refold.scheduler.gradient_mode import GradientMode
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -159,18 +160,29 @@ class WeightGradsChoice:
             return True
         return by_rows(self.executor.layout, arrays, self.max_rows, traced, self.NEAR)
 
-    @contextlib.contextmanager
+    def mode(self, once: bool) -> GradientMode:
+        """The `GradientMode` the step traced for choice `once` passes to the executor
+        (`Model.training_step`): the weight gradients as `once` says; once per step,
+        the loop also replayed backward by the engine unless `replay` is False
+        (`scheduler.reverse`), which measured faster than TensorFlow's backward loop
+        for such batches.
+
+        A value passed to the step rather than the executor's settings changed
+        while it is traced: the executor is shared by every step of the model.
+
+        >>> from types import SimpleNamespace
+        >>> choice = WeightGradsChoice(SimpleNamespace(batched_weight_grads=False))
+        >>> choice.mode(True)
+        GradientMode(weights_once_per_step=True, replay_backward=True)
+        >>> choice.mode(False) == GradientMode()   # TensorFlow's gradient of the loop
+        True
+        """
+        return GradientMode.once_per_step(self.replay) if once else GradientMode()
+
     def tracing(self, once: bool):
-        """A step traced in this scope takes its weight gradients as `once` says; once
-        per step, it also replays the loop backward itself (`scheduler.reverse`),
-        which measured faster than TensorFlow's backward loop for such batches."""
-        ex = self.executor
-        before = ex.batched_weight_grads, ex.replay_backward
-        ex.batched_weight_grads, ex.replay_backward = once, once and self.replay
-        try:
-            yield
-        finally:
-            ex.batched_weight_grads, ex.replay_backward = before
+        """The scope a step is traced in for choice `once`: any (the choice reaches
+        the step as its `mode`, an argument)."""
+        return contextlib.nullcontext()
 
     def calling(self, once: bool):
         """The scope a step traced with choice `once` is called in: any."""
@@ -198,14 +210,19 @@ class StepFunction:
             in it, which makes TensorFlow trace it a second time).
         after_trace: called with each traced step (a `ConcreteFunction`), once per
             trace (the model's check of the weights the step reads).
+        step_for_mode: for a training step, the step to trace for a `GradientMode`
+            (`Model.training_step`), which `choice.mode` gives per variant; None:
+            `step` for every variant.
     """
 
     def __init__(self, step: Callable, feeder: Callable[[], BatchFeeder],
                  eager: Callable[[], bool], epoch: Callable[[], int] | None = None,
                  xla: Callable[[], object] | None = None,
                  choice: WeightGradsChoice | InferenceExecutorChoice | None = None,
-                 before_trace: Callable | None = None, after_trace: Callable | None = None):
+                 before_trace: Callable | None = None, after_trace: Callable | None = None,
+                 step_for_mode: Callable[[GradientMode], Callable] | None = None):
         self._step, self._feeder, self._eager = step, feeder, eager
+        self._step_for_mode = step_for_mode
         self._before_trace = before_trace or (lambda signature: None)
         self._after_trace = after_trace or (lambda concrete_fn: None)
         self._choice = choice
@@ -291,6 +308,10 @@ class StepFunction:
         self._before_trace(signature)
         handoff = Handoff(signature)
         step = self._step
+
+        if isinstance(self._choice, WeightGradsChoice) and variant is not None \
+                and self._step_for_mode is not None:
+            step = self._step_for_mode(self._choice.mode(variant))
 
         def flat_step(*tensors):
             return step(handoff.unfold(tensors))

@@ -29,8 +29,12 @@ How a batch runs (`compute`, one method per stage):
    need; the tail ops run on them, then the results are gathered.
 
 Under a gradient tape TensorFlow differentiates the loop, unless the executor
-replays it backward itself (`replay_backward`, `scheduler.reverse`; `Model`
-chooses it for batches of small launches).
+replays it backward itself (`scheduler.reverse`): the `GradientMode` passed to
+`compute` says which (`scheduler.gradient_mode`; `Model` chooses per batch, and
+replays for batches of small launches). The other loops over the same launches
+(the replayed backward one, the XLA program's) read them through
+`Executor.launches` (`scheduler.launches`) and `loop_values`, never this module's
+internals.
 
 Why this design, in short (figures: BENCHMARKS.md, "Why the executor looks as it does"):
 per-type buffers updated in place are the one storage scheme measured linear in
@@ -61,6 +65,8 @@ from typing import Any
 import numpy as np
 
 from refold import compat
+from refold.scheduler.gradient_mode import GradientMode
+from refold.scheduler.launches import Launches, LaunchTable, row_parts, rows_shaped
 from refold.scheduler.layout import Layout, dtype_name
 
 # Whether the tap also takes the weight gradients of a deferred loop op's launch
@@ -80,26 +86,6 @@ class Feed:
     arrays: dict
     read_type: np.ndarray
     read_pos: np.ndarray
-
-
-def _parts(rows, m: int) -> list:
-    """`rows` (a launch's row list for m same-typed values, n rows each, one after
-    the other) cut into the m lists."""
-    if m == 1:
-        return [rows]
-    import tensorflow as tf
-    return tf.split(rows, m) if m else []
-
-
-def _rows_shaped(y, shape):
-    """`y` with the static shape `[None, *shape]`: as it is when its static shape
-    says so already (a runtime check would cost an op per launch), through
-    `tf.ensure_shape` otherwise."""
-    import tensorflow as tf
-    if y.shape.rank == len(shape) + 1 and y.shape[1:].is_fully_defined() \
-            and tuple(y.shape[1:]) == tuple(shape):
-        return y
-    return tf.ensure_shape(y, (None, *shape))
 
 
 def _joined(pieces: list):
@@ -125,9 +111,9 @@ class Executor:
             as its own row list (the default); False stacks the rows of a value
             type, as a loop of several ops must (for comparison: `python -m
             benchmarks.ablations --only rowlists`).
-        batched_weight_grads: under a gradient tape, take the weight gradients
-            of the loop's ops once per step, batched over all their nodes, rather
-            than in every iteration of the backward loop, as TensorFlow does (the
+        batched_weight_grads: under a gradient tape, take the weight gradients of
+            the loop's ops once per step, batched over all their nodes, rather than
+            in every iteration of the backward loop, as TensorFlow does (the
             default, False). Measured faster at batch 1 and for the bilstm
             tagger, slower for the TreeLSTM from batch 16 on, since it runs the
             loop's ops once more (`scheduler.weight_grads`; BENCHMARKS.md,
@@ -138,7 +124,9 @@ class Executor:
             value buffers (`scheduler.reverse`), with the weight gradients once per
             step, rather than TensorFlow's gradient of the `tf.while_loop` (the
             default, False). Falls back to the latter when a loop op's weights
-            cannot be found (an op that fails on zero rows).
+            cannot be found (an op that fails on zero rows). With
+            `batched_weight_grads`, the executor's `gradient_mode`: that of a
+            `compute` call given none, read when the call is traced.
         output_dtypes: per value type, the dtype `compute` returns its rows in (a
             cast where it differs from the type's); under a mixed policy the
             values are held in a low dtype and returned in the declared one
@@ -161,6 +149,7 @@ class Executor:
         self.replay_backward = replay_backward
         self.feeds = feeds
         self.layout = Layout.build(self.ops, value_types, feeds)
+        self.launches = Launches(self.ops, self.layout)  # what other loops read
         self.output_dtypes = None if output_dtypes is None else tuple(map(str, output_dtypes))
 
     @property
@@ -178,25 +167,31 @@ class Executor:
 
     # --- the TensorFlow program -------------------------------------------------------
 
-    def compute(self, arrays: dict) -> list:
+    @property
+    def gradient_mode(self) -> GradientMode:
+        """The `GradientMode` of a `compute` call given none: as `batched_weight_grads`
+        and `replay_backward` say when the call is traced."""
+        return GradientMode(weights_once_per_step=self.batched_weight_grads,
+                            replay_backward=self.replay_backward)
+
+    def compute(self, arrays: dict, mode: GradientMode | None = None) -> list:
         """Runs a fed batch; returns, per value type, the rows asked for `[R_k, *shape]`.
 
         Call it inside a `tf.function` (or under a `GradientTape` there): it builds
         graph code. `arrays` holds tensors for the keys of `input_signature()`.
         Traced with no gradient tape active, the loop leaves out what its gradient
-        would need, so trace a step that is to be differentiated under its tape.
+        would need, so trace a step that is to be differentiated under its tape;
+        `mode` says how its loop is differentiated there (default: the executor's
+        `gradient_mode`).
         """
         import tensorflow as tf
-        index, bounds = arrays["index"], arrays["layout"]
-        parts = tf.split(index, bounds[1:] - bounds[:-1], num=len(self.layout.segments))
-        segment_id = self.layout.segment_id
-
-        def seg(name):
-            return parts[segment_id[name]]
-
+        mode = self.gradient_mode if mode is None else mode
+        if not isinstance(mode, GradientMode):
+            raise TypeError(f"mode must be a GradientMode, got {mode!r}")
+        seg = self.launches.segments(arrays)
         made = [[c] for c in self._constants(arrays, seg)]
-        replay = self._replays()
-        deferred = self._deferred_weights(True if replay else None)
+        replay = self._replays(mode)
+        deferred = self.launches.deferred_weights(replay or mode.weights_once_per_step)
         final: dict = {}  # loop type -> its buffer as the loop left it (for the tap)
         outer: dict = {}  # deferred loop op -> its launch before the loop (for the tap)
         tap = self._weight_tap(deferred, final, outer, seg) if deferred else None
@@ -254,7 +249,7 @@ class Executor:
             # the recorded launches before the loop too. No later launch before the
             # loop reads those rows (a middle op's step-0 nodes read constants, a
             # head op only head ops' outputs), so none of their gradient bypasses it.
-            types = self._tapped_types()
+            types = self.launches.tapped_types
             for k, b in zip(types, tap([bufs[k] for k in types])):
                 bufs[k] = b
         return bufs
@@ -289,9 +284,9 @@ class Executor:
         with transposed_once():  # its weight products' gradients: scheduler.loop_products
             if o in deferred:
                 from refold.scheduler.weight_grads import inputs_only
-                outs = inputs_only(lambda *a: self._call(o, list(a), n), args)
+                outs = inputs_only(lambda *a: self.launches.call(o, list(a), n), args)
             else:
-                outs = self._call(o, args, n)
+                outs = self.launches.call(o, args, n)
         ys = []
         for k in lay.loop_types:
             mine = [outs[s] for s, kk in enumerate(lay.op_out[o]) if kk == k]
@@ -301,37 +296,6 @@ class Executor:
                                       dtype_name(lay.value_types[k]))]
             ys.append(mine)
         return ys
-
-    def _launch_table(self, seg, own_outputs: bool = False):
-        """Every per-launch scalar the loop reads, one row per launch: op branch,
-        size, then per loop type the start and length of its gather rows and of
-        the rows it writes: the previous launch's outputs (the forward loop writes
-        a launch's outputs one iteration late), or with `own_outputs` its own (the
-        replayed backward loop). An iteration reads its row with one gather and
-        cuts it with one split (`_launch_fields`): indexing a dozen vectors at g
-        and g + 1, or slicing the row item by item, cost an op each."""
-        import tensorflow as tf
-        cols = [seg("group_op"), seg("group_size")]
-        for k in self.layout.loop_types:
-            s, bounds = seg(f"in_splits_{k}"), seg(f"out_bounds_{k}")
-            start = bounds[1:-1] if own_outputs else bounds[:-2]
-            end = bounds[2:] if own_outputs else bounds[1:-1]
-            cols += [s[:-1], s[1:] - s[:-1], start, end - start]
-        return tf.stack(cols, axis=1)
-
-    def _launch_fields(self, table, g, in_rows: dict, row_ids: dict) -> tuple:
-        """Launch g's `(op branch, size, gathered rows, written rows)` from row g of
-        `_launch_table`: the branch and size as scalars, the rows per loop type
-        (`row_ids[k]`: `tf.range` of type k's buffer rows, made before the loop)."""
-        import tensorflow as tf
-        loop_types = self.layout.loop_types
-        parts = tf.split(tf.gather(table, g), 2 + 4 * len(loop_types))
-        rows, written = {}, {}
-        for i, k in enumerate(loop_types):
-            f = 2 + 4 * i
-            rows[k] = tf.slice(in_rows[k], parts[f], parts[f + 1])
-            written[k] = tf.slice(row_ids[k], parts[f + 2], parts[f + 3])
-        return tf.reshape(parts[0], []), tf.reshape(parts[1], []), rows, written
 
     def _loop(self, bufs: list, seg, deferred: dict, differentiable: bool = True):
         """The loop, one launch per iteration; returns the loop types' buffers, the
@@ -345,22 +309,20 @@ class Executor:
         shapes = [tuple(t.shape) for t in lay.value_types]
         n_in, n_out = self._row_lists()
         stacked = len(lay.loop_ops) > 1 or not self.row_lists
-        table = self._launch_table(seg)
-        in_rows = {k: seg(f"in_rows_{k}") for k in loop_types}
-        row_ids = {k: tf.range(tf.shape(bufs[k])[0]) for k in loop_types}
+        table = LaunchTable(lay, seg, bufs)
 
         def body(g, bufs, ys):
-            op, size, rows, written = self._launch_fields(table, g, in_rows, row_ids)
+            op, size, rows, written = table.launch(g)
             new_bufs, xs = [], []
             for i, k in enumerate(loop_types):
-                b, x = write_read(bufs[i], ys[i], _parts(written[k], n_out[k]),
-                                  _parts(rows[k], n_in[k]), differentiable)
+                b, x = write_read(bufs[i], ys[i], row_parts(written[k], n_out[k]),
+                                  row_parts(rows[k], n_in[k]), differentiable)
                 new_bufs.append(b)
                 xs.append(x)
             branches = [lambda o=o: self._branch(o, xs, size, stacked, deferred)
                         for o in lay.loop_ops]
             ys = tf.switch_case(op, branches) if len(branches) > 1 else branches[0]()
-            ys = [[_rows_shaped(y, shapes[k]) for y in ys_k] for k, ys_k in zip(loop_types, ys)]
+            ys = [[rows_shaped(y, shapes[k]) for y in ys_k] for k, ys_k in zip(loop_types, ys)]
             return g + 1, new_bufs, ys
 
         g0 = tf.constant(0, tf.int32)
@@ -369,7 +331,7 @@ class Executor:
               for k in loop_types]
         if not lay.loop_ops:
             return carried, ys, g0
-        n_launches = tf.shape(table)[0]
+        n_launches = table.count
         invariants = [[tf.TensorShape((None, *shapes[k]))] * n_out[k] for k in loop_types]
         g_end, carried, ys = tf.while_loop(
             lambda g, *_: g < n_launches, body, (g0, carried, ys),
@@ -392,11 +354,33 @@ class Executor:
         for i, k in enumerate(self.layout.loop_types):
             bounds = seg(f"out_bounds_{k}")
             written = tf.range(bounds[g_end], bounds[g_end + 1])
-            post[k] = final_read(carried[i], ys[i], _parts(written, n_out[k]),
+            post[k] = final_read(carried[i], ys[i], row_parts(written, n_out[k]),
                                  seg(f"post_rows_{k}"))
             if final is not None:
                 final[k] = carried[i]
         return post
+
+    def loop_values(self, starts: list, seg) -> list:
+        """The loop run with no gradient recorded, from its loop types' starting
+        buffers `starts` (in `layout.loop_types` order; `seg` as in
+        `Launches.segments`): each buffer as the loop leaves it, with every value
+        the loop made written (the last launch's outputs too). What the replayed
+        backward loop (`scheduler.reverse`) runs forward and then reads."""
+        import tensorflow as tf
+        lay = self.layout
+        by_type = dict(zip(lay.loop_types, starts))
+        carried, ys, g_end = self._loop([by_type.get(k) for k in range(lay.n_types)], seg, {},
+                                        differentiable=False)
+        _, n_out = self._row_lists()
+        final = []
+        for i, k in enumerate(lay.loop_types):
+            bounds = seg(f"out_bounds_{k}")
+            buf = carried[i]
+            for y, rows in zip(ys[i], row_parts(tf.range(bounds[g_end], bounds[g_end + 1]),
+                                                n_out[k])):
+                buf = tf.raw_ops.InplaceUpdate(x=buf, i=rows, v=y)
+            final.append(buf)
+        return final
 
     def _after_loop(self, bufs: list, post: dict, seg) -> list:
         """Runs the tail on the rows read after the loop (`post`: the loop types',
@@ -414,40 +398,12 @@ class Executor:
 
     # --- weight gradients once per step (scheduler.weight_grads) -----------------------
 
-    def _replays(self) -> bool:
+    def _replays(self, mode: GradientMode) -> bool:
         """Whether this call's loop gets the replayed backward pass (`scheduler.reverse`):
-        under a gradient tape, with `replay_backward`, when every loop op's weights
-        can be deferred to the tap."""
-        if not (self.replay_backward and self.layout.loop_ops
-                and compat.tape_may_record()):
-            return False
-        self._deferred_weights(True)
-        return self._all_deferrable
-
-    def _deferred_weights(self, enabled: bool | None = None) -> dict:
-        """Loop op -> the weights whose gradients it defers to the tap (only under a
-        gradient tape, with `batched_weight_grads`, or `enabled` if given): every loop
-        op that reads trainable weights, has a float output, and runs on zero rows."""
-        enabled = self.batched_weight_grads if enabled is None else enabled
-        if not (enabled and self.layout.loop_ops and compat.tape_may_record()):
-            return {}
-        if not hasattr(self, "_loop_weights"):
-            from refold.scheduler.weight_grads import variables_of
-            lay, tapped = self.layout, set(self._tapped_types())
-            self._loop_weights, self._all_deferrable = {}, True
-            for o in lay.loop_ops:
-                found = variables_of(self.ops[o].fn, [lay.value_types[k] for k in lay.op_in[o]])
-                self._all_deferrable &= found is not None
-                if found and tapped & set(lay.op_out[o]):
-                    self._loop_weights[o] = found
-        return self._loop_weights
-
-    def _tapped_types(self) -> list:
-        """The loop's float value types: the ones whose gradients the tap reads."""
-        import tensorflow as tf
-        lay = self.layout
-        return [k for k in lay.loop_types
-                if tf.as_dtype(dtype_name(lay.value_types[k])).is_floating]
+        under a gradient tape, as `mode` asks, when every loop op's weights can be
+        deferred to the tap."""
+        return (mode.replay_backward and compat.tape_may_record()
+                and self.launches.all_deferrable())
 
     def _weight_tap(self, deferred: dict, final: dict, outer: dict, seg):
         """The tap whose gradient adds the deferred weights' gradients (`final`:
@@ -457,7 +413,7 @@ class Executor:
 
         def op_grads(o, vs, g_buf):
             return self._op_weight_grads(o, vs, final, g_buf, seg, outer.get(o))
-        return tap_of(deferred, self._tapped_types(), op_grads)
+        return tap_of(deferred, self.launches.tapped_types, op_grads)
 
     def _op_weight_grads(self, o: int, variables: list, final: dict, g_buf: dict, seg,
                          launch: tuple | None = None) -> list:
@@ -498,7 +454,7 @@ class Executor:
         def grads():
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(variables)
-                outs = self._call(o, args, total)
+                outs = self.launches.call(o, args, total)
             got = tape.gradient([outs[s] for s in slots], variables, output_gradients=g_outs)
             return [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
                     for v, g in zip(variables, got)]
@@ -517,7 +473,7 @@ class Executor:
         per float output])`."""
         import tensorflow as tf
         lay = self.layout
-        tapped = set(self._tapped_types()) if deferred else set()
+        tapped = set(self.launches.tapped_types) if deferred else set()
         for i, o in enumerate(ops):
             args = [tf.gather(_joined(made[k]), seg(f"{stage}_args_{i}_{a}"))
                     for a, k in enumerate(lay.op_in[o])]
@@ -543,32 +499,11 @@ class Executor:
 
         def run():
             if not inputs_only:
-                return self._call(o, args, n)
+                return self.launches.call(o, args, n)
             from refold.scheduler.weight_grads import inputs_only as call
-            return call(lambda *a: self._call(o, list(a), n), args)
+            return call(lambda *a: self.launches.call(o, list(a), n), args)
         if getattr(self.ops[o], "handles_empty", False) is True:
             return run()
         types = [self.layout.value_types[k] for k in self.layout.op_out[o]]
         return tf.cond(n > 0, run,
                        lambda: [tf.zeros((0, *t.shape), dtype_name(t)) for t in types])
-
-    def _call(self, o: int, args: list, n) -> list:
-        """Op o's outputs on `args` (`n` rows), checked against its output types."""
-        import tensorflow as tf
-        op, lay = self.ops[o], self.layout
-        outs = op.fn(*args) if args else op.fn(n)
-        if not isinstance(outs, (list, tuple)):
-            outs = [outs]
-        if len(outs) != len(lay.op_out[o]):
-            raise ValueError(f"op {lay.op_names[o]!r} returned {len(outs)} outputs, "
-                             f"expected {len(lay.op_out[o])}")
-        result = []
-        for s, y in enumerate(outs):
-            t = lay.value_types[lay.op_out[o][s]]
-            y = tf.convert_to_tensor(y)
-            if y.dtype != tf.as_dtype(dtype_name(t)) or (
-                    y.shape.rank is not None and tuple(y.shape[1:]) != tuple(t.shape)):
-                raise ValueError(f"op {lay.op_names[o]!r} output {s}: expected "
-                                 f"{t} per row, got shape {y.shape[1:]} dtype {y.dtype.name}")
-            result.append(_rows_shaped(y, t.shape))
-        return result

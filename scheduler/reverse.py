@@ -35,20 +35,21 @@ host on a GPU) and the data stays on the device. Graph mode only: the XLA step
 >>> from collections import namedtuple
 >>> from types import SimpleNamespace as Op
 >>> from refold.scheduler.executor import Executor
+>>> from refold.scheduler.gradient_mode import GradientMode
 >>> from refold.scheduler.graph import OpGraph
 >>> from refold.scheduler.planner import Planner
 >>> from refold.scheduler.schedules import SCHEDULERS
 >>> t = namedtuple("ValueType", "shape dtype")((), "float32")
 >>> w = tf.Variable(3.0)
 >>> scale = Op(name="scale", input_types=[t], output_types=[t], fn=lambda x: [w * x])
->>> ex = Executor([scale], [t], replay_backward=True)
+>>> ex = Executor([scale], [t])
 >>> g = OpGraph.build([0, 0], [1, 1], [0, 1], [0, 0, 0], [-1, 0, 1], [0, 0, 0],
 ...                   [np.ones(1, np.float32)])   # scale(scale(1.0)) = w * w
 >>> feed = Planner(ex.layout).feed(g, SCHEDULERS["agenda"](g), [2])
 >>> @tf.function(input_signature=[ex.input_signature()], autograph=False)
 ... def value_and_grad(arrays):
 ...     with tf.GradientTape() as tape:
-...         y = tf.reduce_sum(ex.compute(arrays)[0])
+...         y = tf.reduce_sum(ex.compute(arrays, GradientMode.once_per_step(replay=True))[0])
 ...     return y, tape.gradient(y, w)
 >>> [float(v) for v in value_and_grad(feed.arrays)]   # w * w, 2 * w
 [9.0, 6.0]
@@ -58,7 +59,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from refold.scheduler.executor import _parts
+from refold.scheduler.launches import row_parts
 from refold.scheduler.layout import dtype_name
 
 
@@ -69,7 +70,9 @@ def replay_loop(executor, bufs: list, seg) -> tuple[list, list]:
     Returns `(post, final)`, per loop type: the rows the tail and the results
     read (`post_rows_k`), and the buffer as the loop left it (every value written).
     Only for executors whose loop ops' weights are all deferred to the tap
-    (`Executor._replays`): the weights get no gradient here.
+    (`Launches.all_deferrable`): the weights get no gradient here. It reads the
+    executor through its public surface: `Executor.loop_values` and
+    `Executor.launches` (`scheduler.launches`).
     """
     lay = executor.layout
     loop_types = list(lay.loop_types)
@@ -78,18 +81,7 @@ def replay_loop(executor, bufs: list, seg) -> tuple[list, list]:
 
     @tf.custom_gradient
     def loop(*starts):
-        by_type = dict(zip(loop_types, starts))
-        carried, ys, g_end = executor._loop([by_type.get(k) for k in range(lay.n_types)],
-                                            seg, {}, differentiable=False)
-        _, n_out = executor._row_lists()
-        final = []
-        for i, k in enumerate(loop_types):
-            bounds = seg(f"out_bounds_{k}")
-            written = _parts(tf.range(bounds[g_end], bounds[g_end + 1]), n_out[k])
-            buf = carried[i]
-            for y, rows in zip(ys[i], written):
-                buf = tf.raw_ops.InplaceUpdate(x=buf, i=rows, v=y)
-            final.append(buf)
+        final = executor.loop_values(list(starts), seg)
         post = [tf.gather(b, r) for b, r in zip(final, post_rows)]
 
         def grad(*g_outs, variables=None):
@@ -108,7 +100,8 @@ def _backward(executor, final: list, g_post: list, g_final: list, post_rows: lis
     """The gradients of the loop's starting buffers, from those of its outputs."""
     lay = executor.layout
     loop_types = list(lay.loop_types)
-    tapped = set(executor._tapped_types())  # the float loop types
+    launches = executor.launches
+    tapped = set(launches.tapped_types)  # the float loop types
     floats = [i for i, k in enumerate(loop_types) if k in tapped]
     g_bufs = []
     for i in floats:
@@ -117,14 +110,12 @@ def _backward(executor, final: list, g_post: list, g_final: list, post_rows: lis
         g_bufs.append(g if g_final[i] is None else g + g_final[i])
     if not lay.loop_ops:
         return _starts(loop_types, floats, g_bufs)
-    table = executor._launch_table(seg, own_outputs=True)
-    in_rows = {k: seg(f"in_rows_{k}") for k in loop_types}
-    row_ids = {k: tf.range(tf.shape(final[i])[0]) for i, k in enumerate(loop_types)}
+    table = launches.table(seg, dict(zip(loop_types, final)), own_outputs=True)
     branches_of = list(lay.loop_ops)
 
     def body(j, g_bufs):
-        op, size, rows, written = executor._launch_fields(table, j, in_rows, row_ids)
-        branches = [lambda o=o: _replay(executor, o, final, g_bufs, rows, written, size,
+        op, size, rows, written = table.launch(j)
+        branches = [lambda o=o: _replay(launches, o, final, g_bufs, rows, written, size,
                                         floats)
                     for o in branches_of]
         g_rows = tf.switch_case(op, branches) if len(branches) > 1 else branches[0]()
@@ -134,7 +125,7 @@ def _backward(executor, final: list, g_post: list, g_final: list, post_rows: lis
             new.append(tf.raw_ops.InplaceAdd(x=g_bufs[slot], i=rows[k], v=g_rows[slot]))
         return j - 1, new
 
-    j0 = tf.shape(table)[0] - 1
+    j0 = table.count - 1
     _, g_bufs = tf.while_loop(lambda j, *_: j >= 0, body, (j0, g_bufs))
     return _starts(loop_types, floats, g_bufs)
 
@@ -144,16 +135,16 @@ def _starts(loop_types: list, floats: list, g_bufs: list) -> list:
     return [by_slot.get(i) for i in range(len(loop_types))]
 
 
-def _replay(executor, o: int, final: list, g_bufs: list, rows: dict, written: dict, n,
+def _replay(launches, o: int, final: list, g_bufs: list, rows: dict, written: dict, n,
             floats: list) -> list:
     """Launch of op o replayed: per float loop type, its arguments' gradients, in the
     order of that type's gather rows (zeros where none flows)."""
-    lay = executor.layout
+    lay = launches.layout
     loop_types = list(lay.loop_types)
     slot = {k: i for i, k in enumerate(loop_types)}
     ins, outs = lay.op_in[o], lay.op_out[o]
-    in_parts = {k: _parts(rows[k], ins.count(k)) for k in set(ins)}
-    out_parts = {k: _parts(written[k], outs.count(k)) for k in set(outs)}
+    in_parts = {k: row_parts(rows[k], ins.count(k)) for k in set(ins)}
+    out_parts = {k: row_parts(written[k], outs.count(k)) for k in set(outs)}
     args = [tf.gather(final[slot[k]], in_parts[k][int(lay.arg_typepos[o, a])])
             for a, k in enumerate(ins)]
     # under a tape, as when TensorFlow differentiates the loop: ops that carry their
@@ -163,7 +154,7 @@ def _replay(executor, o: int, final: list, g_bufs: list, rows: dict, written: di
     # machine")
     with tf.GradientTape(watch_accessed_variables=False) as tape:
         tape.watch(args)
-        ys = executor._call(o, args, n)
+        ys = launches.call(o, args, n)
     g_slot = {i: s for s, i in enumerate(floats)}
     diff_ys, g_ys = [], []
     for s, k in enumerate(outs):

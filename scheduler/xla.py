@@ -340,10 +340,10 @@ class XlaExecutor:
             bufs.append(_scatter(zeros, arrays[f"consts_rows_{k}"], arrays[f"consts_{k}"]))
         for i, o in enumerate(lay.outer_ops):
             bufs = self._run_launch(f"outer_{i}", o, bufs, arrays)
-        deferred = self.executor._deferred_weights(self.batched_weight_grads)
+        deferred = self.executor.launches.deferred_weights(self.batched_weight_grads)
         if deferred:
             final: dict = {}  # loop type -> its buffer after the loop, for the tap
-            types = self.executor._tapped_types()
+            types = self.executor.launches.tapped_types
             tapped = self._weight_tap(deferred, final, arrays)([bufs[k] for k in types])
             bufs = list(bufs)
             for k, b in zip(types, tapped):
@@ -374,7 +374,7 @@ class XlaExecutor:
 
         def run():
             new = list(bufs)
-            for s, y in enumerate(self.executor._call(o, args, width)):
+            for s, y in enumerate(self.executor.launches.call(o, args, width)):
                 k = lay.op_out[o][s]
                 new[k] = _scatter(new[k], outs_rows[s], y)
             return [new[k] for k in touched]
@@ -402,9 +402,9 @@ class XlaExecutor:
         args = [blocks[k][int(lay.arg_typepos[o, a])] for a, k in enumerate(lay.op_in[o])]
         if o in deferred:
             from refold.scheduler.weight_grads import inputs_only
-            outs = inputs_only(lambda *a: self.executor._call(o, list(a), width), args)
+            outs = inputs_only(lambda *a: self.executor.launches.call(o, list(a), width), args)
         else:
-            outs = self.executor._call(o, args, width)
+            outs = self.executor.launches.call(o, args, width)
         ys = []
         for k in lay.loop_types:
             t = lay.value_types[k]
@@ -458,7 +458,7 @@ class XlaExecutor:
         """The tap on the loop types' buffers whose gradient adds the deferred
         weights' gradients (`final`: per loop type, its buffer after the loop)."""
         from refold.scheduler.weight_grads import tap_of
-        return tap_of(deferred, self.executor._tapped_types(),
+        return tap_of(deferred, self.executor.launches.tapped_types,
                       lambda o, vs, g_buf: self._op_weight_grads(o, vs, final, g_buf, arrays))
 
     def _op_weight_grads(self, o: int, variables: list, final: dict, g_buf: dict,
@@ -486,7 +486,7 @@ class XlaExecutor:
         def grads():
             with tf.GradientTape(watch_accessed_variables=False) as tape:
                 tape.watch(variables)
-                outs = self.executor._call(o, args, width)
+                outs = self.executor.launches.call(o, args, width)
             got = tape.gradient([outs[s] for s in slots], variables, output_gradients=g_outs)
             return [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
                     for v, g in zip(variables, got)]

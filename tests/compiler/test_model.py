@@ -131,13 +131,18 @@ def test_predict_of_structured_outputs_gives_eval_results():
 
 
 def test_training_is_traced_once_for_every_batch_shape_and_weight_gradient_choice():
+    from refold.scheduler import GradientMode
+
     class Counting(Model):
         traces: dict = {}
+        settings: set = set()
 
-        def _forward(self, x):  # Python runs only while tracing
-            once = self.compiler.executor.batched_weight_grads
+        def _forward(self, x, gradient_mode=None):  # Python runs only while tracing
+            once = gradient_mode is not None and gradient_mode.weights_once_per_step
             Counting.traces[once] = Counting.traces.get(once, 0) + 1
-            return super()._forward(x)
+            # the choice reaches the executor as an argument: its settings stay
+            Counting.settings.add(self.compiler.executor.gradient_mode)
+            return super()._forward(x, gradient_mode)
 
     trees, y = sign_data(45, seed=4)
     model = compiled(Counting(factories.tree_sign()))
@@ -145,6 +150,7 @@ def test_training_is_traced_once_for_every_batch_shape_and_weight_gradient_choic
     model.fit(trees[:4], y[:4], batch_size=1, epochs=1, verbose=0)
     # small launches take the weight gradients once per step, large ones per iteration
     assert set(Counting.traces) == {False, True}
+    assert Counting.settings == {GradientMode()}
     # once each: the compiled metrics' variables are made before the first trace
     # (made in it, TensorFlow would trace the step a second time)
     first = dict(Counting.traces)
@@ -156,6 +162,27 @@ def test_training_is_traced_once_for_every_batch_shape_and_weight_gradient_choic
     Counting.traces = {}
     compiled(Counting(factories.tree_sign())).evaluate(trees, y, batch_size=45, verbose=0)
     assert Counting.traces == {False: 1}  # evaluate first: its metrics made before, too
+
+
+def test_a_train_step_overridden_without_the_gradient_mode_trains_with_the_executors():
+    # Keras' habit: train_step(self, data) calling super(); traced as it is (the
+    # choice's GradientMode goes to Model's own step, `Model.training_step`)
+    class Overriding(Model):
+        modes: list = []
+
+        def train_step(self, data):
+            return super().train_step(data)
+
+        def _forward(self, x, gradient_mode=None):  # Python runs only while tracing
+            Overriding.modes.append(gradient_mode)
+            return super()._forward(x, gradient_mode)
+
+    trees, y = sign_data(8, seed=5)
+    model = compiled(Overriding(factories.tree_sign()))
+    before = [w.numpy().copy() for w in model.trainable_weights]
+    model.fit(trees, y, batch_size=1, epochs=1, verbose=0)  # small launches: once chosen
+    assert Overriding.modes and set(Overriding.modes) == {None}
+    assert any(not np.array_equal(b, w.numpy()) for b, w in zip(before, model.trainable_weights))
 
 
 def test_a_batch_near_the_threshold_runs_on_the_other_choices_trace():
@@ -187,9 +214,9 @@ def test_a_batch_near_the_threshold_runs_on_the_other_choices_trace():
     class Counting(Model):
         traces: list = []
 
-        def _forward(self, x):  # Python runs only while tracing
-            Counting.traces.append(self.compiler.executor.batched_weight_grads)
-            return super()._forward(x)
+        def _forward(self, x, gradient_mode=None):  # Python runs only while tracing
+            Counting.traces.append(gradient_mode.weights_once_per_step)
+            return super()._forward(x, gradient_mode)
 
     trees, y = sign_data(24, seed=7)
     model = compiled(Counting(factories.tree_sign()))

@@ -134,6 +134,7 @@ class OpSet:
         self.row_lists = row_lists
         self.batched_weight_grads = batched_weight_grads
         self.replay_backward = replay_backward
+        self.mode = None  # the GradientMode `with_gradients` passes (None: the executor's)
         self.specs = [OpSpec(tuple(TYPES.index(t) for t in op.input_types),
                              tuple(TYPES.index(t) for t in op.output_types))
                       for op in self.ops]
@@ -168,7 +169,7 @@ class OpSet:
             consts = arrays["consts_float32"]
             with tf.GradientTape() as tape:
                 tape.watch(consts)
-                outs = ex.compute(arrays)
+                outs = ex.compute(arrays, self.mode)
                 loss = tf.add_n([tf.constant(0.0)] + [tf.reduce_sum(outs[k] * w)
                                                       for k, w in zip(FLOAT_IDS, weights)])
             grads = tape.gradient(loss, VARIABLES + [consts],

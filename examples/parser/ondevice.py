@@ -374,10 +374,12 @@ class DeviceExploration:
     Args:
         parser: the layers to train.
         explore: the starting `explore`.
-        max_words: the longest sentence accepted (each is padded to it).
+        max_words: the longest sentence accepted (each is padded to it); the
+            parser's `max_words` by default.
     """
 
-    def __init__(self, parser: ParserModel, explore: float = 0.9, max_words: int = 100):
+    def __init__(self, parser: ParserModel, explore: float = 0.9, max_words: int | None = None):
+        max_words = parser.max_words if max_words is None else max_words
         self.parser, self.max_words = parser, max_words
         self.layer = Walk(parser, max_words, oracle=True, name="exploring_walk")
         self.explore = explore
@@ -470,10 +472,12 @@ class DeviceParser:
 
     Args:
         parser: the layers.
-        max_words: the longest sentence accepted (each is padded to it).
+        max_words: the longest sentence accepted (each is padded to it); the
+            parser's `max_words` by default.
     """
 
-    def __init__(self, parser: ParserModel, max_words: int = 100):
+    def __init__(self, parser: ParserModel, max_words: int | None = None):
+        max_words = parser.max_words if max_words is None else max_words
         self.parser, self.max_words = parser, max_words
         self.layer = Walk(parser, max_words, oracle=False, name="parsing_walk")
         self.block = self._block()

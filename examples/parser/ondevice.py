@@ -432,10 +432,12 @@ class DeviceExploration:
         w = self.max_words
         comp = td.Composition(name="exploring_parser")
         with comp.scope():
-            check = td.InputTransform(lambda x: self._arrays(comp, x))
-            gold = (check >> td.Record((td.Scalar("int32"), td.Vector(w + 1, "int32"),
-                                        td.Vector(w + 1, "int32")))).reads(comp.input)
-            encodings = (self.parser._encoder() >> td.Stack(w + 1)).reads(comp.input)
+            # checked first: a bad sentence is named before anything reads it
+            checked = td.InputTransform(lambda x: (x, self._arrays(comp, x))).reads(comp.input)
+            gold = (td.GetItem(1) >> td.Record((td.Scalar("int32"), td.Vector(w + 1, "int32"),
+                                                 td.Vector(w + 1, "int32")))).reads(checked)
+            encodings = (td.GetItem(0) >> self.parser._encoder() >> td.Stack(w + 1)).reads(
+                checked)
             walk = td.Function(self.layer, random=True, infer_output_type=False)
             walk.set_output_type(td.TupleType(
                 td.TensorType((2 * w, 3)), td.TensorType((2 * w,), "int32"),
@@ -494,9 +496,10 @@ class DeviceParser:
         w = self.max_words
         comp = td.Composition(name="parsing")
         with comp.scope():
-            n = (td.InputTransform(lambda x: self._length(comp, x))
-                 >> td.Scalar("int32")).reads(comp.input)
-            encodings = (self.parser._encoder(keyed=False) >> td.Stack(w + 1)).reads(comp.input)
+            checked = td.InputTransform(lambda x: (x, self._length(comp, x))).reads(comp.input)
+            n = (td.GetItem(1) >> td.Scalar("int32")).reads(checked)
+            encodings = (td.GetItem(0) >> self.parser._encoder(keyed=False)
+                         >> td.Stack(w + 1)).reads(checked)
             walk = td.Function(self.layer, infer_output_type=False)
             walk.set_output_type(td.TupleType(td.TensorType((w,), "int32"),
                                               td.TensorType((w,), "int32")))

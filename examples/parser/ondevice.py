@@ -177,17 +177,36 @@ class Walk(keras.layers.Layer):
     def call(self, encodings, n, gold=None, labels=None):
         n = tf.cast(n, tf.int32)
         longest = tf.reduce_max(tf.concat([n, [0]], 0))
-        size = longest + 1
+        # the positions the batch uses, rounded up (the loop is compiled per size)
+        size = tf.minimum((longest + BUCKET) // BUCKET * BUCKET, self.max_words + 1)
         encodings = encodings[:, :size]
         width = tf.shape(encodings)[2]
         w = tf.reshape(tf.convert_to_tensor(self.hidden.kernel), [SLOTS, width, -1])
-        projected = tf.einsum("bld,kdm->blkm", encodings, w)  # [B, L, slot, mlp]
+        mlp = tf.shape(w)[2]
+        # [B, L, slot, mlp]: each position's part of the hidden layer from each slot
+        projected = tf.reshape(
+            tf.matmul(tf.reshape(encodings, [-1, width]),
+                      tf.reshape(tf.transpose(w, [1, 0, 2]), [width, SLOTS * mlp])),
+            [tf.shape(encodings)[0], tf.shape(encodings)[1], SLOTS, mlp])
         pads = tf.einsum("kd,kdm->km", tf.stack([tf.convert_to_tensor(p) for p in self.pads]),
                          w[:STACK_FEATURES])
         if self.oracle:
             gold, labels = gold[:, :size], labels[:, :size]
-        path = self._walk(tf.stop_gradient(projected), tf.stop_gradient(pads), n, longest,
-                          gold, labels)
+        weights = [tf.stop_gradient(tf.convert_to_tensor(v)) for v in
+                   (self.hidden.bias, self.scores.kernel, self.scores.bias)]
+        if self.oracle:
+            coins, explore = self._coins(tf.shape(n)[0]), tf.convert_to_tensor(self.explore)
+            records = _exploring_loop(tf.stop_gradient(projected), tf.stop_gradient(pads),
+                                      *weights, n, gold, labels, coins, explore)
+        else:
+            records = _greedy_loop(tf.stop_gradient(projected), tf.stop_gradient(pads),
+                                   *weights, n)
+        names = ["features", "transitions", "heads"] + (
+            ["correct", "arc", "arc_label"] if self.oracle else [])
+        path = dict(zip(names, records))
+        for name in names:  # the steps taken
+            if name != "heads":
+                path[name] = path[name][:, :2 * longest]
         hidden, logits = self._score(projected, pads, path["features"])
         steps = tf.range(2 * longest)[None, :] < 2 * n[:, None]
         heads = self._pad(path["heads"][:, 1:], self.max_words)
@@ -239,15 +258,17 @@ class Walk(keras.layers.Layer):
         return tf.matmul(hidden, layer.kernel) + layer.bias
 
     def _hidden(self, projected, pads, positions):
-        """The MLP's hidden layer at `positions` (`[B, ..., 4]`, -1 for an empty slot)."""
-        total = tf.convert_to_tensor(self.hidden.bias)
-        for slot in range(SLOTS):
-            p = positions[..., slot]
-            rows = tf.gather(projected[:, :, slot], tf.maximum(p, 0), batch_dims=1)
-            if slot < STACK_FEATURES:
-                rows = tf.where((p >= 0)[..., None], rows, pads[slot])
-            total = total + rows
-        return tf.tanh(total)
+        """The MLP's hidden layer at `positions` (`[B, T, 4]`, -1 for an empty slot):
+        one gather from a table of every position's rows and the pads' (a gather per
+        slot took twice as long, forward and backward)."""
+        shape = tf.shape(projected)
+        batch, size, mlp = shape[0], shape[1], shape[3]
+        table = tf.concat([tf.reshape(projected, [-1, mlp]), pads], 0)
+        slot = tf.range(SLOTS)[None, None, :]
+        row = (tf.range(batch)[:, None, None] * size + positions) * SLOTS + slot
+        pad = batch * size * SLOTS + tf.minimum(slot, STACK_FEATURES - 1)
+        rows = tf.gather(table, tf.where(positions >= 0, row, pad))  # [B, T, 4, mlp]
+        return tf.tanh(tf.reduce_sum(rows, 2) + self.hidden.bias)
 
     def _score(self, projected, pads, positions):
         hidden = self._hidden(projected, pads, positions)
@@ -260,75 +281,82 @@ class Walk(keras.layers.Layer):
             return noise.uniform([2 * self.max_words])
         return tf.fill([batch, 2 * self.max_words], 1.0 - 2.0 ** -24)
 
-    def _walk(self, projected, pads, n, longest, gold, labels):
-        """The loop: each step's positions, transition and (with the oracle) the
-        correct transitions and the gold arc to s0 (`exploration.Walk.gold_arc`)."""
-        batch, size = tf.shape(n)[0], longest + 1
-        steps = 2 * longest
-        zeros = tf.zeros([batch, size], tf.int32)
-        oracle = self.oracle
+
+def _walk(projected, pads, hidden_b, scores_w, scores_b, n, gold=None, labels=None,
+          coins=None, explore=None):
+    """The loop over a batch (no gradient): each step's positions `[B, T, 4]` and
+    transition `[B, T]` (T = 2 (L - 1) for `projected`'s L positions, steps past a
+    sentence's end left zero), the heads reached `[B, L]` and, with the oracle
+    (`gold` given), each step's correct transitions `[B, T, 3]` and the gold arc to s0
+    and its label (`exploration.Walk.gold_arc`, `[B, T]` each)."""
+    oracle = gold is not None
+    batch, size = tf.shape(n)[0], tf.shape(projected)[1]
+    steps = 2 * tf.reduce_max(tf.concat([n, [0]], 0))
+    zeros = tf.zeros([batch, size], tf.int32)
+    slots = [projected[:, :, k] for k in range(SLOTS)]
+    kinds = [(tf.int32, [None, SLOTS]), (tf.int32, [None])] + (
+        [(tf.bool, [None, 3]), (tf.int32, [None]), (tf.int32, [None])] if oracle else [])
+
+    def body(t, stack, height, b0, on_stack, heads, records):
+        active = t < 2 * n
+        s = [tf.where(height >= depth, _take(stack, height - depth), -1)
+             for depth in range(STACK_FEATURES, 0, -1)]
+        features = tf.stack([*s, b0], 1)
+        hidden = hidden_b
+        for k in range(SLOTS):
+            rows = _take(slots[k], features[:, k])
+            hidden = hidden + (tf.where((features[:, k] >= 0)[:, None], rows, pads[k])
+                               if k < STACK_FEATURES else rows)
+        logits = tf.matmul(tf.tanh(hidden), scores_w) + scores_b
+        allowed = legal(height, b0)
+        taken = tf.argmax(tf.where(allowed, logits, -np.inf), 1, output_type=tf.int32)
+        s0, s1 = s[-1], s[-2]
+        out = [features, taken]
         if oracle:
-            coins = self._coins(batch)
-            explore = tf.convert_to_tensor(self.explore)
-        scores_w, scores_b = (tf.stop_gradient(tf.convert_to_tensor(v))
-                              for v in (self.scores.kernel, self.scores.bias))
-        hidden_b = tf.stop_gradient(tf.convert_to_tensor(self.hidden.bias))
-        slots = [projected[:, :, k] for k in range(SLOTS)]
-        names = ["features", "transitions"] + (["correct", "arc", "arc_label"] if oracle else [])
-        shapes = [[None, SLOTS], [None], [None, 3], [None], [None]]
+            cost = _costs(on_stack, height, b0, s0, s1, n, gold)
+            correct = cost == tf.reduce_min(cost, 1, keepdims=True)
+            follow = tf.gather(correct, taken, batch_dims=1) | (coins[:, t] < explore)
+            best = tf.argmax(tf.where(correct, logits, -np.inf), 1, output_type=tf.int32)
+            taken = tf.where(follow, taken, best)
+            head = _take(gold, s0)
+            arc = tf.where((height > 0) & correct[:, LEFT] & (head == b0), LEFT,
+                           tf.where(correct[:, RIGHT] & (height >= 2) & (head == s1),
+                                    RIGHT, SHIFT))
+            out = [features, taken, correct, arc,
+                   tf.where(arc != SHIFT, _take(labels, s0), -1)]
+        shift = active & (taken == SHIFT)
+        arc_made = active & (taken != SHIFT)
+        at_top = tf.one_hot(height, size, on_value=True, off_value=False, dtype=tf.bool)
+        stack = tf.where(at_top & shift[:, None], b0[:, None], stack)
+        on_b0 = tf.one_hot(b0, size, on_value=True, off_value=False, dtype=tf.bool)
+        on_s0 = tf.one_hot(tf.maximum(s0, 0), size, on_value=True, off_value=False,
+                           dtype=tf.bool)
+        on_stack = (on_stack | (on_b0 & shift[:, None])) & ~(on_s0 & arc_made[:, None])
+        head = tf.where(taken == LEFT, b0, s1)
+        heads = tf.where(on_s0 & arc_made[:, None], head[:, None], heads)
+        b0 = tf.where(shift, tf.where(b0 < n, b0 + 1, 0), b0)
+        height = height + tf.where(shift, 1, 0) - tf.where(arc_made, 1, 0)
+        records = [r.write(t, v) for r, v in zip(records, out)]
+        return t + 1, stack, height, b0, on_stack, heads, records
 
-        def body(t, stack, height, b0, on_stack, heads, records):
-            active = t < 2 * n
-            s = [tf.where(height >= depth, _take(stack, height - depth), -1)
-                 for depth in range(STACK_FEATURES, 0, -1)]
-            features = tf.stack([*s, b0], 1)
-            hidden = hidden_b
-            for k in range(SLOTS):
-                rows = _take(slots[k], features[:, k])
-                hidden = hidden + (tf.where((features[:, k] >= 0)[:, None], rows, pads[k])
-                                   if k < STACK_FEATURES else rows)
-            logits = tf.matmul(tf.tanh(hidden), scores_w) + scores_b
-            allowed = legal(height, b0)
-            taken = tf.argmax(tf.where(allowed, logits, -np.inf), 1, output_type=tf.int32)
-            s0, s1 = s[-1], s[-2]
-            out = [features, taken]
-            if oracle:
-                cost = _costs(on_stack, height, b0, s0, s1, n, gold)
-                correct = cost == tf.reduce_min(cost, 1, keepdims=True)
-                follow = tf.gather(correct, taken, batch_dims=1) | (coins[:, t] < explore)
-                best = tf.argmax(tf.where(correct, logits, -np.inf), 1, output_type=tf.int32)
-                taken = tf.where(follow, taken, best)
-                head = _take(gold, s0)
-                arc = tf.where((height > 0) & correct[:, LEFT] & (head == b0), LEFT,
-                               tf.where(correct[:, RIGHT] & (height >= 2) & (head == s1),
-                                        RIGHT, SHIFT))
-                out = [features, taken, correct, arc,
-                       tf.where(arc != SHIFT, _take(labels, s0), -1)]
-            shift = active & (taken == SHIFT)
-            arc_made = active & (taken != SHIFT)
-            at_top = tf.one_hot(height, size, on_value=True, off_value=False, dtype=tf.bool)
-            stack = tf.where(at_top & shift[:, None], b0[:, None], stack)
-            on_b0 = tf.one_hot(b0, size, on_value=True, off_value=False, dtype=tf.bool)
-            on_s0 = tf.one_hot(tf.maximum(s0, 0), size, on_value=True, off_value=False,
-                               dtype=tf.bool)
-            on_stack = (on_stack | (on_b0 & shift[:, None])) & ~(on_s0 & arc_made[:, None])
-            head = tf.where(taken == LEFT, b0, s1)
-            heads = tf.where(on_s0 & arc_made[:, None], head[:, None], heads)
-            b0 = tf.where(shift, tf.where(b0 < n, b0 + 1, 0), b0)
-            height = height + tf.where(shift, 1, 0) - tf.where(arc_made, 1, 0)
-            records = [r.write(t, v) for r, v in zip(records, out)]
-            return t + 1, stack, height, b0, on_stack, heads, records
+    records = [tf.TensorArray(dtype, size=2 * (size - 1), element_shape=tf.TensorShape(shape))
+               for dtype, shape in kinds]
+    start = (tf.constant(0), zeros, tf.zeros([batch], tf.int32),
+             tf.where(n > 0, 1, 0), tf.zeros([batch, size], tf.bool), zeros, records)
+    _, _, _, _, _, heads, records = tf.while_loop(lambda t, *_: t < steps, body, start)
+    out = [tf.transpose(r.stack(), [1, 0] + list(range(2, len(shape) + 1)))
+           for r, (_, shape) in zip(records, kinds)]
+    return [out[0], out[1], heads, *out[2:]]
 
-        records = [tf.TensorArray(tf.bool if name == "correct" else tf.int32, size=steps,
-                                  element_shape=tf.TensorShape(shape))
-                   for name, shape in zip(names, shapes)]
-        start = (tf.constant(0), zeros, tf.zeros([batch], tf.int32),
-                 tf.where(n > 0, 1, 0), tf.zeros([batch, size], tf.bool), zeros, records)
-        _, _, _, _, _, heads, records = tf.while_loop(lambda t, *_: t < steps, body, start)
-        path = {name: tf.transpose(r.stack(), [1, 0] + list(range(2, len(shape) + 1)))
-                for name, r, shape in zip(names, records, shapes)}
-        path["heads"] = heads
-        return path
+
+# compiled (XLA) once per batch and bucket size: ~10x faster than a graph-mode loop,
+# whose ~100 small ops a step cost more to launch than to compute
+_exploring_loop = tf.function(_walk, jit_compile=True, autograph=False)
+_greedy_loop = tf.function(_walk, jit_compile=True, autograph=False)
+
+BUCKET = 8
+"""Sentence lengths round up to a multiple of this inside the walk (a compiled loop per
+size)."""
 
 
 def _built(layer, inputs: int):

@@ -210,5 +210,5 @@ def test_a_bad_sentence_names_its_example_and_the_block(item, message):
     with pytest.raises(InputError, match=rf"exploring_parser.*{message}") as e:
         Compiler.create(exploring.block).run([good, item])
     assert "example 1" in str(e.value) or "input 1" in str(e.value)
-    with pytest.raises(InputError, match=rf"parsing.*a sentence of 9 words is longer"):
+    with pytest.raises(InputError, match=r"parsing.*a sentence of 9 words is longer"):
         DeviceParser(parser()).block.eval([(0, 0)] + [(2, 2)] * 9)

@@ -158,9 +158,9 @@ class Walk(keras.layers.Layer):
     Args:
         parser: the layers (MLP, pads, label classifiers).
         max_words: the padded sentence length.
-        oracle: exploration (with gold trees) rather than greedy parsing.
-        explore: the probability of following a wrong prediction, a variable read
-            at each call (`oracle` only).
+        oracle: exploration (with gold trees) rather than greedy parsing; its
+            probability of following a wrong prediction is the variable `explore`,
+            read at each call.
     """
 
     def __init__(self, parser: ParserModel, max_words: int, oracle: bool, **kwargs):
@@ -181,51 +181,62 @@ class Walk(keras.layers.Layer):
         longest = tf.reduce_max(tf.concat([n, [0]], 0))
         # the positions the batch uses, rounded up (the loop is compiled per size)
         size = tf.minimum((longest + BUCKET) // BUCKET * BUCKET, self.max_words + 1)
-        encodings = encodings[:, :size]
-        width = tf.shape(encodings)[2]
-        w = tf.reshape(tf.convert_to_tensor(self.hidden.kernel), [SLOTS, width, -1])
-        mlp = tf.shape(w)[2]
-        # [B, L, slot, mlp]: each position's part of the hidden layer from each slot
-        projected = tf.reshape(
-            tf.matmul(tf.reshape(encodings, [-1, width]),
-                      tf.reshape(tf.transpose(w, [1, 0, 2]), [width, SLOTS * mlp])),
-            [tf.shape(encodings)[0], tf.shape(encodings)[1], SLOTS, mlp])
-        pads = tf.einsum("kd,kdm->km", tf.stack([tf.convert_to_tensor(p) for p in self.pads]),
-                         w[:STACK_FEATURES])
-        if self.oracle:
-            gold, labels = gold[:, :size], labels[:, :size]
+        projected, pads = self._project(encodings[:, :size])
         weights = [tf.stop_gradient(tf.convert_to_tensor(v)) for v in
                    (self.hidden.bias, self.scores.kernel, self.scores.bias)]
+        fixed = (tf.stop_gradient(projected), tf.stop_gradient(pads), *weights, n)
+        names = ["features", "transitions", "heads"]
         if self.oracle:
             coins, explore = self._coins(tf.shape(n)[0]), tf.convert_to_tensor(self.explore)
-            records = _exploring_loop(tf.stop_gradient(projected), tf.stop_gradient(pads),
-                                      *weights, n, gold, labels, coins, explore)
+            records = _exploring_loop(*fixed, gold[:, :size], labels[:, :size], coins,
+                                      explore)
+            names += ["correct", "arc", "arc_label"]
         else:
-            records = _greedy_loop(tf.stop_gradient(projected), tf.stop_gradient(pads),
-                                   *weights, n)
-        names = ["features", "transitions", "heads"] + (
-            ["correct", "arc", "arc_label"] if self.oracle else [])
-        path = dict(zip(names, records))
-        for name in names:  # the steps taken
-            if name != "heads":
-                path[name] = path[name][:, :2 * longest]
+            records = _greedy_loop(*fixed)
+        path = {name: r if name == "heads" else r[:, :2 * longest]  # the steps taken
+                for name, r in zip(names, records)}
         hidden, logits = self._score(projected, pads, path["features"])
         steps = tf.range(2 * longest)[None, :] < 2 * n[:, None]
         heads = self._pad(path["heads"][:, 1:], self.max_words)
-        if not self.oracle:
-            if not self.labelled:
-                return heads, tf.fill(tf.shape(heads), -1)
-            direction = path["transitions"]
-            chosen = tf.where((direction == LEFT)[..., None], self._labels(LEFT, hidden),
-                              self._labels(RIGHT, hidden))
-            ids = tf.argmax(chosen, -1, output_type=tf.int32)
-            # each arc's dependent: s0 when it was made
-            arc = steps & (direction != SHIFT)
-            s0 = path["features"][:, :, STACK_FEATURES - 1]
-            by_word = tf.reduce_max(tf.where(
-                (arc[..., None] & (s0[..., None] == tf.range(size)[None, None, :])),
-                ids[..., None], -1), 1)
-            return heads, self._pad(by_word[:, 1:], self.max_words)
+        if self.oracle:
+            return self._exploration_outputs(path, hidden, logits, steps, heads, n)
+        return heads, self._arc_labels(path, hidden, steps, size)
+
+    def _project(self, encodings):
+        """`[B, L, slot, mlp]`: each position's part of the MLP's hidden layer from
+        each slot (one product), and `[3, mlp]` the pads'."""
+        shape = tf.shape(encodings)
+        w = tf.reshape(tf.convert_to_tensor(self.hidden.kernel), [SLOTS, shape[2], -1])
+        mlp = tf.shape(w)[2]
+        projected = tf.reshape(
+            tf.matmul(tf.reshape(encodings, [-1, shape[2]]),
+                      tf.reshape(tf.transpose(w, [1, 0, 2]), [shape[2], SLOTS * mlp])),
+            [shape[0], shape[1], SLOTS, mlp])
+        pads = tf.einsum("kd,kdm->km", tf.stack([tf.convert_to_tensor(p) for p in self.pads]),
+                         w[:STACK_FEATURES])
+        return projected, pads
+
+    def _arc_labels(self, path, hidden, steps, size):
+        """`[B, max_words]`: each word's label, its arc direction's best (-1 without
+        labels)."""
+        if not self.labelled:
+            return tf.fill([tf.shape(steps)[0], self.max_words], -1)
+        direction = path["transitions"]
+        ids = tf.argmax(self._direction_labels(direction, hidden), -1, output_type=tf.int32)
+        arc = steps & (direction != SHIFT)
+        s0 = path["features"][:, :, STACK_FEATURES - 1]  # an arc's dependent
+        by_word = tf.reduce_max(tf.where(
+            arc[..., None] & (s0[..., None] == tf.range(size)[None, None, :]),
+            ids[..., None], -1), 1)
+        return self._pad(by_word[:, 1:], self.max_words)
+
+    def _direction_labels(self, direction, hidden):
+        """The label logits of the label layer of each step's `direction`."""
+        return tf.where((direction == LEFT)[..., None], self._labels(LEFT, hidden),
+                        self._labels(RIGHT, hidden))
+
+    def _exploration_outputs(self, path, hidden, logits, steps, heads, n):
+        """The losses and metrics of the steps taken (`Exploration`'s), padded."""
         correct = path["correct"]
         mask = tf.cast(steps, tf.float32)
         best = tf.reduce_max(tf.where(correct, logits, -1e9), -1)
@@ -234,10 +245,9 @@ class Walk(keras.layers.Layer):
                                 batch_dims=2), tf.float32) * mask
         label_loss = label_accuracy = tf.zeros(tf.shape(n), tf.float32)
         if self.labelled:
-            direction, gold_label = path["arc"], path["arc_label"]
-            chosen = tf.where((direction == LEFT)[..., None], self._labels(LEFT, hidden),
-                              self._labels(RIGHT, hidden))
-            learn = tf.cast(steps & (direction != SHIFT), tf.float32)
+            chosen = self._direction_labels(path["arc"], hidden)
+            gold_label = path["arc_label"]
+            learn = tf.cast(steps & (path["arc"] != SHIFT), tf.float32)
             ce = tf.nn.sparse_softmax_cross_entropy_with_logits(
                 labels=tf.maximum(gold_label, 0), logits=chosen)
             right = tf.cast(tf.argmax(chosen, -1, output_type=tf.int32) == gold_label,

@@ -30,6 +30,9 @@ walk is a `td.Function` of a Keras layer (`Walk`) that holds the parser's scorin
 layers, so `Model` trains and saves them and `block.eval` computes what the engine
 does. The engine runs it after its loop, once per batch (it feeds nothing the
 loop needs), so the engine's replayed backward pass never meets the walk's loop.
+The walk handles an empty batch, so the engine calls it without a `tf.cond` around
+it: inside a cond, the compiled loop's call waited forever with one inter-op thread
+(`tf.config.threading.set_inter_op_parallelism_threads(1)`).
 
 What writing the transition system as tensor ops gives up: `decide` is no longer
 any Python (a new transition system, feature or oracle has to be written again in
@@ -478,7 +481,7 @@ class DeviceExploration:
                                                  td.Vector(w + 1, "int32")))).reads(checked)
             encodings = (td.GetItem(0) >> self.parser._encoder() >> td.Stack(w + 1)).reads(
                 checked)
-            walk = td.Function(self.layer, random=True, infer_output_type=False)
+            walk = td.Function(self.layer, random=True, infer_output_type=False, handles_empty=True)
             walk.set_output_type(td.TupleType(
                 td.TensorType((2 * w, 3)), td.TensorType((2 * w,), "int32"),
                 td.TensorType((2 * w,)), td.TensorType((2 * w,)),
@@ -540,7 +543,7 @@ class DeviceParser:
             n = (td.GetItem(1) >> td.Scalar("int32")).reads(checked)
             encodings = (td.GetItem(0) >> self.parser._encoder(keyed=False)
                          >> td.Stack(w + 1)).reads(checked)
-            walk = td.Function(self.layer, infer_output_type=False)
+            walk = td.Function(self.layer, infer_output_type=False, handles_empty=True)
             walk.set_output_type(td.TupleType(td.TensorType((w,), "int32"),
                                               td.TensorType((w,), "int32")))
             comp.output.reads(walk.reads(encodings, n))

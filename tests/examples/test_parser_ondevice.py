@@ -7,6 +7,9 @@ and gradients, under both schedulers, with the exploration coins drawn in traini
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -212,3 +215,38 @@ def test_a_bad_sentence_names_its_example_and_the_block(item, message):
     assert "example 1" in str(e.value) or "input 1" in str(e.value)
     with pytest.raises(InputError, match=r"parsing.*a sentence of 9 words is longer"):
         DeviceParser(parser()).block.eval([(0, 0)] + [(2, 2)] * 9)
+
+
+def test_the_walks_handle_an_empty_batch():
+    # the engine runs them without a cond around their launch (handles_empty)
+    for walk, extra in ((DeviceExploration(parser()).layer, 2), (DeviceParser(parser()).layer, 0)):
+        args = [tf.zeros([0, MAX + 1, parser().width]), tf.zeros([0], tf.int32)]
+        args += [tf.zeros([0, MAX + 1], tf.int32)] * extra
+        assert all(o.shape[0] == 0 for o in walk(*args))
+
+
+ONE_THREAD = """
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+import keras
+from refold.compiler import Model
+from refold.examples.parser.exploration import exploration_input
+from refold.examples.parser.ondevice import DeviceExploration
+from tests.examples.test_parser import SHORT, tiny_parser
+p = tiny_parser(SHORT, max_words=8)
+p.parse_tokens([p.vocab.tokens(s) for s in SHORT[:3]])
+m = Model(DeviceExploration(p).block)
+m.compile(optimizer=keras.optimizers.SGD(0.1))
+m.fit([exploration_input(s, p.vocab) for s in SHORT[:4]], batch_size=2, verbose=0)
+print("done")
+"""
+
+
+def test_the_walks_run_with_one_inter_op_thread():
+    # a regression: the walk's compiled loop, called under a tf.cond in the engine's
+    # function, waited forever for the one inter-op thread the call held
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    run = subprocess.run([sys.executable, "-c", ONE_THREAD], cwd=root, capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "PYTHONPATH": root})
+    assert run.returncode == 0 and "done" in run.stdout, run.stderr[-2000:]

@@ -198,9 +198,11 @@ class Walk(keras.layers.Layer):
             records = _greedy_loop(*fixed)
         path = {name: r if name == "heads" else r[:, :2 * longest]  # the steps taken
                 for name, r in zip(names, records)}
-        hidden, logits = self._score(projected, pads, path["features"])
         steps = tf.range(2 * longest)[None, :] < 2 * n[:, None]
         heads = self._pad(path["heads"][:, 1:], self.max_words)
+        if not (self.oracle or self.labelled):  # the heads are all a parse needs
+            return heads, tf.fill(tf.shape(heads), -1)
+        hidden, logits = self._score(projected, pads, path["features"])
         if self.oracle:
             return self._exploration_outputs(path, hidden, logits, steps, heads, n)
         return heads, self._arc_labels(path, hidden, steps, size)
@@ -220,10 +222,7 @@ class Walk(keras.layers.Layer):
         return projected, pads
 
     def _arc_labels(self, path, hidden, steps, size):
-        """`[B, max_words]`: each word's label, its arc direction's best (-1 without
-        labels)."""
-        if not self.labelled:
-            return tf.fill([tf.shape(steps)[0], self.max_words], -1)
+        """`[B, max_words]`: each word's label, its arc direction's best."""
         direction = path["transitions"]
         ids = tf.argmax(self._direction_labels(direction, hidden), -1, output_type=tf.int32)
         arc = steps & (direction != SHIFT)

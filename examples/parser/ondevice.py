@@ -41,10 +41,13 @@ TensorFlow, batched and masked), a sentence's length is bounded by `max_words`
 step's seed (`blocks.noise`), so outside training (`evaluate`, `block.eval` without
 `training=True`) no coin is drawn and a wrong prediction is followed only with
 `explore = 1`. Two metrics differ in how they count: the transition `"loss"` and
-`"accuracy"` are per transition taken, as `Exploration`'s; `"label_loss"` and
-`"label_accuracy"` are each sentence's mean over the configurations where an arc to
-the stack's top is gold (`Walk.gold_arc`'s), counted once per word of the sentence
-(the number of such configurations is known only on the device).
+`"accuracy"` are per transition taken, as `Exploration`'s; the label classifiers
+learn at the same configurations (where an arc to the stack's top is gold,
+`Walk.gold_arc`), but their number is known only on the device, so the metrics come
+once per word: `"label_loss"` is the sentence's total label cross-entropy over its
+words (the batch's mean is its total over its words, where `Exploration`'s is over
+those configurations, about as many), `"label_accuracy"` the sentence's share of
+those configurations labelled right.
 
 >>> from refold.examples.parser.model import ParserModel, Vocabulary
 >>> from refold.examples.parser.treebank import Sentence
@@ -254,9 +257,10 @@ class Walk(keras.layers.Layer):
                 labels=tf.maximum(gold_label, 0), logits=chosen)
             right = tf.cast(tf.argmax(chosen, -1, output_type=tf.int32) == gold_label,
                             tf.float32)
-            count = tf.maximum(tf.reduce_sum(learn, 1), 1.0)
-            label_loss = tf.reduce_sum(ce * learn, 1) / count
-            label_accuracy = tf.reduce_sum(right * learn, 1) / count
+            # emitted once per word: the batch's label loss is its total over its words
+            label_loss = tf.reduce_sum(ce * learn, 1) / tf.maximum(tf.cast(n, tf.float32), 1.0)
+            label_accuracy = tf.reduce_sum(right * learn, 1) / tf.maximum(
+                tf.reduce_sum(learn, 1), 1.0)
         t = 2 * self.max_words
         return (self._pad(logits * mask[..., None], t), self._pad(path["transitions"], t),
                 self._pad(loss, t), self._pad(hit, t), heads, label_loss, label_accuracy)

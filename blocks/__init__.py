@@ -47,6 +47,7 @@ from refold.blocks.sequences import (
     NGrams,
     Nth,
     Reduce,
+    Stack,
     Sum,
     Zip,
     ZipWith,
@@ -79,7 +80,7 @@ __all__ = [
     "FromTensor", "Function", "Concat", "Zeros", "Identity",
     # sequences
     "Map", "Fold", "RNN", "Reduce", "Sum", "Min", "Max", "Mean", "Broadcast", "Zip",
-    "ZipWith", "NGrams", "Nth", "GetItem", "Length", "Slice",
+    "ZipWith", "NGrams", "Nth", "Stack", "GetItem", "Length", "Slice",
     # other blocks
     "ForwardDeclaration", "OneOf", "Metric", "Void", "Unfold",
     # layers

@@ -1,5 +1,5 @@
 """Blocks over sequences: `Map`, `Fold`, `RNN`, `Reduce` (`Sum`, `Min`, `Max`, `Mean`),
-`Broadcast`, `Zip`, `ZipWith`, `NGrams`, `Nth`.
+`Broadcast`, `Zip`, `ZipWith`, `NGrams`, `Nth`, `Stack`.
 
 A sequence is a Python list while it is evaluated; its type is
 `SequenceType(element_type)`. A broadcast sequence (from `Broadcast`) repeats one
@@ -26,6 +26,7 @@ from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,
     SequenceType,
+    TensorType,
     TupleType,
     VoidType,
 )
@@ -488,5 +489,88 @@ class Nth(Block):
             raise bad_input(self, f"index must be an integer, got {n!r}") from None
 
 
+class Stack(Block):
+    """A sequence of up to `max_length` tensors of one type `t` as one tensor
+    `[max_length, *t.shape]`, the elements in order and zeros past the last.
+
+    It is how a computation over a whole sequence at once (a loop on the device that
+    indexes the sequence's elements by values it computes) reads a sequence the
+    engine batched element by element: one op of `max_length` arguments per
+    sequence, its missing elements read from one shared zero constant. Its cost is
+    linear in `max_length` whatever the length, so choose it no larger than needed;
+    a longer sequence is an input error naming the block path. Its gradient passes
+    to the elements it stacked.
+
+    >>> import refold as td
+    >>> stack = td.Map(td.Scalar()) >> td.Stack(4)
+    >>> stack.output_type
+    TensorType((4,), 'float32')
+    >>> stack.eval([1.0, 2.0, 3.0]).tolist()
+    [1.0, 2.0, 3.0, 0.0]
+    >>> (td.Map(td.Vector(2)) >> td.Stack(3)).eval([[1.0, 2.0]]).tolist()
+    [[1.0, 2.0], [0.0, 0.0], [0.0, 0.0]]
+
+    Args:
+        max_length: the longest sequence accepted, the output's first dimension.
+    """
+
+    _expected_input_types = (SequenceType, TupleType, PyObjectType)
+    _expected_output_types = (TensorType,)
+
+    def __init__(self, max_length: int, name: str | None = None):
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+            raise ValueError(f"max_length must be a positive int, got {max_length!r}")
+        self._max = max_length
+        self._op = None
+        super().__init__(name=name)
+
+    @property
+    def max_length(self) -> int:
+        return self._max
+
+    def _repr_args(self):
+        return {"max_length": self._max}
+
+    def _infer(self):
+        elem = _element_type(self, self.input_type, "stack", allow_broadcast=False)
+        if elem is None or elem is PY or isinstance(elem, PyObjectType):
+            return
+        if not isinstance(elem, TensorType):
+            raise TypeError(f"{self.path}: Stack takes a sequence of tensors, got {elem}")
+        self.set_output_type(TensorType((self._max, *elem.shape), elem.dtype))
+
+    def _element(self):
+        out = self.output_type
+        return TensorType(out.shape[1:], out.dtype)
+
+    def op(self):
+        """The op this block calls (its types must be known): `max_length` elements in,
+        their stack out."""
+        if self._op is None:
+            import tensorflow as tf
+
+            from refold.blocks.op import Op
+            elem = self._element()
+            self._op = Op("stack", lambda *xs: [tf.stack(xs, axis=1)], [elem] * self._max,
+                          [self.output_type], key=("stack", self._max, elem),
+                          handles_empty=True)
+        return self._op
+
+    def ops(self):
+        return [self.op()]
+
+    def _evaluate(self, ctx, x):
+        import numpy as np
+        items = _as_list(self, x)
+        if len(items) > self._max:
+            raise bad_input(self, f"a sequence of {len(items)} elements is longer than "
+                                  f"max_length={self._max}")
+        if len(items) < self._max:
+            elem = self._element()
+            zero = ctx.constant(np.zeros(elem.shape, elem.numpy_dtype), elem)
+            items = items + [zero] * (self._max - len(items))
+        return ctx.op(self.op(), items)[0]
+
+
 __all__ = ["Map", "Fold", "RNN", "Reduce", "Sum", "Min", "Max", "Mean", "Broadcast", "Zip",
-           "ZipWith", "NGrams", "Nth"]
+           "ZipWith", "NGrams", "Nth", "Stack"]

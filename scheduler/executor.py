@@ -88,6 +88,11 @@ class Feed:
     read_pos: np.ndarray
 
 
+MANY_ARGS = 4
+"""From this many arguments of one type on, a launch outside the loop gathers them in
+one op (`Executor._outside_args`)."""
+
+
 def _joined(pieces: list):
     """The pieces concatenated (rows); joins them once and keeps the result."""
     if len(pieces) > 1:
@@ -475,9 +480,8 @@ class Executor:
         lay = self.layout
         tapped = set(self.launches.tapped_types) if deferred else set()
         for i, o in enumerate(ops):
-            args = [tf.gather(_joined(made[k]), seg(f"{stage}_args_{i}_{a}"))
-                    for a, k in enumerate(lay.op_in[o])]
             n = seg(f"{stage}_count_{i}")[0]
+            args = self._outside_args(stage, i, o, made, seg, n)
             recorded = deferred is not None and o in deferred
             outs = self._call_unless_empty(o, args, n, inputs_only=recorded)
             slots = []
@@ -487,6 +491,20 @@ class Executor:
                 made[k].append(outs[s])
             if recorded:
                 outer[o] = (args, n, slots)
+
+    def _outside_args(self, stage: str, i: int, o: int, made: list, seg, n) -> list:
+        """The arguments of launch i of `stage` (op o, `n` rows), gathered from the
+        rows made so far. Many arguments of one type (`td.Stack`'s) are gathered in
+        one `tf.gather` and split, not one gather each: a launch's cost there is the
+        number of its ops, not of its rows."""
+        import tensorflow as tf
+        types = self.layout.op_in[o]
+        names = [f"{stage}_args_{i}_{a}" for a in range(len(types))]
+        if len(types) < MANY_ARGS or len(set(types)) > 1:
+            return [tf.gather(_joined(made[k]), seg(name)) for name, k in zip(names, types)]
+        shape = self.layout.value_types[types[0]].shape
+        rows = tf.gather(_joined(made[types[0]]), tf.concat([seg(name) for name in names], 0))
+        return tf.unstack(tf.reshape(rows, [len(types), n, *shape]), len(types))
 
     def _call_unless_empty(self, o: int, args: list, n, inputs_only: bool = False) -> list:
         """Runs op o on `n` rows outside the loop (with `inputs_only`, its weights'

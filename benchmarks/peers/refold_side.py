@@ -3,7 +3,10 @@
 A timed training pass is one whole `Model.fit(x, y, batch_size=B, epochs=1,
 shuffle=False)` call, and a timed inference pass one whole `Model.predict(x,
 batch_size=B)` call, since that is what a user pays for; the parser's parsing pass is
-one `ParserModel.parse_tokens(batch_size=B)` call (greedy, a scorer call per round).
+one `ParserModel.parse_tokens(batch_size=B)` call (greedy, on the device: one engine call
+per batch). Both parser workloads pad sentences to the data's longest, as the example
+does (`ParserModel.max_words`); exploration training walks on the device
+(`examples.parser.ondevice`, the example's default).
 Run as a module it answers the runner's JSON-line requests (see
 `benchmarks.peers.protocol`), with TensorFlow's thread pools set by `--threads` before
 any op runs.
@@ -135,25 +138,32 @@ def parser_models(data: dict, scheduler: str = "agenda"):
     sizes = data["sizes"]
     parser = ParserModel(Vocabulary(**data["vocab"]), embed=sizes["embed"],
                          tag_embed=sizes["tag_embed"], hidden=sizes["hidden"], mlp=sizes["mlp"],
-                         scheduler=scheduler)
+                         scheduler=scheduler,
+                         max_words=max(len(s["tokens"]) - 1 for s in data["sentences"]))
     return (parser, Model(parser.training_block, scheduler=scheduler),
             Model(parser.scoring_block, scheduler=scheduler))
 
 
-def exploration_model(data: dict, scheduler: str = "agenda"):
-    """`examples.parser.exploration`'s block on a `ParserModel` at the data's sizes,
-    as a `Model` (the loss at every transition the walk takes)."""
+def exploration_model(data: dict, scheduler: str = "agenda", walk: str = "device"):
+    """`examples.parser`'s exploration training at the data's sizes, as a `Model` (the
+    loss at every transition the walk takes): the walk on the device
+    (`examples.parser.ondevice`, the example's default) or, with `walk="python"`, the
+    `td.Unfold` deciding in Python (`examples.parser.exploration`)."""
     import keras
 
     from refold.compiler import Model
     from refold.examples.parser.exploration import Exploration
     from refold.examples.parser.model import ParserModel, Vocabulary
+    from refold.examples.parser.ondevice import DeviceExploration
     keras.utils.set_random_seed(0)
     sizes = data["sizes"]
     parser = ParserModel(Vocabulary(**data["vocab"]), embed=sizes["embed"],
                          tag_embed=sizes["tag_embed"], hidden=sizes["hidden"], mlp=sizes["mlp"],
-                         scheduler=scheduler)
-    return Model(Exploration(parser, explore=data["explore"]).block, scheduler=scheduler)
+                         scheduler=scheduler,
+                         max_words=max(len(s["heads"]) for s in data["sentences"]))
+    exploring = (DeviceExploration if walk == "device" else Exploration)(
+        parser, explore=data["explore"])
+    return Model(exploring.block, scheduler=scheduler)
 
 
 def main(argv=None) -> None:

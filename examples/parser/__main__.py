@@ -23,7 +23,11 @@ With `--train exploration` the parser follows its own predictions (wrong ones wi
 probability `--explore`, after `--static-epochs` epochs on the gold path) and learns
 from the dynamic oracle (`examples.parser.exploration`), on the same sentences; its
 label classifiers learn at every configuration where an arc to the stack's top would
-be gold.
+be gold. The walk runs on the device by default, every transition of a batch in one
+engine call (`examples.parser.ondevice`); `--walk python` runs it as a `td.Unfold`
+whose Python `decide` reads each step's logits (one engine call per transition).
+Sentences are padded to the longest in the data (`ParserModel.max_words`); greedy
+parsing of the test set runs on the device too.
 """
 
 from __future__ import annotations
@@ -69,6 +73,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    "the probability of following a wrong prediction")
     p.add_argument("--static-epochs", type=int, default=2, help="with --train exploration: "
                    "epochs on the gold path before exploring")
+    p.add_argument("--walk", default="device", choices=("device", "python"),
+                   help="with --train exploration: the walk as tensor ops on the device, "
+                   "one engine call per batch (examples.parser.ondevice), or as a td.Unfold "
+                   "deciding in Python (examples.parser.exploration)")
     p.add_argument("--verbose", type=int, default=2, choices=(0, 1, 2))
     args = p.parse_args(argv)
     for name in ("train_size", "test_size"):
@@ -184,13 +192,19 @@ def main(argv: Sequence[str] | None = None) -> dict:
           f"{len(vocab.words)} words, {len(vocab.tags)} tags, {len(vocab.labels)} "
           "relation labels")
     keras.utils.set_random_seed(args.seed)
+    longest = max(len(s) for s in (*train, *test))
     parser = ParserModel(vocab, embed=args.embed, tag_embed=args.tag_embed,
-                         hidden=args.hidden, mlp=args.mlp, scheduler=args.scheduler)
+                         hidden=args.hidden, mlp=args.mlp, scheduler=args.scheduler,
+                         max_words=longest)
     callbacks = []
     if args.train == "exploration":  # the same (projective) sentences as static training
         from refold.examples.parser.exploration import Exploration, exploration_input
         from refold.examples.parser.treebank import is_projective
-        exploring = Exploration(parser, explore=args.explore)
+        if args.walk == "device":
+            from refold.examples.parser.ondevice import DeviceExploration
+            exploring = DeviceExploration(parser, explore=args.explore)
+        else:
+            exploring = Exploration(parser, explore=args.explore)
         projective = [s for s in train if is_projective(s.heads)]
         items = [exploration_input(s, vocab, seed=i) for i, s in enumerate(projective)]
         block = exploring.block

@@ -26,14 +26,14 @@ unlabelled parser (a joint softmax over 2L + 1 labelled transitions would make e
 oracle speak labels), and a label never competes with SHIFT for probability. An input
 without labels (`training_input`) trains the transitions alone.
 
-Parsing (`ParserModel.parse`) is greedy and runs through Python: one engine call
-encodes all sentences (`Compiler.run` of the encoder), then each round scores the
-current configuration of every unfinished sentence with the MLP's weights as arrays
-and applies each sentence's best legal transition (`examples.parser.greedy`: a
-round's arithmetic is far below the cost of a TensorFlow call, so the rounds run in
-NumPy, on all configurations at once). A sentence of n words is done after 2n
-rounds. `parse_labelled` also labels each arc with its direction's best label;
-`ParserModel.score` scores given configurations with the layers themselves.
+Parsing (`ParserModel.parse`) is greedy, on the device: one engine call per batch
+encodes the sentences and runs every transition of every sentence in one loop of
+tensor ops (`examples.parser.ondevice.DeviceParser`; each sentence padded to
+`max_words`). A batch holding a longer sentence is parsed on arrays instead: one
+engine call encodes it and its rounds run in NumPy, one transition per unfinished
+sentence per round (`examples.parser.greedy`). A sentence of n words is done after
+2n transitions. `parse_labelled` also labels each arc with its direction's best
+label; `ParserModel.score` scores given configurations with the layers themselves.
 
 >>> import numpy as np
 >>> from refold.examples.parser.treebank import Sentence
@@ -170,12 +170,18 @@ class ParserModel:
         hidden: LSTM units in each direction.
         mlp: the MLP's hidden units (tanh).
         scheduler: the batching scheduler of the compilers `parse` uses.
+        max_words: the longest sentence parsed on the device (each is padded to it;
+            a batch with a longer one is parsed on arrays); also the default of the
+            walks on the device (`examples.parser.ondevice`).
     """
 
     def __init__(self, vocab: Vocabulary, embed: int = 32, tag_embed: int = 16,
-                 hidden: int = 32, mlp: int = 64, scheduler: str = "agenda"):
+                 hidden: int = 32, mlp: int = 64, scheduler: str = "agenda",
+                 max_words: int = 100):
         self.vocab = vocab
         self.scheduler = scheduler
+        self.max_words = max_words
+        self._device_parser = None
         self.width = 2 * hidden
         self.word_embedding = td.Embedding(len(vocab.words), embed, name="words")
         self.tag_embedding = (td.Embedding(len(vocab.tags), tag_embed, name="tags")
@@ -320,15 +326,30 @@ class ParserModel:
     def _parses(self, tokens: Sequence[list], batch_size: int, labels: bool
                 ) -> list[tuple[list[int], list[str | None]]]:
         """`(heads, relations)` of each sentence, `batch_size` sentences at a time: one
-        engine call encodes a batch, then its rounds run on arrays (`greedy.parse`)."""
-        layers = self.layers(labels)
+        engine call a batch on the device (`ondevice.DeviceParser`), or, for a batch
+        with a sentence longer than `max_words`, one engine call to encode it and its
+        rounds on arrays (`greedy.parse`)."""
         out: list = []
         for start in range(0, len(tokens), batch_size):
-            encodings = self.encode(tokens[start:start + batch_size])
-            for found, ids in greedy.parse(layers, encodings):
+            batch = tokens[start:start + batch_size]
+            if max((len(t) - 1 for t in batch), default=0) <= self.max_words:
+                parses = self.device_parser().parse(batch)
+                if not labels:
+                    parses = [(found, None) for found, _ in parses]
+            else:
+                parses = greedy.parse(self.layers(labels), self.encode(batch))
+            for found, ids in parses:
                 out.append((found, [None] * len(found) if ids is None
                             else [self.label_names[i] for i in ids]))
         return out
+
+    def device_parser(self):
+        """The greedy parser on the device on these layers (`ondevice.DeviceParser`,
+        made at the first call)."""
+        if self._device_parser is None:
+            from refold.examples.parser.ondevice import DeviceParser
+            self._device_parser = DeviceParser(self, self.max_words)
+        return self._device_parser
 
     def layers(self, labels: bool = True) -> greedy.Layers:
         """The scoring layers' weights now, as arrays (`greedy.Layers`); with `labels`,

@@ -1,5 +1,5 @@
 """Tests for blocks/sequences.py: Map, Fold, RNN, Reduce and its reducers, Broadcast, Zip,
-ZipWith, NGrams, Nth."""
+ZipWith, NGrams, Nth, Stack."""
 
 import itertools
 import math
@@ -617,3 +617,25 @@ def test_nth_type_errors_name_the_path():
     with pytest.raises(TypeError, match=r"Pipe\[1\] > Nth: second input to Nth must be a "
                                         r"PyObject"):
         (td.InputTransform(list) >> td.Map(td.Scalar()), td.Scalar()) >> td.Nth()
+
+
+# --- Stack ---------------------------------------------------------------------------------
+
+def test_stack_pads_with_zeros_to_its_length_and_types_its_output():
+    block = td.Map(td.Vector(2, "int32")) >> td.Stack(3)
+    assert block.output_type == td.TensorType((3, 2), "int32")
+    assert block.eval([[1, 2], [3, 4]]).tolist() == [[1, 2], [3, 4], [0, 0]]
+    assert block.eval([]).tolist() == [[0, 0]] * 3
+
+
+def test_stack_refuses_a_longer_sequence_naming_the_block_and_the_length():
+    block = td.Map(td.Scalar()) >> td.Stack(2, name="padded")
+    with pytest.raises(td.InputError, match=r"padded.*3 elements.*max_length=2"):
+        block.eval([1.0, 2.0, 3.0])
+
+
+def test_stack_takes_tensors_and_a_positive_length():
+    with pytest.raises(ValueError, match="max_length"):
+        td.Stack(0)
+    with pytest.raises(TypeError, match="sequence of tensors"):
+        td.Map(td.Map(td.Scalar())) >> td.Stack(2)

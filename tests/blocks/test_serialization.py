@@ -130,7 +130,8 @@ CASES = {
         >> td.AllOf(td.Slice(stop=2) >> td.Zip(),
                     td.Slice(stop=2) >> td.ZipWith(td.Function(tf.multiply)),
                     td.GetItem(0) >> td.NGrams(2),
-                    td.AllOf(td.GetItem(0), td.GetItem(2)) >> td.Nth()),
+                    td.AllOf(td.GetItem(0), td.GetItem(2)) >> td.Nth(),
+                    td.GetItem(0) >> td.Stack(4)),
         [([1.0, 2.0, 3.0], 2.0, 1)]),
     "records of every kind": (
         td.AllOf(td.Record({"b": td.Scalar(), "a": td.Scalar()}),

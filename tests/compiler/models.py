@@ -155,6 +155,22 @@ def make_bidirectional_tagger() -> Case:
     return Case("bidirectional_tagger", block, seqs, weights_of(fw, bw, head))
 
 
+def make_stacked_encodings() -> Case:
+    """`td.Stack`: a BiLSTM's encodings, an element per word made in the loop, as one
+    padded `[5, 2H]` tensor that an op indexes by position (the parser's walk on the
+    device reads its sentence so)."""
+    keras.utils.set_random_seed(11)
+    fw, bw = rnn_cells.LSTMCell(H), rnn_cells.LSTMCell(H)
+    head = td.FC(2, activation=None)
+    position = tf.constant(np.linspace(-1.0, 1.0, 5, dtype="float32"))[None, :, None]
+    read = td.Function(lambda m: tf.reduce_sum(m * position, 1))
+    block = (td.Map(td.Vector(3)) >> encoders.bidirectional(fw, bw) >> td.Stack(5) >> read
+             >> td.Function(head))
+    seqs = st.lists(st.lists(st.floats(-1, 1, width=32), min_size=3, max_size=3),
+                    max_size=5)
+    return Case("stacked_encodings", block, seqs, weights_of(fw, bw, head))
+
+
 def make_char_tagger() -> Case:
     """A tagger whose words are a lookup or, for rare words, the final states of a
     character BiLSTM (`td.OneOf` per word, `encoders.sequence_encoder` over characters),
@@ -344,7 +360,7 @@ def make_zip_with_python_objects() -> Case:
 
 ALL = [make_tree_lstm, make_tree_lstm_loss_everywhere, make_fold_rnn,
        make_rnn_with_metric_per_step, make_rnn_of_a_library_cell, make_bidirectional_tagger,
-       make_char_tagger,
+       make_char_tagger, make_stacked_encodings,
        make_reduce_and_oneof, make_nested_records, make_custom_block, make_greedy_decoder,
        make_device_decoder, make_transition_system, make_zip_with_python_objects]
 

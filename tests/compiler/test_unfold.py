@@ -258,3 +258,55 @@ def test_run_reads_the_rounds_values_which_equal_running_the_finished_graphs(nam
     outputs = comp._function()(plan.feed.arrays)
     assert_same_result(from_rounds, comp.results(plan, [o.numpy() for o in outputs]), name)
     assert_same_result(from_rounds, [case.block.eval(x) for x in inputs], name)
+
+
+def _unfold_inputs(name, rng, n):
+    if name == "transition_system":
+        return [rng.uniform(-2, 2, (int(rng.integers(1, 7)), 2)).tolist() for _ in range(n)]
+    return rng.uniform(-2, 2, (n, 2)).tolist()
+
+
+@pytest.mark.parametrize("scheduler", ["agenda", "depth"])
+@pytest.mark.parametrize("name", ["greedy_decoder", "device_decoder", "transition_system"])
+def test_rounds_run_straight_line_and_equal_the_executors_path(name, scheduler):
+    # every round of these is a handful of launches: each runs as the straight-line
+    # function of its launch sequence (scheduler.straight), a few sequences in all,
+    # with the values the executors' path (parts of the program) gives
+    from tests.compiler.test_batched_equals_reference import assert_same_result
+    case = {c.__name__: c for c in models.ALL}[f"make_{name}"]()
+    straight = Compiler.create(case.block, scheduler=scheduler)
+    executors = Compiler.create(case.block, scheduler=scheduler)
+    executors.round_engines.use_straight = False
+    rng = np.random.default_rng(3)
+    rounds = 0
+    for n in (1, 4, 9):
+        inputs = _unfold_inputs(name, rng, n)
+        got = straight.run(inputs)
+        rounds += straight.last_rounds
+        assert_same_result(got, executors.run(inputs), f"{name}/{scheduler}")
+        assert_same_result(got, [case.block.eval(x) for x in inputs], f"{name}/{scheduler}")
+        graphs = straight.expand(inputs)  # training's rounds too
+        rounds += straight.last_rounds
+        assert [g.graph.num_nodes for g in graphs] == [
+            g.graph.num_nodes for g in executors.expand(inputs)]
+    engines = straight.round_engines
+    assert engines.straight_rounds == rounds and not engines.fallbacks
+    assert 1 <= engines.straight.traced <= 12 and not engines.parts
+    assert executors.round_engines.straight_rounds == 0
+
+
+def test_rounds_of_too_many_launches_take_the_executors_path():
+    from tests.compiler.test_batched_equals_reference import assert_same_result
+    case = models.make_transition_system()
+    comp = Compiler.create(case.block)
+    engines = comp.round_engines
+    engines.straight.max_launches = 2  # the first round (encoder and a step) has more
+    inputs = _unfold_inputs("transition_system", np.random.default_rng(4), 5)
+    got = comp.run(inputs)
+    assert_same_result(got, [case.block.eval(x) for x in inputs], "transition_system")
+    assert engines.fallbacks["launches"] >= 1
+    assert engines.straight_rounds + engines.fallbacks["launches"] == comp.last_rounds
+    engines.straight.max_launches, engines.straight.max_sequences = 100, 0
+    engines.straight.clear()  # none traced, and none may be
+    assert_same_result(comp.run(inputs), got, "transition_system")
+    assert engines.fallbacks["sequences"] == comp.last_rounds

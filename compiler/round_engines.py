@@ -24,8 +24,10 @@ Most rounds need no executor at all, though: a round is a handful of launches, t
 same ops in the same order round after round, so it runs as one straight-line
 function traced per launch sequence (`scheduler.straight`: per launch a gather and
 the op, no loop, no buffers, no conds), on the single-threaded executor too. A
-round of more launches than `MAX_LAUNCHES`, or of a new sequence once
-`MAX_SEQUENCES` are traced, takes the parts' path above (`fallbacks` counts why).
+round of more launches than `MAX_LAUNCHES` (an encoder over a sentence, whose
+sequence changes with its length), of a sequence seen fewer than `PATIENCE` times,
+or of a new one once `MAX_SEQUENCES` are traced, takes the parts' path above
+(`fallbacks` counts why).
 
 >>> import tensorflow as tf
 >>> import refold as td
@@ -38,8 +40,12 @@ round of more launches than `MAX_LAUNCHES`, or of a new sequence once
 >>> [float(state) for _, state, _ in c.run([1.0, 2.5])]
 [4.0, 7.25]
 >>> engines = c.round_engines
->>> engines.straight_rounds == c.last_rounds, engines.straight.traced   # 2 sequences
-(True, 2)
+>>> engines.straight_rounds, c.last_rounds, dict(engines.fallbacks)  # sequences wait
+(1, 3, {'new': 2})
+>>> [float(state) for _, state, _ in c.run([1.0, 2.5])]
+[4.0, 7.25]
+>>> engines.straight_rounds, engines.straight.traced   # each seen twice: traced
+(4, 2)
 >>> engines.use_straight = False    # the executors' path
 >>> [float(state) for _, state, _ in c.run([1.0, 2.5])]
 [4.0, 7.25]
@@ -100,8 +106,9 @@ class RoundEngines:
     """The parts of a compiler's program that rounds run on (module docstring)."""
 
     MAX_PARTS = 3
-    MAX_LAUNCHES = 24  # a round of more launches runs on an executor
+    MAX_LAUNCHES = 16  # a round of more launches runs on an executor
     MAX_SEQUENCES = 16  # launch sequences traced straight-line, at most
+    PATIENCE = 2  # rounds of a sequence that run on an executor before it is traced
 
     def __init__(self, compiler):
         self.compiler = compiler
@@ -112,7 +119,7 @@ class RoundEngines:
         self.choice = InferenceExecutorChoice(compiler.executor)
         self.single = not _gpu_visible()
         self.straight = StraightLine(compiler.executor, compiler.scheduler, self.MAX_LAUNCHES,
-                                     self.MAX_SEQUENCES,
+                                     self.MAX_SEQUENCES, self.PATIENCE,
                                      scope=lambda: self.choice.calling(self.single))
 
     @property

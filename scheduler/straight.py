@@ -17,7 +17,10 @@ The launches are the compiler's scheduler's (`scheduler.schedules`) on the graph
 every launch has nodes, so ops need not handle zero rows. A graph whose schedule has
 more than `max_launches` launches, or whose sequence is new once `max_sequences` are
 traced, is not run (`plan` gives None and counts the reason in `fallbacks`): its
-caller runs it through the executor.
+caller runs it through the executor. A sequence is traced once `patience` graphs
+have asked for it: a trace costs far more than a call, and a sequence that comes
+once (a recursion over an input's length, say) is better run by the executor,
+whose one loop serves every length.
 
 >>> import numpy as np
 >>> from collections import namedtuple
@@ -26,7 +29,7 @@ caller runs it through the executor.
 >>> from refold.scheduler.graph import OpGraph
 >>> t = namedtuple("ValueType", "shape dtype")((), "float32")
 >>> double = Op(name="double", input_types=[t], output_types=[t], fn=lambda x: [2 * x])
->>> line = StraightLine(Executor([double], [t]))
+>>> line = StraightLine(Executor([double], [t]), patience=1)
 >>> g = OpGraph.build([0, 0], [1, 1], [0, 1], [0, 0, 0], [-1, 0, 1], [0, 0, 0],
 ...                   [np.ones(1, np.float32)])   # double(double(1.0))
 >>> outputs, read_type, read_pos = line.run(g, np.array([2, 1]))
@@ -95,18 +98,23 @@ class StraightLine:
         max_launches: graphs of more launches are left to the executor.
         max_sequences: how many launch sequences get a function; a graph of a new
             sequence beyond them is left to the executor.
+        patience: how many graphs must ask for a sequence before it is traced
+            (the ones before are left to the executor).
         scope: a function giving the context each function is traced and called in
             (e.g. TensorFlow's single-threaded executor); none by default.
     """
 
-    def __init__(self, executor, scheduler: str = "agenda", max_launches: int = 24,
-                 max_sequences: int = 16, scope: Callable[[], Any] | None = None):
+    def __init__(self, executor, scheduler: str = "agenda", max_launches: int = 16,
+                 max_sequences: int = 16, patience: int = 2,
+                 scope: Callable[[], Any] | None = None):
         self.launches = executor.launches
         self.layout = executor.layout
         self.output_dtypes = executor.output_dtypes
         self.schedule = SCHEDULERS[scheduler]
         self.max_launches = max_launches
         self.max_sequences = max_sequences
+        self.patience = patience
+        self._asked: collections.Counter = collections.Counter()  # untraced sequences
         self.scope = scope or contextlib.nullcontext
         self.fallbacks: collections.Counter = collections.Counter()  # reason -> graphs
         self._functions: dict[tuple, Any] = {}
@@ -140,9 +148,15 @@ class StraightLine:
             self.fallbacks["launches"] += 1
             return None
         key = tuple(group_op.tolist())
-        if key not in self._functions and len(self._functions) >= self.max_sequences:
-            self.fallbacks["sequences"] += 1
-            return None
+        if key not in self._functions:
+            if len(self._functions) >= self.max_sequences:
+                self.fallbacks["sequences"] += 1
+                return None
+            self._asked[key] += 1
+            if self._asked[key] < self.patience:
+                self.fallbacks["new"] += 1
+                return None
+            del self._asked[key]
         seq = self._sequences.get(key)
         if seq is None:
             seq = self._sequences[key] = _Sequence(lay, key)

@@ -271,7 +271,8 @@ def _unfold_inputs(name, rng, n):
 def test_rounds_run_straight_line_and_equal_the_executors_path(name, scheduler):
     # every round of these is a handful of launches: each runs as the straight-line
     # function of its launch sequence (scheduler.straight), a few sequences in all,
-    # with the values the executors' path (parts of the program) gives
+    # once the sequence came twice; with the values the executors' path (parts of the
+    # program) gives
     from tests.compiler.test_batched_equals_reference import assert_same_result
     case = {c.__name__: c for c in models.ALL}[f"make_{name}"]()
     straight = Compiler.create(case.block, scheduler=scheduler)
@@ -290,8 +291,13 @@ def test_rounds_run_straight_line_and_equal_the_executors_path(name, scheduler):
         assert [g.graph.num_nodes for g in graphs] == [
             g.graph.num_nodes for g in executors.expand(inputs)]
     engines = straight.round_engines
-    assert engines.straight_rounds == rounds and not engines.fallbacks
-    assert 1 <= engines.straight.traced <= 12 and not engines.parts
+    # executors ran a sequence's first round, and a call's first if it has too many
+    # launches (the encoder and, with lookahead, three steps)
+    assert set(engines.fallbacks) <= {"new", "launches"} and engines.fallbacks["launches"] <= 6
+    assert engines.straight_rounds + sum(engines.fallbacks.values()) == rounds
+    # (with lookahead, a call is 1 to 3 rounds, most of them its first)
+    assert engines.straight_rounds > (rounds // 2 if name != "device_decoder" else 0)
+    assert 1 <= engines.straight.traced <= 12
     assert executors.round_engines.straight_rounds == 0
 
 
@@ -301,6 +307,7 @@ def test_rounds_of_too_many_launches_take_the_executors_path():
     comp = Compiler.create(case.block)
     engines = comp.round_engines
     engines.straight.max_launches = 2  # the first round (encoder and a step) has more
+    engines.straight.patience = 1
     inputs = _unfold_inputs("transition_system", np.random.default_rng(4), 5)
     got = comp.run(inputs)
     assert_same_result(got, [case.block.eval(x) for x in inputs], "transition_system")
@@ -309,4 +316,4 @@ def test_rounds_of_too_many_launches_take_the_executors_path():
     engines.straight.max_launches, engines.straight.max_sequences = 100, 0
     engines.straight.clear()  # none traced, and none may be
     assert_same_result(comp.run(inputs), got, "transition_system")
-    assert engines.fallbacks["sequences"] == comp.last_rounds
+    assert engines.fallbacks["sequences"] == comp.last_rounds and not engines.straight.traced

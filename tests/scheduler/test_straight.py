@@ -18,13 +18,22 @@ from refold.scheduler import SCHEDULERS, OpGraph
 from refold.scheduler.executor import Executor
 from refold.scheduler.straight import StraightLine
 from tests.scheduler.test_executor import (
-    ALL, ATOL, ONE_LOOP_OP, TYPES, Op, draw_reads, oracle, random_batch, schedule_and_feed)
+    ALL,
+    ATOL,
+    ONE_LOOP_OP,
+    TYPES,
+    Op,
+    draw_reads,
+    oracle,
+    random_batch,
+    schedule_and_feed,
+)
 
 NAMES = sorted(SCHEDULERS)
 
 
 def _line(opset, name, **kw):
-    return StraightLine(opset.executor, name, **{"max_launches": 1000, **kw})
+    return StraightLine(opset.executor, name, **{"max_launches": 1000, "patience": 1, **kw})
 
 
 def _assert_reads(got, reads, want, where):
@@ -89,14 +98,19 @@ def _chain(xs, ops):
 
 
 def test_one_trace_per_launch_sequence_and_fallbacks_where_it_must():
-    line = StraightLine(Executor([DOUBLE, SINE], [F]), max_launches=3, max_sequences=2)
+    line = StraightLine(Executor([DOUBLE, SINE], [F]), max_launches=3, max_sequences=2,
+                        patience=2)
     rng = np.random.default_rng(5)
+    graph, reads = _chain(rng.normal(size=(2, 3)), [0, 1, 0])
+    assert line.run(graph, reads) is None and line.fallbacks == {"new": 1}  # seen once
+    line.fallbacks.clear()
     for rows in (1, 4, 9):  # one sequence: double, sine, double
         graph, reads = _chain(rng.normal(size=(rows, 3)), [0, 1, 0])
         outputs, _, read_pos = line.run(graph, reads)
         np.testing.assert_allclose(outputs[0][read_pos], 2 * np.sin(2 * graph.constants[0]),
                                    atol=ATOL)
     assert line.traced == 1 and not line.fallbacks
+    line.patience = 1
     graph, reads = _chain(rng.normal(size=(2, 3)), [1])  # a second sequence
     assert line.run(graph, reads) is not None and line.traced == 2
     graph, reads = _chain(rng.normal(size=(2, 3)), [1, 1])  # a third: none left

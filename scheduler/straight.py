@@ -54,11 +54,80 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numba
 import numpy as np
 
 from refold import compat
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.schedules import SCHEDULERS
+
+
+@numba.njit(cache=True, nogil=True)
+def _index(node_group, group_op, n_outputs, out_type, arity, const_rows, value_node,
+           value_index, node_args, node_arity, reads, read_type, made):
+    """The int32 segments of a graph's straight-line run, one after the other: per
+    launch (`group_op`), each argument's rows (or, without arguments, its size); per
+    type of `made`, the rows of the reads of that type. Rows number each type's
+    values as the function holds them: its constant rows, then each launch's
+    outputs of the type (slot after slot, node after node). Returns the segments,
+    their lengths and each read's position among its type's."""
+    n_launches, n_nodes = len(group_op), len(node_group)
+    sizes = np.zeros(n_launches, np.int64)
+    pos = np.empty(n_nodes, np.int64)  # a node's rank in its launch
+    for j in range(n_nodes):
+        pos[j] = sizes[node_group[j]]
+        sizes[node_group[j]] += 1
+    next_row = const_rows.copy()
+    base = np.zeros((n_launches, out_type.shape[1]), np.int64)
+    starts = np.zeros(n_launches + 1, np.int64)  # where each launch's segments start
+    n_segments = len(made)
+    for i in range(n_launches):
+        o = group_op[i]
+        for s in range(n_outputs[o]):
+            k = out_type[o, s]
+            base[i, s] = next_row[k]
+            next_row[k] += sizes[i]
+        a = arity[o]
+        starts[i + 1] = starts[i] + (a * sizes[i] if a else 1)
+        n_segments += a if a else 1
+    index = np.empty(starts[n_launches] + len(reads), np.int32)
+    lengths = np.empty(n_segments, np.int32)
+    at = 0
+    for i in range(n_launches):
+        a = arity[group_op[i]]
+        if a == 0:
+            index[starts[i]] = sizes[i]
+            lengths[at] = 1
+            at += 1
+        for _ in range(a):
+            lengths[at] = sizes[i]
+            at += 1
+    off = 0
+    for j in range(n_nodes):
+        i = node_group[j]
+        for a in range(node_arity[j]):
+            v = node_args[off + a]
+            src = value_node[v]
+            row = value_index[v] if src < 0 else base[node_group[src], value_index[v]] + pos[src]
+            index[starts[i] + a * sizes[i] + pos[j]] = row
+        off += node_arity[j]
+    read_pos = np.empty(len(reads), np.int32)
+    p = starts[n_launches]
+    for m in range(len(made)):
+        count = 0
+        for r in range(len(reads)):
+            if read_type[r] == made[m]:
+                v = reads[r]
+                src = value_node[v]
+                row = (value_index[v] if src < 0
+                       else base[node_group[src], value_index[v]] + pos[src])
+                index[p] = row
+                read_pos[r] = count
+                count += 1
+                p += 1
+        lengths[at] = count
+        at += 1
+    return index, lengths, read_pos
 
 
 class StraightPlan(NamedTuple):
@@ -160,66 +229,27 @@ class StraightLine:
         seq = self._sequences.get(key)
         if seq is None:
             seq = self._sequences[key] = _Sequence(lay, key)
-        n_types = lay.n_types
-        node_group = schedule.node_group.astype(np.int64)
-        # nodes launch by launch, in node order within a launch
-        order = np.argsort(node_group, kind="stable")
-        sizes = np.bincount(node_group, minlength=len(key))
-        starts = np.concatenate([[0], np.cumsum(sizes)])
-        pos = np.empty(len(order), np.int64)
-        pos[order] = np.arange(len(order)) - np.repeat(starts[:-1], sizes)
-        # per type, its rows: its constants, then each launch's outputs of that type
-        # (output slot after slot, node after node)
-        next_row = [len(graph.constants[k]) if k < len(graph.constants) else 0
-                    for k in range(n_types)]
         reads = np.asarray(reads, np.int64)
         read_type = graph.value_type[reads].astype(np.int32)
-        if not np.isin(read_type, seq.made).all():  # a constant of a type no launch makes
+        made = np.zeros(lay.n_types, np.bool_)
+        made[seq.made] = True
+        if not made[read_type].all():  # a constant of a type no launch makes
             self.fallbacks["reads"] += 1
             return None
-        slot_base = []  # per launch: the first row of each output slot
-        for i, o in enumerate(key):
-            bases = []
-            for k in lay.op_out[o]:
-                bases.append(next_row[k])
-                next_row[k] += int(sizes[i])
-            slot_base.append(bases)
-        vnode = graph.value_node.astype(np.int64)
-        vindex = graph.value_index.astype(np.int64)
-        row = vindex.copy()  # a constant's row is its index in its table
-        produced = np.flatnonzero(vnode >= 0)
-        if len(produced):
-            width = max(len(b) for b in slot_base) or 1
-            table = np.zeros((len(key), width), np.int64)
-            for i, b in enumerate(slot_base):
-                table[i, :len(b)] = b
-            nodes = vnode[produced]
-            row[produced] = table[node_group[nodes], vindex[produced]] + pos[nodes]
-        segments: list = []
-        arg_off = graph.arg_offsets()
-        args = graph.node_args.astype(np.int64)
-        for i, o in enumerate(key):
-            mine = order[starts[i]:starts[i + 1]]
-            arity = len(lay.op_in[o])
-            if not arity:
-                segments.append(np.array([sizes[i]], np.int64))
-                continue
-            at = arg_off[mine][:, None] + np.arange(arity)
-            rows = row[args[at]]
-            segments.extend(rows[:, a] for a in range(arity))
-        read_pos = np.zeros(len(reads), np.int32)
-        for k in seq.made:
-            mine = np.flatnonzero(read_type == k)
-            read_pos[mine] = np.arange(len(mine))
-            segments.append(row[reads[mine]])
+        const_rows = np.array([len(graph.constants[k]) if k < len(graph.constants) else 0
+                               for k in range(lay.n_types)], np.int64)
+        index, lengths, read_pos = _index(
+            schedule.node_group, group_op, lay.n_outputs, lay.out_type_table, lay.arity,
+            const_rows, graph.value_node, graph.value_index, graph.node_args,
+            graph.node_arity, reads, read_type, np.asarray(seq.made, np.int64))
         flat = {d: [] for d in seq.dtypes}
         for k in seq.read:
             c = graph.constants[k] if k < len(graph.constants) else np.zeros(0)
             flat[lay.type_dtype[k]].append(np.asarray(c, dtype=lay.type_dtype[k]).reshape(-1))
-        for d in seq.dtypes:
-            segments.append(np.array([len(c) for c in flat[d]], np.int64))
-        lengths = np.array([len(s) for s in segments], np.int64)
-        index = np.concatenate([lengths, *segments]).astype(np.int32)
+        # the segments' lengths, then the segments: the kernel's, each dtype's sizes
+        header = np.concatenate([lengths, np.array([len(flat[d]) for d in seq.dtypes])])
+        sizes = np.array([len(c) for d in seq.dtypes for c in flat[d]], np.int64)
+        index = np.concatenate([header, index, sizes]).astype(np.int32, copy=False)
         import tensorflow as tf
         tensors = [tf.constant(index)]
         for d in seq.dtypes:
@@ -275,9 +305,9 @@ class StraightLine:
                 made[k] = [tf.reshape(piece, (-1, *lay.value_types[k].shape))]
         for o, rows in zip(seq.ops, launch_parts):
             ins = lay.op_in[o]
-            if ins:
+            if ins:  # (an op with arguments is not given its size)
                 args = [tf.gather(_joined(made[k]), r) for k, r in zip(ins, rows)]
-                outs = self.launches.call(o, args, tf.shape(rows[0])[0])
+                outs = self.launches.call(o, args, None)
             else:
                 outs = self.launches.call(o, [], tf.reshape(rows[0], []))
             for k, y in zip(lay.op_out[o], outs):

@@ -317,3 +317,26 @@ def test_rounds_of_too_many_launches_take_the_executors_path():
     engines.straight.clear()  # none traced, and none may be
     assert_same_result(comp.run(inputs), got, "transition_system")
     assert engines.fallbacks["sequences"] == comp.last_rounds and not engines.straight.traced
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_straight_line_rounds_hold_values_as_a_mixed_policy_says(policy):
+    # values held in the low dtype, returned in the declared one: as the executors' path
+    import keras
+    before = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        case = models.make_greedy_decoder()
+        straight, executors = Compiler.create(case.block), Compiler.create(case.block)
+        executors.round_engines.use_straight = False
+        inputs = _unfold_inputs("greedy_decoder", np.random.default_rng(6), 6)
+        for _ in range(2):  # the second time, every sequence is traced
+            got, want = straight.run(inputs), executors.run(inputs)
+    finally:
+        keras.mixed_precision.set_global_policy(before)
+    assert straight.compute_dtype is not None and straight.round_engines.straight.traced
+    assert straight.round_engines.straight_rounds >= straight.last_rounds
+    from tests.compiler.test_batched_equals_reference import assert_same_result
+    assert_same_result(got, want, policy, 1e-2, 1e-2)
+    (_, metrics), = got[:1]
+    assert all(np.asarray(v).dtype == np.float32 for v in metrics["lse"])

@@ -340,3 +340,20 @@ def test_straight_line_rounds_hold_values_as_a_mixed_policy_says(policy):
     assert_same_result(got, want, policy, 1e-2, 1e-2)
     (_, metrics), = got[:1]
     assert all(np.asarray(v).dtype == np.float32 for v in metrics["lse"])
+
+
+def test_a_round_holding_an_assert_runs_straight_line_on_the_default_executor():
+    # TensorFlow's single-threaded executor may hang on an Assert: such a sequence is
+    # traced again for the default one (as compiler.executor_choice refuses it)
+    def checked(s):
+        with tf.control_dependencies([tf.debugging.assert_greater(s + 1.0, s)]):
+            return s + 1.0
+    step = td.GetItem(0) >> td.Function(checked) >> td.AllOf(td.Identity(), td.Identity())
+    block = td.AllOf(td.Scalar(), td.InputTransform(lambda x: ())) >> td.Unfold(
+        step, decide=lambda seen, out: seen + (float(out),), max_steps=4)
+    comp = Compiler.create(block)
+    for _ in range(2):
+        got = comp.run([0.0, 2.5])
+    assert [seen for _, _, seen in got] == [(1.0, 2.0, 3.0, 4.0), (3.5, 4.5, 5.5, 6.5)]
+    engines = comp.round_engines
+    assert engines.straight_rounds and engines.straight.traced and not engines.single

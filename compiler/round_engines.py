@@ -24,10 +24,11 @@ Most rounds need no executor at all, though: a round is a handful of launches, t
 same ops in the same order round after round, so it runs as one straight-line
 function traced per launch sequence (`scheduler.straight`: per launch a gather and
 the op, no loop, no buffers, no conds), on the single-threaded executor too. A
-round of more launches than `MAX_LAUNCHES` (an encoder over a sentence, whose
-sequence changes with its length), of a sequence seen fewer than `PATIENCE` times,
-or of a new one once `MAX_SEQUENCES` are traced, takes the parts' path above
-(`fallbacks` counts why).
+round of more launches than `MAX_LAUNCHES`, of a sequence not traced yet (one is
+traced when it comes in two rounds in a row, a walk's steps, or in `PATIENCE`
+rounds: a batch's first round, an encoder over its sentences whose sequence
+changes with their lengths, would cost a trace per length), or of a new one once
+`MAX_SEQUENCES` are traced, takes the parts' path above (`fallbacks` counts why).
 
 >>> import tensorflow as tf
 >>> import refold as td
@@ -40,12 +41,10 @@ or of a new one once `MAX_SEQUENCES` are traced, takes the parts' path above
 >>> [float(state) for _, state, _ in c.run([1.0, 2.5])]
 [4.0, 7.25]
 >>> engines = c.round_engines
->>> engines.straight_rounds, c.last_rounds, dict(engines.fallbacks)  # sequences wait
+>>> engines.straight_rounds, c.last_rounds, dict(engines.fallbacks)
 (1, 3, {'new': 2})
->>> [float(state) for _, state, _ in c.run([1.0, 2.5])]
-[4.0, 7.25]
->>> engines.straight_rounds, engines.straight.traced   # each seen twice: traced
-(4, 2)
+>>> engines.straight.traced   # the step's sequence, from its second round in a row
+1
 >>> engines.use_straight = False    # the executors' path
 >>> [float(state) for _, state, _ in c.run([1.0, 2.5])]
 [4.0, 7.25]
@@ -108,7 +107,7 @@ class RoundEngines:
     MAX_PARTS = 3
     MAX_LAUNCHES = 16  # a round of more launches runs on an executor
     MAX_SEQUENCES = 16  # launch sequences traced straight-line, at most
-    PATIENCE = 2  # rounds of a sequence that run on an executor before it is traced
+    PATIENCE = 8  # rounds of a sequence, not in a row, that make it traced
 
     def __init__(self, compiler):
         self.compiler = compiler

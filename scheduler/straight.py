@@ -17,10 +17,11 @@ The launches are the compiler's scheduler's (`scheduler.schedules`) on the graph
 every launch has nodes, so ops need not handle zero rows. A graph whose schedule has
 more than `max_launches` launches, or whose sequence is new once `max_sequences` are
 traced, is not run (`plan` gives None and counts the reason in `fallbacks`): its
-caller runs it through the executor. A sequence is traced once `patience` graphs
-have asked for it: a trace costs far more than a call, and a sequence that comes
-once (a recursion over an input's length, say) is better run by the executor,
-whose one loop serves every length.
+caller runs it through the executor. A sequence is traced when two graphs in a
+row ask for it (a walk's steps), or once `patience` graphs have: a trace costs far
+more than a call, and a sequence that comes now and then (a recursion over an
+input's length, in a batch's first round, say) is better run by the executor, whose
+one loop serves every length.
 
 >>> import numpy as np
 >>> from collections import namedtuple
@@ -167,14 +168,14 @@ class StraightLine:
         max_launches: graphs of more launches are left to the executor.
         max_sequences: how many launch sequences get a function; a graph of a new
             sequence beyond them is left to the executor.
-        patience: how many graphs must ask for a sequence before it is traced
-            (the ones before are left to the executor).
+        patience: how many graphs must ask for a sequence before it is traced,
+            unless two in a row do (the ones before are left to the executor).
         scope: a function giving the context each function is traced and called in
             (e.g. TensorFlow's single-threaded executor); none by default.
     """
 
     def __init__(self, executor, scheduler: str = "agenda", max_launches: int = 16,
-                 max_sequences: int = 16, patience: int = 2,
+                 max_sequences: int = 16, patience: int = 8,
                  scope: Callable[[], Any] | None = None):
         self.launches = executor.launches
         self.layout = executor.layout
@@ -184,6 +185,7 @@ class StraightLine:
         self.max_sequences = max_sequences
         self.patience = patience
         self._asked: collections.Counter = collections.Counter()  # untraced sequences
+        self._last: tuple | None = None  # the sequence of the last graph planned
         self.scope = scope or contextlib.nullcontext
         self.fallbacks: collections.Counter = collections.Counter()  # reason -> graphs
         self._functions: dict[tuple, Any] = {}
@@ -217,12 +219,13 @@ class StraightLine:
             self.fallbacks["launches"] += 1
             return None
         key = tuple(group_op.tolist())
+        last, self._last = self._last, key
         if key not in self._functions:
             if len(self._functions) >= self.max_sequences:
                 self.fallbacks["sequences"] += 1
                 return None
             self._asked[key] += 1
-            if self._asked[key] < self.patience:
+            if self._asked[key] < self.patience and key != last:
                 self.fallbacks["new"] += 1
                 return None
             del self._asked[key]

@@ -123,3 +123,17 @@ def test_one_trace_per_launch_sequence_and_fallbacks_where_it_must():
     outputs, _, read_pos = line.run(graph, reads)
     np.testing.assert_allclose(outputs[0][read_pos], np.sin(graph.constants[0]), atol=ATOL)
     assert line.traced == 1
+
+
+def test_a_sequence_is_traced_when_it_comes_twice_in_a_row_or_patience_times():
+    line = StraightLine(Executor([DOUBLE, SINE], [F]), patience=3)
+    rng = np.random.default_rng(6)
+
+    def run(ops):
+        graph, reads = _chain(rng.normal(size=(2, 3)), ops)
+        return line.run(graph, reads) is not None
+    # alternating sequences (a batch's first rounds, say): traced at the third ask
+    assert [run(ops) for ops in ([0], [1], [0], [1], [0], [1])] == [False] * 4 + [True] * 2
+    assert line.traced == 2 and line.fallbacks == {"new": 4}
+    assert [run([0, 1]), run([0, 1]), run([0, 1])] == [False, True, True]  # in a row
+    assert line.traced == 3

@@ -201,7 +201,11 @@ class Compiler:
         """Runs an op graph forward (a round of `compiler.rounds`): `(outputs per value
         type, read_type, read_pos)`, value `reads[i]` being row `read_pos[i]` of
         `outputs[read_type[i]]`. A round of some of the ops runs on an executor of
-        those (`compiler.round_engines`)."""
+        those, or, most often, as a straight-line function of its few launches
+        (`compiler.round_engines`)."""
+        straight = self.round_engines.run_straight(graph, reads)
+        if straight is not None:
+            return straight
         part = self.round_engines.part_for(graph)
         if part is not None:
             return part.run(graph, reads)

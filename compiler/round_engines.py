@@ -20,6 +20,16 @@ settle on one part after a trace or two), up to `MAX_PARTS` parts, after which t
 compiler's own executor runs the round. A round of every op (the first round, which
 also runs the encoders) runs on the compiler's own executor.
 
+Most rounds need no executor at all, though: a round is a handful of launches, the
+same ops in the same order round after round, so it runs as one straight-line
+function traced per launch sequence (`scheduler.straight`: per launch a gather and
+the op, no loop, no buffers, no conds), on the single-threaded executor too. A
+round of more launches than `MAX_LAUNCHES`, of a sequence not traced yet (one is
+traced when it comes in two rounds in a row, a walk's steps, or in `PATIENCE`
+rounds: a batch's first round, an encoder over its sentences whose sequence
+changes with their lengths, would cost a trace per length), or of a new one once
+`MAX_SEQUENCES` are traced, takes the parts' path above (`fallbacks` counts why).
+
 >>> import tensorflow as tf
 >>> import refold as td
 >>> from refold.compiler import Compiler
@@ -30,7 +40,15 @@ also runs the encoders) runs on the compiler's own executor.
 >>> c = Compiler.create(count)
 >>> [float(state) for _, state, _ in c.run([1.0, 2.5])]
 [4.0, 7.25]
->>> [len(ops) for ops in c.round_engines.parts]   # the step's op, without the square
+>>> engines = c.round_engines
+>>> engines.straight_rounds, c.last_rounds, dict(engines.fallbacks)
+(1, 3, {'new': 2})
+>>> engines.straight.traced   # the step's sequence, from its second round in a row
+1
+>>> engines.use_straight = False    # the executors' path
+>>> [float(state) for _, state, _ in c.run([1.0, 2.5])]
+[4.0, 7.25]
+>>> [len(ops) for ops in engines.parts]   # the step's op, without the square
 [1]
 """
 
@@ -44,6 +62,7 @@ from refold.compiler.executor_choice import InferenceExecutorChoice, _gpu_visibl
 from refold.scheduler.executor import Executor
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.planner import Planner, plan_record
+from refold.scheduler.straight import StraightLine
 
 
 class _Part:
@@ -86,11 +105,46 @@ class RoundEngines:
     """The parts of a compiler's program that rounds run on (module docstring)."""
 
     MAX_PARTS = 3
+    MAX_LAUNCHES = 16  # a round of more launches runs on an executor
+    MAX_SEQUENCES = 16  # launch sequences traced straight-line, at most
+    PATIENCE = 8  # rounds of a sequence, not in a row, that make it traced
 
     def __init__(self, compiler):
         self.compiler = compiler
         self._parts: list[_Part] = []
         self._seen = np.zeros(len(compiler.program.ops), bool)  # ops of partial rounds
+        self.use_straight = True  # False: every round on an executor (for comparison)
+        self.straight_rounds = 0  # rounds run straight-line
+        self.choice = InferenceExecutorChoice(compiler.executor)
+        self.single = not _gpu_visible()
+        self.straight = StraightLine(compiler.executor, compiler.scheduler, self.MAX_LAUNCHES,
+                                     self.MAX_SEQUENCES, self.PATIENCE,
+                                     scope=lambda: self.choice.calling(self.single))
+
+    @property
+    def fallbacks(self):
+        """Why rounds did not run straight-line: reason -> rounds (`StraightLine`)."""
+        return self.straight.fallbacks
+
+    def run_straight(self, graph: OpGraph, reads: np.ndarray) -> tuple | None:
+        """Runs a round straight-line (module docstring): `(outputs per value type,
+        read_type, read_pos)` as `compiler.rounds` takes them, or None where it
+        takes an executor."""
+        if not self.use_straight:
+            return None
+        self.compiler.planner.check(graph)
+        line = self.straight
+        plan = line.plan(graph, reads)
+        if plan is None:
+            return None
+        traced = line.traced
+        fn = line.function(plan.key)
+        if line.traced > traced and self.single and not self.choice.admits(True, fn):
+            self.single = False  # an Assert: the default executor from now on
+            line.clear()
+        outputs = line.call(plan)
+        self.straight_rounds += 1
+        return outputs, plan.read_type, plan.read_pos
 
     @property
     def parts(self) -> list[np.ndarray]:

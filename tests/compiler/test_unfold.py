@@ -258,3 +258,102 @@ def test_run_reads_the_rounds_values_which_equal_running_the_finished_graphs(nam
     outputs = comp._function()(plan.feed.arrays)
     assert_same_result(from_rounds, comp.results(plan, [o.numpy() for o in outputs]), name)
     assert_same_result(from_rounds, [case.block.eval(x) for x in inputs], name)
+
+
+def _unfold_inputs(name, rng, n):
+    if name == "transition_system":
+        return [rng.uniform(-2, 2, (int(rng.integers(1, 7)), 2)).tolist() for _ in range(n)]
+    return rng.uniform(-2, 2, (n, 2)).tolist()
+
+
+@pytest.mark.parametrize("scheduler", ["agenda", "depth"])
+@pytest.mark.parametrize("name", ["greedy_decoder", "device_decoder", "transition_system"])
+def test_rounds_run_straight_line_and_equal_the_executors_path(name, scheduler):
+    # every round of these is a handful of launches: each runs as the straight-line
+    # function of its launch sequence (scheduler.straight), a few sequences in all,
+    # once the sequence came twice; with the values the executors' path (parts of the
+    # program) gives
+    from tests.compiler.test_batched_equals_reference import assert_same_result
+    case = {c.__name__: c for c in models.ALL}[f"make_{name}"]()
+    straight = Compiler.create(case.block, scheduler=scheduler)
+    executors = Compiler.create(case.block, scheduler=scheduler)
+    executors.round_engines.use_straight = False
+    rng = np.random.default_rng(3)
+    rounds = 0
+    for n in (1, 4, 9):
+        inputs = _unfold_inputs(name, rng, n)
+        got = straight.run(inputs)
+        rounds += straight.last_rounds
+        assert_same_result(got, executors.run(inputs), f"{name}/{scheduler}")
+        assert_same_result(got, [case.block.eval(x) for x in inputs], f"{name}/{scheduler}")
+        graphs = straight.expand(inputs)  # training's rounds too
+        rounds += straight.last_rounds
+        assert [g.graph.num_nodes for g in graphs] == [
+            g.graph.num_nodes for g in executors.expand(inputs)]
+    engines = straight.round_engines
+    # executors ran a sequence's first round, and a call's first if it has too many
+    # launches (the encoder and, with lookahead, three steps)
+    assert set(engines.fallbacks) <= {"new", "launches"} and engines.fallbacks["launches"] <= 6
+    assert engines.straight_rounds + sum(engines.fallbacks.values()) == rounds
+    # (with lookahead, a call is 1 to 3 rounds, most of them its first)
+    assert engines.straight_rounds > (rounds // 2 if name != "device_decoder" else 0)
+    assert 1 <= engines.straight.traced <= 12
+    assert executors.round_engines.straight_rounds == 0
+
+
+def test_rounds_of_too_many_launches_take_the_executors_path():
+    from tests.compiler.test_batched_equals_reference import assert_same_result
+    case = models.make_transition_system()
+    comp = Compiler.create(case.block)
+    engines = comp.round_engines
+    engines.straight.max_launches = 2  # the first round (encoder and a step) has more
+    engines.straight.patience = 1
+    inputs = _unfold_inputs("transition_system", np.random.default_rng(4), 5)
+    got = comp.run(inputs)
+    assert_same_result(got, [case.block.eval(x) for x in inputs], "transition_system")
+    assert engines.fallbacks["launches"] >= 1
+    assert engines.straight_rounds + engines.fallbacks["launches"] == comp.last_rounds
+    engines.straight.max_launches, engines.straight.max_sequences = 100, 0
+    engines.straight.clear()  # none traced, and none may be
+    assert_same_result(comp.run(inputs), got, "transition_system")
+    assert engines.fallbacks["sequences"] == comp.last_rounds and not engines.straight.traced
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_straight_line_rounds_hold_values_as_a_mixed_policy_says(policy):
+    # values held in the low dtype, returned in the declared one: as the executors' path
+    import keras
+    before = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        case = models.make_greedy_decoder()
+        straight, executors = Compiler.create(case.block), Compiler.create(case.block)
+        executors.round_engines.use_straight = False
+        inputs = _unfold_inputs("greedy_decoder", np.random.default_rng(6), 6)
+        for _ in range(2):  # the second time, every sequence is traced
+            got, want = straight.run(inputs), executors.run(inputs)
+    finally:
+        keras.mixed_precision.set_global_policy(before)
+    assert straight.compute_dtype is not None and straight.round_engines.straight.traced
+    assert straight.round_engines.straight_rounds >= straight.last_rounds
+    from tests.compiler.test_batched_equals_reference import assert_same_result
+    assert_same_result(got, want, policy, 1e-2, 1e-2)
+    (_, metrics), = got[:1]
+    assert all(np.asarray(v).dtype == np.float32 for v in metrics["lse"])
+
+
+def test_a_round_holding_an_assert_runs_straight_line_on_the_default_executor():
+    # TensorFlow's single-threaded executor may hang on an Assert: such a sequence is
+    # traced again for the default one (as compiler.executor_choice refuses it)
+    def checked(s):
+        with tf.control_dependencies([tf.debugging.assert_greater(s + 1.0, s)]):
+            return s + 1.0
+    step = td.GetItem(0) >> td.Function(checked) >> td.AllOf(td.Identity(), td.Identity())
+    block = td.AllOf(td.Scalar(), td.InputTransform(lambda x: ())) >> td.Unfold(
+        step, decide=lambda seen, out: seen + (float(out),), max_steps=4)
+    comp = Compiler.create(block)
+    for _ in range(2):
+        got = comp.run([0.0, 2.5])
+    assert [seen for _, _, seen in got] == [(1.0, 2.0, 3.0, 4.0), (3.5, 4.5, 5.5, 6.5)]
+    engines = comp.round_engines
+    assert engines.straight_rounds and engines.straight.traced and not engines.single

@@ -119,9 +119,9 @@ def start_deep_thread(target: Callable, *args: Any, name: str = "refold-eval",
 def call_on_kept_deep_thread(fn: Callable, *args: Any) -> Any:
     """`call_with_deep_stack`, on a deep thread kept for later calls (one per
     concurrent caller): for calls made many times a second, such as a batch's
-    expansion in rounds. Starting and ending a thread costs ~0.5 ms on a quiet
-    machine, and a thread that had run TensorFlow ops and greenlets took ~0.1 s to
-    start and end here. The recursion limit is raised only while a call runs.
+    expansion in rounds: starting and ending a thread is slow next to a round, and
+    slower still for a thread that has run TensorFlow ops and greenlets. The
+    recursion limit is raised only while a call runs.
 
     >>> def depth(n): return 0 if n == 0 else 1 + depth(n - 1)
     >>> call_on_kept_deep_thread(depth, 20_000)

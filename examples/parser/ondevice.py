@@ -21,8 +21,8 @@ instead, for all sentences at once:
   step taken are computed again from the recorded positions in one batched,
   differentiable pass, and the losses from them. The gradient so never enters a
   loop. The loop is compiled with XLA (`jit_compile`), once per batch size and
-  length bucket (`BUCKET`): in graph mode its ~100 small ops a step cost more to
-  launch than to compute (4x slower measured).
+  length bucket (`BUCKET`): in graph mode its small ops a step cost more to launch
+  than to compute.
 
 The encoder stays a Refold block batched by the engine: its encodings reach the
 walk as one `[max_words + 1, 2 * hidden]` matrix per sentence (`td.Stack`), and the
@@ -367,8 +367,8 @@ def _walk(projected, pads, hidden_b, scores_w, scores_b, n, gold=None, labels=No
     return [out[0], out[1], heads, *out[2:]]
 
 
-# compiled (XLA) once per batch and bucket size: ~10x faster than a graph-mode loop,
-# whose ~100 small ops a step cost more to launch than to compute
+# compiled (XLA) once per batch and bucket size: a graph-mode loop's small ops a step
+# cost more to launch than to compute
 _exploring_loop = tf.function(_walk, jit_compile=True, autograph=False)
 _greedy_loop = tf.function(_walk, jit_compile=True, autograph=False)
 

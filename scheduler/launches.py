@@ -14,7 +14,7 @@ and the XLA program (`scheduler.xla`) all run launches of the same ops over the 
 
 These were the executor's private methods, which the other loops called; a surface of
 its own lets the executor change inside without breaking them (the executor's
-internals are not used outside `scheduler/executor.py`: `tests/test_layering.py`).
+internals are not used outside `scheduler/executor.py`: `tests/test_executor_surface.py`).
 
 >>> import numpy as np, tensorflow as tf
 >>> from collections import namedtuple

@@ -42,10 +42,14 @@ def case(name: str):
 
 @functools.cache
 def engine(name: str, scheduler: str, replay: bool = False):
+    """`traced_training_run` of the family's case `name`."""
+    return traced_training_run(case(name), scheduler, replay)
+
+
+def traced_training_run(c, scheduler: str, replay: bool = False):
     """A compiler and a traced `run(arrays, seed) -> (outputs, loss, gradients)` in
     training mode; with `replay`, the loop's backward pass replayed by the engine and
     its weight gradients taken once per step (both run the ops again)."""
-    c = case(name)
     comp = Compiler.create(c.block, scheduler=scheduler)
     ex = comp.executor
     ex.batched_weight_grads = ex.replay_backward = replay

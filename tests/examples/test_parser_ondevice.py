@@ -19,7 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refold.blocks.errors import InputError
-from refold.blocks.training import training_mode
 from refold.compiler import Compiler, Model
 from refold.examples.parser import greedy
 from refold.examples.parser.dynamic_oracle import costs
@@ -32,10 +31,12 @@ from tests.compiler.models import Case
 from tests.compiler.test_batched_equals_reference import (
     ATOL,
     GRAD_RTOL,
-    _type_weights,
     assert_same_result,
 )
-from tests.compiler.test_dropout_equals_reference import reference_loss_and_grads
+from tests.compiler.test_dropout_equals_reference import (
+    reference_loss_and_grads,
+    traced_training_run,
+)
 from tests.examples.test_parser import SHORT, random_tree, tiny_parser
 from tests.examples.test_parser_dynamic_oracle import random_walk
 
@@ -143,22 +144,7 @@ def engine(scheduler: str):
     exploring = DeviceExploration(parser(), explore=0.5)
     case = Case("device_exploration", exploring.heads_block, None,
                 variables(exploring.heads_block))
-    comp = Compiler.create(case.block, scheduler=scheduler)
-    weights = _type_weights(comp.program.value_types)
-    ex = comp.executor
-
-    @tf.function(input_signature=[ex.input_signature(), tf.TensorSpec([3], tf.int32)],
-                 autograph=False)
-    def run(arrays, seed):
-        with training_mode(True, seed):
-            with tf.GradientTape() as tape:
-                outs = ex.compute(arrays)
-                loss = tf.add_n([tf.reduce_sum(o * w) for o, w in zip(outs, weights)
-                                 if o.dtype == tf.float32])
-            grads = tape.gradient(loss, case.variables,
-                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return outs, loss, [tf.convert_to_tensor(g) for g in grads]
-    return case, comp, run, weights
+    return (case, *traced_training_run(case, scheduler))
 
 
 @pytest.mark.parametrize("scheduler", ["agenda", "depth"])

@@ -45,7 +45,7 @@ time per call counts, so the machine's load drifts over all of them alike.
   64; the rows "TreeLSTM fit", ms per call), at `--batch-sizes`; the ratio columns
   are medians of per-round ratios. `--cpu-time` times the calls by the process's
   CPU time rather than wall time (less disturbed by other jobs).
-- `xla`: `Model.fit` with `jit_compile=True` (`compiler.xla`: batches padded to
+- `xla`: `Model.fit` with `jit_compile=True` (`compiler.feeding.xla_buckets`: batches padded to
   buckets, one XLA program per bucket) against `jit_compile=False` (the default
   graph-mode step), whole `fit(epochs=1)` calls on the sst-synth TreeLSTM (loss at the
   root, random trees, 32 per call at batch 1, 128 at 16, 256 at 64, `shuffle=False`
@@ -86,7 +86,7 @@ time per call counts, so the machine's load drifts over all of them alike.
   TensorFlow's gradient for that launch, added to the tap's; batches that replay
   their loop (10 rows a launch or fewer); whole `Model.fit` calls.
 - `executor`: the TreeLSTM's and the tagger's inference with the executor chosen per
-  batch (`compiler.executor_choice`: TensorFlow's single-threaded one for batches
+  batch (`compiler.training.tf_executor`: TensorFlow's single-threaded one for batches
   of small loop launches) against TensorFlow's default executor always; whole
   `Model.predict` calls.
 - `grugates`: the bilstm tagger on GRU cells, their gated products `r * (h U_n)`
@@ -791,7 +791,7 @@ def _pair_rows(raw: dict, b: int, workloads, names: list, instances: int, n: int
 def predict_executor(batch_sizes: list, rounds: int, instances: int = 2,
                      items: int | None = None, workloads=("TreeLSTM", "tagger")) -> dict:
     """ms per item of whole `Model.predict` calls with the inference executor chosen
-    per batch (`compiler.executor_choice`: TensorFlow's single-threaded executor for
+    per batch (`compiler.training.tf_executor`: TensorFlow's single-threaded executor for
     batches of small loop launches) against TensorFlow's default executor always
     (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
     from benchmarks.peers.refold_side import tagger_models

@@ -127,11 +127,9 @@ def main(argv=None) -> dict:
         sides = {}
         try:
             for name, root in (("before", old), ("after", ROOT)):
-                # the worker imports the tree at `root` (its first sys.path entry)
+                # the worker imports the tree at `root`, whatever is installed (benchmarks.checkout)
                 sides[name] = protocol.Worker(name, [
-                    sys.executable, "-c", "import runpy, sys; root, script = sys.argv[1:3]; "
-                    "sys.path.insert(0, root); sys.argv = sys.argv[2:]; "
-                    "runpy.run_path(script, run_name='__worker__')",
+                    sys.executable, os.path.join(HERE, "checkout.py"),
                     root.rstrip(os.sep), os.path.abspath(__file__), *common],
                     env={"PYTHONPATH": ""})
             for w in workloads:

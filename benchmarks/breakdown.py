@@ -12,7 +12,7 @@ round times, interleaved on the same trees (graphs cached, everything traced):
 - `bare infer`: the engine's traced forward pass on a packed batch.
 
 The three traced rows take their batch as `fit`, `predict` and `run` hand it to their
-steps (`compiler.handoff`: the int32 arrays folded into one tensor, a concrete
+steps (`compiler.feeding.handoff`: the int32 arrays folded into one tensor, a concrete
 function called on flat tensors), so that the differences between rows leave out
 no cost of the call itself.
 
@@ -110,7 +110,7 @@ def _flat_call(step, data):
     concrete function called on them without binding them again (`Handoff.call`)."""
     import tensorflow as tf
 
-    from refold.compiler.handoff import Handoff
+    from refold.compiler.feeding.handoff import Handoff
     spec = tf.nest.map_structure(
         lambda a: tf.TensorSpec([None] * np.ndim(a), tf.as_dtype(np.asarray(a).dtype)), data)
     handoff = Handoff(spec)
@@ -263,7 +263,7 @@ def _workload_calls(workload: str, b: int, n: int) -> dict:
         x, y = [sentence(rng) for _ in range(n)], None
         words = [{"words": s["words"]} for s in x]
     # the profiler records no op the single-threaded executor runs: predict on the
-    # default one (compiler.executor_choice), as before that choice existed
+    # default one (compiler.training.tf_executor), as before that choice existed
     infer.inference_executor.max_rows = 0
     return {"fit": functools.partial(train.fit, x, y, batch_size=b, epochs=1, verbose=0,
                                      shuffle=False),

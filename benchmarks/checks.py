@@ -57,7 +57,7 @@ def main(argv=None) -> dict:
         argv, __doc__.splitlines()[0], trees=640, rounds=5, quick=(128, 2),
         extra=lambda p: p.add_argument("--json", help="also write the results to this file"))
 
-    from refold.compiler.expansion import expand_all
+    from refold.compiler.graphs.expansion import expand_all
 
     trees, labels = sst_synth_data(args.trees)
     model = compiled_model(TreeLSTMModel(seed=0).block, cache=False)

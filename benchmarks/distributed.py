@@ -11,7 +11,7 @@ each; the median epoch throughput of each is reported.
 Planning: the time to expand, schedule and pack one epoch's batches (no graph
 cache, so every input is expanded) for the whole data, as one worker without
 sharding did, against one worker's shard when 2 and 4 workers share the batches
-(`compiler.distributed.replica_parts`; one replica per worker). Rounds alternate.
+(`compiler.distribute.strategy.replica_parts`; one replica per worker). Rounds alternate.
 
     python -m benchmarks.distributed            # 512 trees, batch 64, 3 rounds
     python -m benchmarks.distributed --quick    # 128 trees, 2 rounds
@@ -35,7 +35,7 @@ def main(argv=None) -> dict:
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from benchmarks.workloads import TreeLSTMModel
     from refold.compiler import Model
-    from refold.compiler.distributed import replica_parts
+    from refold.compiler.distribute.strategy import replica_parts
 
     trees, labels = sst_synth_data(args.trees)
 

@@ -3,7 +3,7 @@ step sends between workers, and a model of throughput against the number of work
 
 Two workers on two loopback processes of a 2-core machine cannot show scaling, so this
 measures the inputs of a model instead, each through the code a worker runs
-(`compiler.shards`, `compiler.streaming`), for the standard workloads at 64 inputs per
+(`compiler.feeding.shards`, `compiler.feeding.streams`), for the standard workloads at 64 inputs per
 replica (one replica per worker):
 
 - the sst-synth TreeLSTM (loss at the root), JSON lines `[tree, label]`;
@@ -88,8 +88,8 @@ def compiled(block, labelled: bool):
 def input_times(model, lines, workers: int, labelled: bool) -> dict:
     """Worker 0's seconds for one pass over its shard (by position): scanning every
     line, parsing its own, expanding, scheduling and packing its parts; and its steps."""
-    from refold.compiler.shards import Shard, read_steps
-    from refold.compiler.streaming import StreamFeeder
+    from refold.compiler.feeding.shards import Shard, read_steps
+    from refold.compiler.feeding.streams import StreamFeeder
     shard = Shard.of(PER_REPLICA * workers, workers, range(1))
     start = time.perf_counter()
     steps = list(read_steps(lines, shard))
@@ -165,7 +165,7 @@ def scaling_model(workers: int, compute: float, read: float, plan: float, dense:
     `comm(W)` is a ring all-reduce of the dense gradients (`2 (W-1)/W` of their
     bytes sent per worker, `2 (W-1)` messages), an all-gather of the `IndexedSlices`
     ones (`W-1` replicas' rows received, `W-1` messages) and the census
-    (`compiler.distributed_streams`: `2 (W-1)` messages of a few bytes). `P` is the
+    (`compiler.distribute.sharded_streams`: `2 (W-1)` messages of a few bytes). `P` is the
     fewest processes that keep planning off the critical path.
 
     Args:

@@ -17,7 +17,7 @@ Each section prints a markdown table (the figures in BENCHMARKS.md come from it)
 - `plan`: merging + scheduling + packing cached graphs, as % of a training step,
   and its median time when each plan follows a training step (cold caches).
 - `cache`: what a look-up in the expansion cache costs (its fingerprint walks the
-  input, `compiler.expansion_cache`) against expanding the same inputs afresh.
+  input, `compiler.graphs.expansion_cache`) against expanding the same inputs afresh.
 
 The default runs every section but `cache`.
 """
@@ -358,9 +358,9 @@ def _best_ms(fn, seconds: float) -> float:
 def section_cache(n_trees: int, rounds: int = 5) -> dict:
     """µs per sst-synth tree: a cache hit (the fingerprint check included) against
     expanding the tree afresh; alternating rounds, medians."""
-    from refold.compiler.expansion import expand_all
-    from refold.compiler.expansion_cache import ExpansionCache
-    from refold.compiler.lowering import lower
+    from refold.compiler.graphs.expansion import expand_all
+    from refold.compiler.graphs.expansion_cache import ExpansionCache
+    from refold.compiler.graphs.lowering import lower
     rng = np.random.default_rng(0)
     trees = [sst_synth_tree(rng) for _ in range(n_trees)]
     program = lower(TreeLSTMModel(seed=0).block)

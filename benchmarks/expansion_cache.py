@@ -1,6 +1,6 @@
 """What checking the expansion cache against each input's content costs `Model.fit`.
 
-The cache (`refold.compiler.expansion_cache`) finds an input's expanded graph by the
+The cache (`refold.compiler.graphs.expansion_cache`) finds an input's expanded graph by the
 input object and checks a fingerprint of its whole content at every look-up, so an
 input changed in place is expanded again. A cached `fit` looks up every input of
 every batch, every epoch. This times whole `Model.fit` calls (3 epochs over a list
@@ -49,7 +49,7 @@ def workload(name: str, n: int):
 @contextlib.contextmanager
 def identity_only():
     """The cache's look-up by identity alone, as before the content check."""
-    from refold.compiler import expansion_cache
+    from refold.compiler.graphs import expansion_cache
     real = expansion_cache.ExpansionCache.get
 
     def get(self, x):
@@ -70,8 +70,8 @@ def time_fit(model, xs, y, batch: int) -> float:
 
 
 def measure(name: str, n: int, batches: list[int], rounds: int) -> dict:
-    from refold.compiler.expansion import expand_all
-    from refold.compiler.expansion_cache import fingerprint
+    from refold.compiler.graphs.expansion import expand_all
+    from refold.compiler.graphs.expansion_cache import fingerprint
     make, xs, y = workload(name, n)
     model = make()
     model.fit(xs, y, batch_size=batches[0], epochs=1, verbose=0)  # traced, cached

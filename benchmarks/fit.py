@@ -11,7 +11,7 @@ A third variant, `Model.fit` from a stream (`zip(trees, labels)`, read afresh ea
 epoch, into a model without the graph cache), expands and plans every batch in the
 stream's background thread while the step runs; its ratio to the cached list is
 what streaming costs. A fourth does the same with `Model(workers=2)`: two worker
-processes expand and plan the stream's batches (`compiler.parallel.StreamWorkers`),
+processes expand and plan the stream's batches (`compiler.feeding.process_pool.StreamWorkers`),
 so expansion runs beside the step instead of in turn with it (`--workers N`, 0 to
 leave that variant out).
 
@@ -57,7 +57,7 @@ def main(argv=None) -> dict:
 
     from benchmarks.treelstm import EngineVariant
     from refold.compiler import Model
-    from refold.compiler.parallel import StreamWorkers
+    from refold.compiler.feeding.process_pool import StreamWorkers
 
     trees, labels = sst_synth_data(args.trees)
     workload = TreeLSTMModel(seed=0)
@@ -186,8 +186,8 @@ def expansion_cpu(n_trees: int, batch: int, rounds: int) -> dict:
     one warm-up pass. Also the tree nodes expanded per CPU second as one graph."""
     from benchmarks.workloads import count_nodes
     from refold.compiler import Model
-    from refold.compiler.expansion import expand_all, expand_batch
-    from refold.compiler.pipeline import InputPipeline
+    from refold.compiler.feeding.lists import InputPipeline
+    from refold.compiler.graphs.expansion import expand_all, expand_batch
 
     trees, _ = sst_synth_data(n_trees)
     compiler = Model(TreeLSTMModel(seed=0).block, cache=False).compiler

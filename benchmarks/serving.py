@@ -15,7 +15,7 @@ the answers of every setting are checked against one at a time.
     python -m benchmarks.serving --check-cost       # the SavedModel's request checks
 
 `--check-cost` measures what the request checks inside the SavedModel
-(`compiler.signature.checked`) cost: it exports the calculator's classifier twice,
+(`compiler.feeding.packed.checked`) cost: it exports the calculator's classifier twice,
 with the checks (`Model.export`) and without, and alternates calls of the two on the
 same request (batches of 1 and 64), reporting the median per-pair time ratio.
 """

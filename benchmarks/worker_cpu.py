@@ -1,7 +1,7 @@
 """A stream worker's CPU per batch: this checkout against another, taking turns.
 
 What a stream's worker process does with a batch of sst-synth trees
-(`compiler.streaming.plan_in_worker`: expand, plan and pack; the inputs unpickled and
+(`compiler.feeding.streams.plan_in_worker`: expand, plan and pack; the inputs unpickled and
 the reply pickled, as its pipe does), timed in process CPU in two processes: one runs
 this checkout's code, the other another checkout's (`--against`, e.g. a `git
 worktree` of main at its last commit; by default this checkout again). They take
@@ -29,7 +29,7 @@ from benchmarks.common import sst_synth_data
 from benchmarks.workloads import TreeLSTMModel
 from refold.blocks.evaluation import start_deep_thread
 from refold.compiler import Model
-from refold.compiler.streaming import plan_in_worker
+from refold.compiler.feeding.streams import plan_in_worker
 
 def serve():
     trees, _ = sst_synth_data(int(sys.argv[1]))

@@ -410,7 +410,7 @@ class Block(IOBase):
 
         Every op must be declared here: the batching engine lowers a block expression
         to its ops before it sees any input, by asking each block, and refuses an op
-        that was not declared (`compiler.lowering.UnloweredOpError`). It is called
+        that was not declared (`compiler.graphs.lowering.UnloweredOpError`). It is called
         once the block's types are known (after `validate`). See `blocks.op` for how
         to write a new block.
         """

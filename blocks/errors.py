@@ -84,7 +84,7 @@ class InternalError(RuntimeError):
 
     Blocks pass it through unwrapped (the innermost block being evaluated fills in
     `block_path`), so it is never reported as an `InputError` nor blamed on an example.
-    Evaluators subclass it (e.g. `compiler.lowering.UnloweredOpError`).
+    Evaluators subclass it (e.g. `compiler.graphs.lowering.UnloweredOpError`).
 
     Attributes:
         reason: what went wrong and how to fix it.

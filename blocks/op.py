@@ -20,7 +20,7 @@ it is given. A block never touches tensors itself, so the same code runs in
 `block.eval` (the reference evaluator: eager, op by op, one input) and batched in
 `compiler.Compiler` and `compiler.Model`, which collect every block's `ops()`
 before they see an input; an op called without being declared is refused there
-(`compiler.lowering.UnloweredOpError`). Instances whose ops share an `Op.key`
+(`compiler.graphs.lowering.UnloweredOpError`). Instances whose ops share an `Op.key`
 run in one launch.
 
 An op that draws random numbers (dropout) says so, `Op(..., random=True)`: each

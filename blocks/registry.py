@@ -31,6 +31,10 @@ PACKAGE = "refold"
 
 _OBJECTS: dict[str, Any] = {}
 _NAMES: dict[Any, str] = {}
+# Packages above this layer whose modules define registered blocks (the zoo, the
+# examples), searched for a name that the module it was saved from no longer holds.
+# The `refold` package fills it (`search_packages`), so that blocks imports no layer.
+_SEARCHED: list[str] = []
 
 
 def register(name: str | None = None, package: str = "Custom"):
@@ -87,8 +91,8 @@ def registered_object(name: str) -> Any | None:
 
 def find(name: str, module: str | None = None) -> Any | None:
     """`registered_object(name)`, importing what may register it first if needed:
-    `module` (where it lived when saved), then, for Refold's own names, the zoo and
-    the examples (a class may have moved since)."""
+    `module` (where it lived when saved), then, for Refold's own names, the modules of
+    the packages named by `search_packages` (a class may have moved since)."""
     found = registered_object(name)
     for where in ([module] if module else []) + (
             _own_modules() if name.startswith(PACKAGE + ">") else []):
@@ -102,10 +106,15 @@ def find(name: str, module: str | None = None) -> Any | None:
     return found
 
 
+def search_packages(*packages: str) -> None:
+    """Names packages whose modules `find` imports to look for a moved Refold name."""
+    _SEARCHED.extend(p for p in packages if p not in _SEARCHED)
+
+
 def _own_modules() -> list[str]:
     """Refold's modules that define blocks, beyond `refold.blocks` itself."""
     out = []
-    for package in ("refold.models", "refold.examples"):
+    for package in _SEARCHED:
         root = importlib.import_module(package)
         out += [m.name for m in pkgutil.walk_packages(root.__path__, package + ".")
                 if not m.name.endswith("__main__")]

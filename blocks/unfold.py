@@ -12,7 +12,7 @@ way: it builds a sequence from a seed instead of consuming one.
 A step's tensor work is ordinary ops, so the engine batches it across the examples
 of a batch (and across the nodes of each); only the decision is Python. Batched,
 the examples advance in *rounds*, one step each per round, and each round is one
-engine call for the whole batch (`compiler.rounds`). Gradients flow through every
+engine call for the whole batch (`compiler.rounds.context`). Gradients flow through every
 step taken: once the decisions are known, the steps taken are an ordinary op graph.
 
 Where the device can decide (an argmax, a table lookup as a `Function`), feed the

@@ -14,14 +14,15 @@ from __future__ import annotations
 import importlib
 
 _WHERE = {
-    "BatchPlan": "refold.compiler.batch_plan", "Compiler": "refold.compiler.compiler",
-    "ExampleGraph": "refold.compiler.expansion", "expand": "refold.compiler.expansion",
-    "Program": "refold.compiler.lowering", "lower": "refold.compiler.lowering",
+    "BatchPlan": "refold.compiler.graphs.batch_plan", "Compiler": "refold.compiler.compiler",
+    "ExampleGraph": "refold.compiler.graphs.expansion",
+    "expand": "refold.compiler.graphs.expansion",
+    "Program": "refold.compiler.graphs.lowering", "lower": "refold.compiler.graphs.lowering",
     "Model": "refold.compiler.model",
     "ModelFileError": "refold.compiler.saving", "load_model": "refold.compiler.saving",
-    "NonFiniteLossError": "refold.compiler.steps",
-    "Lines": "refold.compiler.streaming", "LineError": "refold.compiler.streaming",
-    "WorkerFailedError": "refold.compiler.distributed_streams",
+    "NonFiniteLossError": "refold.compiler.training.steps",
+    "Lines": "refold.compiler.feeding.streams", "LineError": "refold.compiler.feeding.streams",
+    "WorkerFailedError": "refold.compiler.distribute.sharded_streams",
     "draw_schedule": "refold.compiler.schedule_picture",
     "describe_schedule": "refold.compiler.schedule_picture",
 }

@@ -23,14 +23,14 @@ import numpy as np
 
 from refold.blocks.precision import compute_dtype, held_program
 from refold.blocks.types import TensorType
-from refold.compiler.batch_plan import BatchPlan
-from refold.compiler.dataflow import op_feeds
-from refold.compiler.executor_choice import InferenceExecutorChoice
-from refold.compiler.expansion import BatchGraph, ExampleGraph, expand_all, expand_batch
-from refold.compiler.expansion_cache import ExpansionCache
-from refold.compiler.lowering import Program, lower
-from refold.compiler.round_engines import RoundEngines
-from refold.compiler.rounds import expand_in_rounds
+from refold.compiler.graphs.batch_plan import BatchPlan
+from refold.compiler.graphs.dataflow import op_feeds
+from refold.compiler.graphs.expansion import BatchGraph, ExampleGraph, expand_all, expand_batch
+from refold.compiler.graphs.expansion_cache import ExpansionCache
+from refold.compiler.graphs.lowering import Program, lower
+from refold.compiler.rounds.context import expand_in_rounds
+from refold.compiler.rounds.engines import RoundEngines
+from refold.compiler.training.tf_executor import InferenceExecutorChoice
 from refold.scheduler.executor import Executor
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.planner import Planner, plan_record
@@ -52,16 +52,16 @@ class Compiler:
         cache: keep each input's expanded graph, found by the input object's
             identity and checked against a fingerprint of its content, so later
             batches skip expansion and an input changed in place is expanded again
-            (`compiler.expansion_cache`). `True` keeps up to `DEFAULT_CACHE_SIZE`
+            (`compiler.graphs.expansion_cache`). `True` keeps up to `DEFAULT_CACHE_SIZE`
             inputs, an int that many; past that the least recently used is
             dropped, so a long stream of fresh inputs cannot grow memory without
             bound. `False` keeps none.
             A block whose structure depends on computed values (`blocks.Unfold`)
             is never cached: its inputs expand in rounds that run the model
-            (`compiler.rounds`), and its decisions change with the weights.
+            (`compiler.rounds.context`), and its decisions change with the weights.
         workers: if > 0, expand uncached inputs of large batches (at least
             `min_parallel_batch`, 64 by default) in that many forked worker
-            processes (`compiler.parallel.ExpansionPool`), and let
+            processes (`compiler.feeding.process_pool.ExpansionPool`), and let
             `plan_batches` plan whole batches there ahead of the device; streams
             fed to `Model` are expanded and planned in as many processes of their
             own (`stream_workers`). The workers are forked on first use and
@@ -116,19 +116,19 @@ class Compiler:
     def pool(self):
         """The worker pool (forked on first call), or None without workers."""
         if self.workers and self._pool is None:
-            from refold.compiler.parallel import ExpansionPool
+            from refold.compiler.feeding.process_pool import ExpansionPool
             self._pool = ExpansionPool(self, self.workers)
         return self._pool
 
     def stream_workers(self):
         """The worker processes that expand and plan a stream's batches
-        (`compiler.streaming`, a `compiler.parallel.StreamWorkers`), forked on the
+        (`compiler.feeding.streams`, a `compiler.feeding.process_pool.StreamWorkers`), forked on the
         first call, or None without workers. Call it from the main thread."""
         if not self.workers:
             return None
         if self._stream_workers is None:
-            from refold.compiler.parallel import StreamWorkers, warm_planner
-            from refold.compiler.streaming import plan_in_worker
+            from refold.compiler.feeding.process_pool import StreamWorkers, warm_planner
+            from refold.compiler.feeding.streams import plan_in_worker
             warm_planner(self)
             self._stream_workers = StreamWorkers(functools.partial(plan_in_worker, self),
                                                  self.workers, "refold-stream-worker")
@@ -198,11 +198,11 @@ class Compiler:
         return driver.batch_graph()
 
     def _run_round(self, graph: OpGraph, reads: np.ndarray) -> tuple:
-        """Runs an op graph forward (a round of `compiler.rounds`): `(outputs per value
+        """Runs an op graph forward (a round of `compiler.rounds.context`): `(outputs per value
         type, read_type, read_pos)`, value `reads[i]` being row `read_pos[i]` of
         `outputs[read_type[i]]`. A round of some of the ops runs on an executor of
         those, or, most often, as a straight-line function of its few launches
-        (`compiler.round_engines`)."""
+        (`compiler.rounds.engines`)."""
         straight = self.round_engines.run_straight(graph, reads)
         if straight is not None:
             return straight
@@ -322,12 +322,12 @@ class Compiler:
     def _compute(self, arrays: dict) -> list:
         """The executor's traced outputs (tensors) on a batch's packed `arrays`.
 
-        The batch enters as few tensors (`compiler.handoff`), and the traced
+        The batch enters as few tensors (`compiler.feeding.handoff`), and the traced
         function is called directly: at batch 1 the `tf.function`'s own argument
         matching and the conversion of each array cost a sizeable part of a call
         (BENCHMARKS.md, "the hand-off"). It is traced once per executor choice: a
         batch of small loop launches runs on TensorFlow's single-threaded executor
-        (`compiler.executor_choice`)."""
+        (`compiler.training.tf_executor`)."""
         choice = self.inference_executor
         single = choice.key(arrays, self._run_flat.keys())
         if single not in self._run_flat:
@@ -346,7 +346,7 @@ class Compiler:
         (each choice its own trace: no `tf.function` is shared between them)."""
         import tensorflow as tf
 
-        from refold.compiler.handoff import Handoff
+        from refold.compiler.feeding.handoff import Handoff
         handoff, compute = Handoff(self.executor.input_signature()), self.executor.compute
         with self.inference_executor.tracing(single):
             fn = tf.function(lambda *t: compute(handoff.unfold(t)), autograph=False,
@@ -371,7 +371,7 @@ class Compiler:
 
     def _run_in_rounds(self, inputs: list, tolist: bool) -> list:
         """`run` of a block that reads computed values: the results are read from the
-        rounds (`compiler.rounds`), which compute every node once, forward only."""
+        rounds (`compiler.rounds.context`), which compute every node once, forward only."""
         from refold.blocks.errors import InputError
         try:
             driver = expand_in_rounds(self.program, inputs, self._run_round, finish=True)

@@ -2,7 +2,7 @@
 
 The kernels are compiled with `cache=True`; the first process on a machine compiles
 them and later ones load them from Numba's on-disk cache. A process that forks workers
-that plan (`compiler.parallel`) loads them first, since loading them in a forked child
+that plan (`compiler.feeding.process_pool`) loads them first, since loading them in a forked child
 runs Numba's and LLVM's initialisation there, which is not safe after a fork; and
 `python -m refold.compiler.warmup` pays the compilation at install time. The
 `Compiler` class is passed in, so that this module (which the worker pools use) does

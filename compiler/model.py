@@ -2,14 +2,14 @@
 
 `fit`, `evaluate` and `predict` take lists of Python inputs (trees, sequences,
 dicts), or streams of them (generators, `keras.utils.PyDataset`s, files read line by
-line: `compiler.streaming`). Each input of a list is expanded once (example graphs
+line: `compiler.feeding.streams`). Each input of a list is expanded once (example graphs
 are cached across epochs);
 each batch is merged, scheduled and packed into index tensors when Keras' loop
-steps to it (`compiler.pipeline`, `compiler.steps`); one traced function runs
+steps to it (`compiler.feeding.lists`, `compiler.training.steps`); one traced function runs
 every batch. `save` writes the block expression (`blocks.serialization`), the
 weights and the optimizer's state to a `.keras` file that `keras.models.load_model`
 reads back; it is atomic (`compiler.saving`). A TensorFlow error in a step
-names the input that caused it (`compiler.blame`); a step whose loss or gradients
+names the input that caused it (`compiler.training.blame`); a step whose loss or gradients
 are not finite is not applied and stops `fit` with `NonFiniteLossError`.
 
 Two ways to give the loss:
@@ -62,18 +62,11 @@ from refold.blocks.serialization import deserialize, serialize
 from refold.blocks.training import training_mode
 from refold.blocks.types import TensorType
 from refold.blocks.validation import validate
-from refold.compiler import signature as packed
-from refold.compiler.blame import blaming
 from refold.compiler.compiler import Compiler
-from refold.compiler.declared_weights import (
-    TracedWeights,
-    build_functions,
-    check_functions,
-    declared_ids,
-)
-from refold.compiler.distributed import ReplicaSteps, is_distributed, sharded_feeder
-from refold.compiler.distributed_streams import ShardedStreamFeeder
-from refold.compiler.pipeline import (
+from refold.compiler.distribute.sharded_streams import ShardedStreamFeeder
+from refold.compiler.distribute.strategy import ReplicaSteps, is_distributed, sharded_feeder
+from refold.compiler.feeding import packed
+from refold.compiler.feeding.lists import (
     InputPipeline,
     Labels,
     as_inputs,
@@ -82,9 +75,12 @@ from refold.compiler.pipeline import (
     hold_out,
     split_validation,
 )
-from refold.compiler.predicting import predict_loop
+from refold.compiler.feeding.streams import StreamFeeder, is_stream, reads_once
+from refold.compiler.feeding.xla_buckets import XlaBatches, metric_weights
 from refold.compiler.saving import atomic_write, refuse_after_nan, write_saved_model
-from refold.compiler.steps import (
+from refold.compiler.training.blame import blaming
+from refold.compiler.training.predict_loop import predict_loop
+from refold.compiler.training.steps import (
     STEP_FINITE,
     STEP_LOSS,
     StepFunction,
@@ -92,8 +88,12 @@ from refold.compiler.steps import (
     all_finite,
     apply_if_finite_on_every_replica,
 )
-from refold.compiler.streaming import StreamFeeder, is_stream, reads_once
-from refold.compiler.xla import XlaBatches, metric_weights
+from refold.compiler.training.weights import (
+    TracedWeights,
+    build_functions,
+    check_functions,
+    declared_ids,
+)
 from refold.scheduler.gradient_mode import GradientMode
 
 
@@ -121,7 +121,7 @@ class Model(keras.Model):
             that many (the least recently used dropped), `False` none. An input
             changed in place is expanded again; cached inputs are held in memory.
         workers: expand the inputs of in-memory lists never seen before, and the
-            batches of streams (`compiler.streaming`), in that many forked worker
+            batches of streams (`compiler.feeding.streams`), in that many forked worker
             processes (see `Compiler`), for machines with spare cores; 0 (default)
             expands in this process (streams in a background thread).
 
@@ -129,7 +129,7 @@ class Model(keras.Model):
     `td.ScopedLayer`, Keras layers in `td.Function`) and of `td.FromTensor`
     variables; they are shared with the blocks, so `block.eval` sees training.
 
-    `model.weight_grads` (a `compiler.steps.WeightGradsChoice`) decides per training
+    `model.weight_grads` (a `compiler.training.steps.WeightGradsChoice`) decides per training
     batch how the loop is differentiated: for batches of small loop launches (batch
     1, say) the engine replays the loop backward itself and takes the weight
     gradients once per step (`scheduler.reverse`), for the others TensorFlow
@@ -138,7 +138,7 @@ class Model(keras.Model):
     choice is its own trace; a batch near the threshold (within a factor of 2) runs
     on the other choice's trace if only that one exists.
 
-    `model.inference_executor` (the compiler's, a `compiler.executor_choice.
+    `model.inference_executor` (the compiler's, a `compiler.training.tf_executor.
     InferenceExecutorChoice`) runs `predict` and `evaluate` batches of small loop
     launches (batch 1 of a sequence model, say: at most `max_rows` rows a launch on
     average, `0`: never) on TensorFlow's single-threaded executor, which measured
@@ -165,9 +165,9 @@ class Model(keras.Model):
         self.program = self.compiler.program
         _mixed_policy(self, self.compiler.compute_dtype)
         self.pipeline = InputPipeline(self.compiler)
-        # where a training batch takes the loop's weight gradients (compiler.steps)
+        # where a training batch takes the loop's weight gradients (compiler.training.steps)
         self.weight_grads = WeightGradsChoice(self.compiler.executor)
-        # which TensorFlow executor runs an inference batch (compiler.executor_choice)
+        # which TensorFlow executor runs an inference batch (compiler.training.tf_executor)
         self.inference_executor = self.compiler.inference_executor
         self.block = self.program.root
         self.scheduler = scheduler
@@ -256,7 +256,7 @@ class Model(keras.Model):
         """`(y_pred or None, {metric id: values})` for one packed batch (`gradient_mode`:
         how the executor's loop is differentiated in a training step; None: as the
         executor says)."""
-        if "metric_counts" in x:  # a batch in its XLA form (compiler.xla)
+        if "metric_counts" in x:  # a batch in its XLA form (compiler.feeding.xla_buckets)
             return self._xla_batches().forward(x)
         outs = self.compiler.executor.compute(x, gradient_mode)
         n = x["batch_size"][0]
@@ -307,7 +307,7 @@ class Model(keras.Model):
         """The loss of one packed batch: Keras' loss of the labels (with the weight
         penalties) plus, for each loss metric, the mean of its values.
 
-        Arrays packed as one replica's part of a global batch (`compiler.distributed`
+        Arrays packed as one replica's part of a global batch (`compiler.distribute.strategy`
         adds "global_batch_size" and "global_metric_counts") give that part's share
         instead, so that the sum of the shares over the replicas is the loss of the
         whole batch on one device: the labelled mean counts `n_part / n_global`, a
@@ -351,7 +351,7 @@ class Model(keras.Model):
         The update is applied only if the loss and every gradient are
         finite (`finite`, a scalar bool; the weights and the optimizer's state stay
         those of the last good step otherwise). On a replica's part of a batch
-        (`compiler.distributed`) the replicas agree whether to apply it.
+        (`compiler.distribute.strategy`) the replicas agree whether to apply it.
 
         Its ops compute in training mode (`blocks.training`), the gradient too:
         the engine's replayed backward pass runs ops again and must draw what the
@@ -433,7 +433,7 @@ class Model(keras.Model):
     def training_step(self, gradient_mode: GradientMode | None) -> Callable:
         """`train_step` with the executor's loop differentiated as `gradient_mode` says
         (`scheduler.gradient_mode`; None: as the executor says): the step traced for
-        each weight-gradient choice (`compiler.steps.WeightGradsChoice.mode`).
+        each weight-gradient choice (`compiler.training.steps.WeightGradsChoice.mode`).
 
         A step of its own rather than an argument of `train_step`, whose signature
         stays Keras' (`tf.function(model.train_step, input_signature=...)` binds no
@@ -459,13 +459,13 @@ class Model(keras.Model):
         y_pred, _ = self._forward(x)
         return y_pred
 
-    # --- the functions Keras' loop calls (compiler.steps) -------------------------
+    # --- the functions Keras' loop calls (compiler.training.steps) -------------------------
 
     @property
     def jit_compile(self) -> bool:
         """Whether the steps run under XLA (`compile(jit_compile=...)`, or per call
         `fit(..., jit_compile=True)`): each batch padded to buckets and each bucket
-        compiled once (`compiler.xla`, `scheduler.xla`). False by default."""
+        compiled once (`compiler.feeding.xla_buckets`, `scheduler.xla`). False by default."""
         return getattr(self, "_xla_on", False)
 
     @jit_compile.setter
@@ -511,7 +511,7 @@ class Model(keras.Model):
         return self._xla_state
 
     def _step_function(self, step, role, kind: str) -> StepFunction | ReplicaSteps:
-        if is_distributed(self.distribute_strategy):  # compiler.distributed
+        if is_distributed(self.distribute_strategy):  # compiler.distribute.strategy
             if self.jit_compile:
                 raise ValueError("jit_compile=True is not supported under a tf.distribute "
                                  "strategy yet: leave it False or 'auto' there")
@@ -642,7 +642,7 @@ class Model(keras.Model):
         """Trains on `x` (a list of inputs, or a stream) and optional labels `y`.
 
         As `keras.Model.fit`; `validation_data` is `(x_val, y_val)` or `x_val` (Fold
-        style, or a stream). `x` may be a stream (`compiler.streaming`): a generator or
+        style, or a stream). `x` may be a stream (`compiler.feeding.streams`): a generator or
         other iterable of inputs, or of `(input, label[, sample_weight])` tuples for a
         model compiled with a loss; a `keras.utils.PyDataset` of batches; a file read
         line by line (`compiler.Lines`). It is read a few batches ahead of the step and
@@ -659,7 +659,7 @@ class Model(keras.Model):
         Under `tf.distribute.MirroredStrategy` or `MultiWorkerMirroredStrategy` (the
         model built and compiled in its scope) each replica runs its own part of
         every batch and each worker expands only its shard of `x`; the weights
-        follow single-device training (`compiler.distributed`).
+        follow single-device training (`compiler.distribute.strategy`).
 
         Bad data cannot spoil the weights: inputs (`blocks.InputError`) and labels
         (`ValueError`) are checked before the first step, and a step whose loss or
@@ -850,7 +850,7 @@ class Model(keras.Model):
             raise ValueError(f"no inputs in x: the stream {x!r:.60} gave none")
         return results
 
-    # --- streams (compiler.streaming) ---------------------------------------------
+    # --- streams (compiler.feeding.streams) ---------------------------------------------
 
     def _check_stream(self, x, epochs: int, steps_per_epoch, validation_split) -> None:
         if validation_split:
@@ -875,7 +875,7 @@ class Model(keras.Model):
                        labelled: bool | None = None, class_weight=None,
                        endless: bool = False, resume=None) -> StreamFeeder:
         """The `StreamFeeder` of one call over stream `x`, kept for `role` (under a
-        strategy, this worker's shard of it: `compiler.distributed_streams`)."""
+        strategy, this worker's shard of it: `compiler.distribute.sharded_streams`)."""
         check_batch_size(batch_size)
         if labelled is None:
             labelled = compat.compiled_loss(self) is not None
@@ -989,7 +989,7 @@ class Model(keras.Model):
         """Writes a SavedModel for serving: its `serving_default` signature takes the
         packed tensors of a batch (`index`, `layout`, `consts_<dtype>`,
         `metric_bounds`, `batch_size`; names, shapes and meaning in
-        `compiler.signature`) and returns `{"output": [N, ...]}`, the block's output
+        `compiler.feeding.packed`) and returns `{"output": [N, ...]}`, the block's output
         per input, in order. Loading it needs TensorFlow only; it checks a request's
         tensors first and names the one at fault. Beside it, `assets.extra/refold.json`
         holds the block expression (or factory call) with which `serving.Predictor`

@@ -75,9 +75,9 @@ def package_tree() -> str:
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     package = os.path.join(folder, "refold")
     os.mkdir(package)
-    for name in os.listdir(os.path.join(ROOT, "refold")):
+    for name in os.listdir(os.path.join(ROOT, "src", "refold")):
         if name.endswith(".py"):
-            os.symlink(os.path.join(ROOT, "refold", name), os.path.join(package, name))
+            os.symlink(os.path.join(ROOT, "src", "refold", name), os.path.join(package, name))
     for layer in LAYERS:
         os.symlink(os.path.join(ROOT, layer), os.path.join(package, layer))
     return folder

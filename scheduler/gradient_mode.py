@@ -6,7 +6,7 @@ iteration (the default); the same with the weights' gradients taken once per ste
 batched over all the loop ops' nodes (`scheduler.weight_grads`); or the engine's own
 backward loop, which replays each launch in reverse and takes the weights' gradients
 once per step too (`scheduler.reverse`). `compiler.Model` chooses per training batch
-(`compiler.steps.WeightGradsChoice`) and traces one step per choice.
+(`compiler.training.steps.WeightGradsChoice`) and traces one step per choice.
 
 The choice is a frozen value given to the call that builds the step, not a setting of
 the executor changed while a step is traced: one executor serves every step of a

@@ -3,7 +3,7 @@
 The executor (`scheduler.executor`) runs any batch through one `tf.while_loop`: per
 iteration a buffer update and a gather per loop value type, and a `tf.cond` per op
 that may run outside the loop. For a batch of thousands of nodes that machinery is
-amortized; for a round of value-dependent expansion (`compiler.rounds`), a handful
+amortized; for a round of value-dependent expansion (`compiler.rounds.context`), a handful
 of launches of a few dozen rows, it is most of the call. Such rounds repeat: a
 decoder's every step is the same ops in the same order, only the row counts and
 which rows each launch reads differ. `StraightLine` traces one function per

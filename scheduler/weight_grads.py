@@ -24,7 +24,7 @@ the per-iteration gradients are). It pays where the loop's launches are small
 product added to a weight-sized sum, which TensorFlow also splits across its
 threads) and costs where the op's second run does (the TreeLSTM from batch 16
 on). So `compiler.Model` chooses per training batch, from the mean rows of its
-loop launches (`mean_loop_rows`, `compiler.steps.WeightGradsChoice.key`), with
+loop launches (`mean_loop_rows`, `compiler.training.steps.WeightGradsChoice.key`), with
 one traced step per choice. Figures: BENCHMARKS.md, "Weight gradients once per
 step".
 """

@@ -44,7 +44,7 @@ and each loop op runs once more after it on all its nodes, padded to a bucket
 (`wgrad_*` arrays; padded rows read a copy of a real row and get zero output
 gradient). It is off unless asked for: at batch 1 it measured no clear gain under
 XLA (BENCHMARKS.md, "Weight gradients once per step"). Not supported under
-XLA: blocks that read computed values (`compiler.rounds`). `tf.debugging`
+XLA: blocks that read computed values (`compiler.rounds.context`). `tf.debugging`
 assertions in user functions are compiled away by XLA, so they do not stop a
 compiled step.
 

@@ -4,7 +4,7 @@
 from; this package is its client, which needs no training code:
 
 - `Predictor`: loads an export, turns a batch of Python inputs into the packed
-  request tensors (`compiler.signature`) and runs them, in this process or on a
+  request tensors (`compiler.feeding.packed`) and runs them, in this process or on a
   TF Serving REST API (`Predictor(path, server=url)`).
 - `BatchingPredictor`: gathers concurrent single-input requests into shared batches.
 - `rest`: TF Serving's REST request and response shapes, a client, and a stand-in
@@ -12,8 +12,26 @@ from; this package is its client, which needs no training code:
 - `RequestError`: a request the model cannot take, naming the tensor at fault.
 """
 
-from refold.serving.batching import BatchingPredictor
-from refold.serving.predictor import Predictor
+from __future__ import annotations
+
+import importlib
+
 from refold.serving.requests import RequestError
 
+# A predictor packs inputs with the compiler's expansion (client side), so it and the
+# compiler load on first use; `import refold.serving` alone loads neither.
+_LAZY = {"Predictor": "refold.serving.predictor", "BatchingPredictor": "refold.serving.batching"}
+
 __all__ = ["Predictor", "BatchingPredictor", "RequestError"]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'refold.serving' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))

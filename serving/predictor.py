@@ -3,7 +3,7 @@
 `Model.export(path)` writes a SavedModel of the batched computation plus, in
 `assets.extra/refold.json`, the block expression (or the factory call) it was
 built from. A `Predictor` loads both: it rebuilds the block, expands and plans a
-batch of inputs into the packed request tensors (`compiler.signature`), and runs
+batch of inputs into the packed request tensors (`compiler.feeding.packed`), and runs
 the SavedModel on them, in this process or on a TF Serving REST endpoint
 (`serving.rest`). Serving is a consumer of the compiler: it uses the block
 language, lowering, expansion and planning, never `compiler.model` (Keras
@@ -38,8 +38,8 @@ import tensorflow as tf
 
 from refold.blocks.serialization import deserialize
 from refold.compiler.compiler import Compiler
-from refold.compiler.expansion import ExampleGraph
-from refold.compiler.signature import EXPORT_CONFIG, EXPORT_FORMAT, EXPORT_VERSION, pack
+from refold.compiler.feeding.packed import EXPORT_CONFIG, EXPORT_FORMAT, EXPORT_VERSION, pack
+from refold.compiler.graphs.expansion import ExampleGraph
 from refold.serving.requests import RequestError, conform, tensorflow_reason
 
 

@@ -1,10 +1,10 @@
 """Checking a packed request against the export's signature, before TensorFlow sees it.
 
-A request is a dict of the packed tensors (`compiler.signature`). What a client can
+A request is a dict of the packed tensors (`compiler.feeding.packed`). What a client can
 get wrong about it without knowing the block (a missing or unknown name, a dtype
 that does not convert, a wrong rank) is checked here against the export's own
 description and reported by name; what needs the model's layout (segment bounds,
-constant sizes) is checked inside the SavedModel (`compiler.signature.checked`),
+constant sizes) is checked inside the SavedModel (`compiler.feeding.packed.checked`),
 and its message comes back as a `RequestError` too.
 
 >>> spec = {"batch_size": {"dtype": "int32", "shape": [1]},
@@ -73,7 +73,7 @@ def _conform_one(name: str, value: Any, spec: dict) -> np.ndarray:
 
 
 def tensorflow_reason(error: Exception) -> str | None:
-    """The message of a SavedModel's request check (`compiler.signature.checked`)
+    """The message of a SavedModel's request check (`compiler.feeding.packed.checked`)
     inside a TensorFlow error, with the value found, or None if the error is not one
     of those checks.
 

@@ -3,7 +3,7 @@
 TF Serving answers `POST {server}/v1/models/{name}:predict` with a JSON body
 `{"signature_name": "serving_default", "inputs": {"index": [...], "layout": [...],
 ...}}` (the "columnar" form: one list per named tensor, here the packed tensors of
-`compiler.signature`), and replies `{"outputs": [[...], ...]}` (the only output,
+`compiler.feeding.packed`), and replies `{"outputs": [[...], ...]}` (the only output,
 one row per input) or, for a bad request, HTTP 400 with `{"error": "..."}`.
 `request_body` and `outputs_of` build and read those; `RestClient` posts them
 (`Predictor(path, server=url)` uses it). `answer` does in-process what TF Serving

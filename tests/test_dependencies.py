@@ -23,7 +23,7 @@ def project(table: str = "project") -> dict:
 
 
 def test_the_core_dependencies_are_tensorflow_keras_numpy_numba_and_greenlet():
-    # greenlet: an example paused between rounds of an Unfold (compiler.rounds)
+    # greenlet: an example paused between rounds of an Unfold (compiler.rounds.context)
     names = [d.split(">")[0].split("=")[0].strip() for d in project()["dependencies"]]
     assert sorted(names) == ["greenlet", "keras", "numba", "numpy", "tensorflow"]
 

@@ -58,8 +58,8 @@ def test_the_api_pages_name_every_public_module(page, package):
     with open(os.path.join(ROOT, "docs", "api", f"{page}.md")) as f:
         named = set(re.findall(r"^::: (\S+)", f.read(), re.M))
     module = importlib.import_module(package)
-    public = {f"{package}.{m.name}" for m in pkgutil.iter_modules(module.__path__)
-              if not m.name.startswith("_")}
+    public = {m.name for m in pkgutil.walk_packages(module.__path__, f"{package}.")
+              if not any(part.startswith("_") for part in m.name.split("."))}
     assert named == public | {package}
 
 

@@ -100,7 +100,7 @@ def test_the_owners_private_names_are_found():
 
 
 def test_no_module_outside_the_executor_uses_its_private_attributes():
-    files = python_files(*LAYERS, "refold", "tests", "benchmarks")
+    files = python_files(*LAYERS, "src", "tests", "benchmarks")
     owned = {path: private_names(path, cls) for path, cls in OWNERS}
     uses = {}
     for path in files:

@@ -20,14 +20,14 @@ import protocol  # noqa: E402  (standard library only)
 
 # The parser's transition system and dynamic oracle (examples/parser/transitions.py,
 # dynamic_oracle.py, treebank.py: standard library only) from the repository, imported
-# as `refold.examples.parser.*` without running `refold/__init__.py`, which imports the
+# as `refold.examples.parser.*` without running `src/refold/__init__.py`, which imports the
 # whole library (TensorFlow, Numba) that DyNet's interpreter does not have.
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _parser_package() -> None:
     import types
-    for name, folder in (("refold", "refold"), ("refold.examples", "examples"),
+    for name, folder in (("refold", os.path.join("src", "refold")), ("refold.examples", "examples"),
                          ("refold.examples.parser", os.path.join("examples", "parser"))):
         if name not in sys.modules:
             package = types.ModuleType(name)

@@ -30,7 +30,8 @@ class RefoldSide:
             "chartagger").
         lr: the plain SGD learning rate.
         scheduler: the models' scheduler, "agenda" (default) or "depth".
-        jit_compile: every `fit` and `predict` call's `jit_compile` (XLA, `compiler.xla`).
+        jit_compile: every `fit` and `predict` call's `jit_compile` (XLA,
+            `compiler.feeding.xla_buckets`).
     """
 
     def __init__(self, data: dict, workloads, lr: float, scheduler: str = "agenda",

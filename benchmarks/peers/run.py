@@ -11,7 +11,8 @@ same round, and the table gives their median [min-max].
     python -m benchmarks.peers --jit --tf-threads default --batch-sizes 1,16
 
 `--jit` adds a side "Refold jit": the same models, every call with `jit_compile=True`
-(`compiler.xla`; its untimed pass compiles the buckets the items meet). `--onednn` adds
+(`compiler.feeding.xla_buckets`; its untimed pass compiles the buckets the items meet).
+`--onednn` adds
 a side "Refold oneDNN": a worker process whose TensorFlow runs with oneDNN's kernels
 (`TF_ENABLE_ONEDNN_OPTS=1`, which TensorFlow leaves off by default on CPUs without
 AVX-512), TensorFlow's default threads.

@@ -15,7 +15,7 @@ as a `td.Unfold`:
   and learns to recover), else the best-scoring correct one.
 
 Batched, all sentences of a batch advance together, one engine call per round for
-the whole batch (`compiler.rounds`), and the gradient flows through every step
+the whole batch (`compiler.rounds.context`), and the gradient flows through every step
 taken. With `explore = 0` the walk never leaves the gold path; `Exploration.schedule`
 keeps it there for the first epochs, when the model's predictions are still noise.
 Each decision's coin is a hash of (epoch, sentence seed, step), so a run is

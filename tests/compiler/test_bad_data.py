@@ -342,7 +342,7 @@ def test_class_weight_is_sample_weight_by_class():
 
 
 def test_class_weights_read_ids_or_one_hot_rows_and_weigh_unlisted_classes_1():
-    from refold.compiler.pipeline import class_weights
+    from refold.compiler.feeding.lists import class_weights
     np.testing.assert_array_equal(class_weights(np.array([0, 2, 1, 2]), {2: 3.0, 0: 0.5}),
                                   [0.5, 3.0, 1.0, 3.0])
     np.testing.assert_array_equal(class_weights(np.array([[0], [1]]), {1: 4.0}), [1.0, 4.0])

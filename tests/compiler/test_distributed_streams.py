@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent("""
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import refold as td
     from refold.compiler import Model
-    from refold.compiler.streaming import LineError
+    from refold.compiler.feeding.streams import LineError
     from tests.compiler import factories
     from tests.compiler.test_model import compiled, labelled, sign_data
 

@@ -51,7 +51,7 @@ def random_tree(rng, n_leaves: int):
 
 def test_one_trace_per_executor_serves_batches_of_every_shape():
     """Small batches run on TensorFlow's single-threaded executor, the others on its
-    default one (`compiler.executor_choice`): one trace each (the second once
+    default one (`compiler.training.tf_executor`): one trace each (the second once
     `PATIENCE` batches asked for it)."""
     c = Compiler.create(word_tree_lstm())
     traces, compute = [], c.executor.compute
@@ -223,7 +223,7 @@ def test_an_expanded_graph_shares_one_record_that_equals_its_arrays():
     # expansion makes the merge record in one conversion; the arrays are its views
     import pickle
 
-    from refold.compiler.lowering import lower
+    from refold.compiler.graphs.lowering import lower
     from refold.scheduler.graph import OpGraph
     block = td.Map(td.Record((td.Scalar(), td.Scalar())) >> td.Function(tf.add)) >> td.Sum()
     program = lower(block)

@@ -1,5 +1,5 @@
 """Inference batches of small loop launches run on TensorFlow's single-threaded executor
-(`compiler.executor_choice`), the others on its default one, with the same results."""
+(`compiler.training.tf_executor`), the others on its default one, with the same results."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import refold as td
 from refold.blocks.errors import InputError
 from refold.blocks.evaluation import reference_eval
 from refold.compiler import Compiler, Model
-from refold.compiler.executor_choice import InferenceExecutorChoice
+from refold.compiler.training.tf_executor import InferenceExecutorChoice
 from refold.scheduler.weight_grads import mean_loop_rows
 from tests.compiler import factories
 from tests.compiler.test_batched_equals_reference import NAMES, assert_same_result, case

@@ -1,4 +1,4 @@
-"""Expanding inputs (`compiler.expansion`): a batch expanded as one graph is the
+"""Expanding inputs (`compiler.graphs.expansion`): a batch expanded as one graph is the
 batch of its examples' graphs, bad inputs included."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import tensorflow as tf
 import refold as td
 from refold.blocks.errors import InputError
 from refold.compiler import Compiler
-from refold.compiler.expansion import expand_all, expand_batch
-from refold.compiler.pipeline import InputPipeline
+from refold.compiler.feeding.lists import InputPipeline
+from refold.compiler.graphs.expansion import expand_all, expand_batch
 from refold.scheduler.graph import OpGraph
 from tests.compiler.test_engine import word_tree_lstm
 

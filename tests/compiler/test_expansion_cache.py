@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import refold as td
-from refold.compiler import expansion
-from refold.compiler.expansion_cache import ExpansionCache, fingerprint
+from refold.compiler.graphs import expansion
+from refold.compiler.graphs.expansion_cache import ExpansionCache, fingerprint
 
 
 def sum_model() -> td.Model:

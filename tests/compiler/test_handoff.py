@@ -1,4 +1,4 @@
-"""`compiler.handoff`: a packed batch enters the traced step as few tensors, whole."""
+"""`compiler.feeding.handoff`: a packed batch enters the traced step as few tensors, whole."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 from refold.compiler import Model
-from refold.compiler.handoff import Handoff
+from refold.compiler.feeding.handoff import Handoff
 from tests.compiler import factories
 
 

@@ -1,4 +1,4 @@
-"""`compiler.lowering`: every block's ops come from its `ops()` hook, so a block written
+"""`compiler.graphs.lowering`: every block's ops come from its `ops()` hook, so a block written
 from scratch batches like the library's own; an op a block calls without declaring it
 is a clear internal error, never blamed on the input.
 
@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import refold as td
 from refold.compiler import Compiler, Model
-from refold.compiler.lowering import UnloweredOpError, lower
+from refold.compiler.graphs.lowering import UnloweredOpError, lower
 from tests.compiler.models import Gate
 
 H = 3

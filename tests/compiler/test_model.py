@@ -188,7 +188,7 @@ def test_a_train_step_overridden_without_the_gradient_mode_trains_with_the_execu
 def test_a_batch_near_the_threshold_runs_on_the_other_choices_trace():
     from types import SimpleNamespace
 
-    from refold.compiler.steps import WeightGradsChoice
+    from refold.compiler.training.steps import WeightGradsChoice
     layout = SimpleNamespace(loop_ops=[1], segment_id={"group_size": 1})
     choice = WeightGradsChoice(SimpleNamespace(layout=layout, batched_weight_grads=False),
                                max_rows=4)

@@ -1,5 +1,5 @@
 """Streams under `MultiWorkerMirroredStrategy`: two worker processes on 127.0.0.1 train
-from files, each parsing only its shard (`compiler.shards`), to the weights of one
+from files, each parsing only its shard (`compiler.feeding.shards`), to the weights of one
 process training on the documented order; a run killed mid-epoch resumes
 (`BackupAndRestore`) mid-stream; shards of unequal length end every epoch on both
 workers at the same step (a hang would be killed by the harness' time limit and
@@ -22,7 +22,7 @@ import pytest
 
 import refold as td
 from refold.compiler import Model, streaming
-from refold.compiler.shards import steps_in_order
+from refold.compiler.feeding.shards import steps_in_order
 from tests.compiler import factories
 from tests.compiler.test_model import compiled, sign_data
 from tests.compiler.test_multi_worker import run_workers
@@ -36,7 +36,7 @@ WORKER = textwrap.dedent("""
     import numpy as np, tensorflow as tf, keras
     strategy = tf.distribute.MultiWorkerMirroredStrategy()   # reads TF_CONFIG
     import refold as td
-    from refold.compiler.distributed_streams import WorkerFailedError
+    from refold.compiler.distribute.sharded_streams import WorkerFailedError
     from tests.compiler import test_multi_worker_streams as t
     out, stop = sys.argv[1], int(sys.argv[2])
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]

@@ -7,7 +7,7 @@ import pytest
 
 from refold.blocks.errors import InputError
 from refold.compiler import Compiler
-from refold.compiler.parallel import ExpansionPool
+from refold.compiler.feeding.process_pool import ExpansionPool
 from tests.compiler.test_engine import random_tree, word_tree_lstm
 
 GRAPH_FIELDS = ("node_op", "node_arity", "node_args", "value_type", "value_node",

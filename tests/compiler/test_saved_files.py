@@ -138,3 +138,23 @@ def test_a_fresh_process_that_imported_refold_alone_loads_a_saved_model(
     assert out.returncode == 0, out.stderr[-3000:]
     got = np.array(json.loads(out.stdout.strip().splitlines()[-1]))
     np.testing.assert_allclose(got, model.predict(xs, verbose=0), rtol=1e-5, atol=1e-6)
+
+
+AT_A2AEEDD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",
+                          "saved_at_a2aeedd")
+
+
+def cases_at_a2aeedd() -> dict:
+    """name -> (inputs, predictions at save time), written by a2aeedd's code, the last
+    commit before compiler/ moved into subpackages (refold.compiler.graphs, ...)."""
+    with open(os.path.join(AT_A2AEEDD, "cases.pkl"), "rb") as f:
+        return pickle.load(f)
+
+
+@pytest.mark.parametrize("name", sorted(cases_at_a2aeedd()))
+def test_a_file_saved_before_compiler_moved_into_subpackages_loads_and_predicts_the_same(name):
+    xs, before = cases_at_a2aeedd()[name]
+    model = keras.models.load_model(os.path.join(AT_A2AEEDD, f"{name}.keras"),
+                                    safe_mode=False)
+    assert isinstance(model, td.Model)
+    close(before, model.predict(xs, verbose=0))

@@ -1,4 +1,4 @@
-"""Which items of a stream each worker reads (`compiler.shards`), checked without a
+"""Which items of a stream each worker reads (`compiler.feeding.shards`), checked without a
 strategy: a worker's parts of every step, the files it opens, the lines it parses,
 the steps a resumed run reads past; `Lines` of several files and its `LineError`."""
 
@@ -12,9 +12,9 @@ import pytest
 
 import refold as td
 from refold.compiler import Model
-from refold.compiler.distributed_streams import decode_layout, encode_layout
-from refold.compiler.shards import Shard, read_steps, steps_in_order
-from refold.compiler.streaming import LineError, StreamFeeder
+from refold.compiler.distribute.sharded_streams import decode_layout, encode_layout
+from refold.compiler.feeding.shards import Shard, read_steps, steps_in_order
+from refold.compiler.feeding.streams import LineError, StreamFeeder
 from tests.compiler import factories
 
 
@@ -42,7 +42,7 @@ def test_by_position_the_workers_parts_of_a_step_are_one_devices_batch(
 
 
 def test_a_replicas_part_is_cut_as_a_lists_batch_is():
-    from refold.compiler.distributed import replica_parts
+    from refold.compiler.distribute.strategy import replica_parts
     (w0, w1) = shards(10, 2, per_worker=2)
     step0 = [p.records for p in next(read_steps(range(10), w0))] + \
         [p.records for p in next(read_steps(range(10), w1))]

@@ -1,4 +1,4 @@
-"""Streams of inputs (`compiler.streaming`): generators, PyDatasets, files read line by
+"""Streams of inputs (`compiler.feeding.streams`): generators, PyDatasets, files read line by
 line, tf.data datasets; the bounded graph cache; clean shutdown after an early stop."""
 
 from __future__ import annotations
@@ -368,7 +368,7 @@ def test_a_killed_worker_is_reported_and_forked_anew_on_the_next_call():
 
 @pytest.mark.parametrize("nice", [None, 5])
 def test_worker_processes_run_at_the_priority_asked_for(nice):
-    from refold.compiler.parallel import StreamWorkers
+    from refold.compiler.feeding.process_pool import StreamWorkers
     parent = os.getpriority(os.PRIO_PROCESS, 0)
     workers = StreamWorkers(lambda payload: os.getpriority(os.PRIO_PROCESS, 0), 2,
                             nice=nice)

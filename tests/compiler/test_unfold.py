@@ -1,4 +1,4 @@
-"""`td.Unfold` batched, in rounds (`compiler.rounds`): stopping, rounds, errors.
+"""`td.Unfold` batched, in rounds (`compiler.rounds.context`): stopping, rounds, errors.
 
 That batched runs take the reference's decisions and give its values and gradients
 (both schedulers) is tested with the other models in `test_batched_equals_reference`
@@ -51,7 +51,7 @@ def test_examples_stop_at_their_own_step_and_take_one_round_each():
 def test_examples_expand_one_at_a_time_each_resumed_once_per_walk():
     # examples share one graph, so only one records at a time; a walk's steps are
     # expanded by the driver, so an example is resumed once per walk, not per step
-    from refold.compiler import rounds
+    from refold.compiler.rounds import context as rounds
     running, seen, runs = [0], [], []
 
     def one_at_a_time(x):
@@ -344,7 +344,7 @@ def test_straight_line_rounds_hold_values_as_a_mixed_policy_says(policy):
 
 def test_a_round_holding_an_assert_runs_straight_line_on_the_default_executor():
     # TensorFlow's single-threaded executor may hang on an Assert: such a sequence is
-    # traced again for the default one (as compiler.executor_choice refuses it)
+    # traced again for the default one (as compiler.training.tf_executor refuses it)
     def checked(s):
         with tf.control_dependencies([tf.debugging.assert_greater(s + 1.0, s)]):
             return s + 1.0

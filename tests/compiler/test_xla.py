@@ -1,4 +1,4 @@
-"""`Model` under XLA (`jit_compile=True`, `compiler.xla`): it trains exactly as the
+"""`Model` under XLA (`jit_compile=True`, `compiler.feeding.xla_buckets`): it trains exactly as the
 default graph-mode step does, batched equals the reference under both schedulers,
 each bucket is traced once, deep inputs run and bad inputs are named.
 
@@ -284,7 +284,7 @@ def test_the_compiled_step_takes_one_array_per_dtype_and_has_no_conds_or_loop_re
 
 
 def test_flattened_batches_expand_to_the_converted_arrays():
-    from refold.compiler.xla import XlaBatches
+    from refold.compiler.feeding.xla_buckets import XlaBatches
     rng = np.random.default_rng(5)
     model = _tree_lstm_model()
     model.fit([random_tree(rng) for _ in range(3)], [0, 1, 2], jit_compile=True, verbose=0)

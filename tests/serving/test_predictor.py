@@ -17,7 +17,7 @@ import refold as td
 from refold.blocks.errors import InputError
 from refold.blocks.serialization import UnsafeConfigError
 from refold.compiler import Model
-from refold.compiler.signature import EXPORT_CONFIG
+from refold.compiler.feeding.packed import EXPORT_CONFIG
 from refold.serving import Predictor
 from tests.compiler import factories
 from tests.serving.exports import expressions

@@ -1,6 +1,6 @@
 """A `Model`'s steps under XLA (`jit_compile=True`): packed batches padded to buckets.
 
-`XlaBatches(model).convert(batch)` turns a packed batch (`compiler.pipeline`) into
+`XlaBatches(model).convert(batch)` turns a packed batch (`compiler.feeding.lists`) into
 the arrays of the engine's XLA program (`scheduler.xla`), plus what the step reads
 after it: `result_rows` (the buffer row of each input's output, one per input, so
 `y_pred` has the batch's exact size, as the labels do) and, per `td.Metric` m,

@@ -1,6 +1,6 @@
 """`BatchPlan`: a batch of expanded inputs with the scheduler's plan of it, ready to run.
 
-`Compiler.plan` makes one; the input pipeline packs it (`compiler.signature`) and the
+`Compiler.plan` makes one; the input pipeline packs it (`compiler.feeding.packed`) and the
 step functions run it. It sits in a module of its own so that what reads plans does
 not import what makes them.
 """
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from refold.compiler.expansion import BatchGraph
-from refold.compiler.lowering import Program
+from refold.compiler.graphs.expansion import BatchGraph
+from refold.compiler.graphs.lowering import Program
 from refold.scheduler.executor import Feed
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.planner import Plan

@@ -4,9 +4,9 @@ Keras makes `train_function`, `test_function` and `predict_function` in its
 `make_*_function` hooks (public API, meant to be overridden). A `Model`'s count the
 batches of the pass Keras' iterator stands for (the model's `BatchFeeder.dataset()`,
 a range of batch indices, which they need not read) or take the indices given
-(`predict_function`, from `compiler.predicting`), ask the feeder for those packed
+(`predict_function`, from `compiler.training.predict_loop`), ask the feeder for those packed
 batches and run one traced step on each. The batch enters the step as a few flat
-tensors (`compiler.handoff`); the traced step has a fixed input signature (the
+tensors (`compiler.feeding.handoff`); the traced step has a fixed input signature (the
 packed arrays' and the labels' `TensorSpec`s, all of unknown length), so it is
 traced once per label layout.
 
@@ -15,9 +15,9 @@ most there: a batch whose loop launches are small (batch 1, say) takes the loop'
 weight gradients once per step rather than in every backward iteration
 (`WeightGradsChoice`, `scheduler.weight_grads`), each choice its own trace (a batch
 near the threshold reuses the other choice's trace). An inference step likewise, by
-which of TensorFlow's executors runs a batch (`compiler.executor_choice`). With
+which of TensorFlow's executors runs a batch (`compiler.training.tf_executor`). With
 `Model.jit_compile` on, each batch is converted to its bucketed XLA form
-(`compiler.xla`) and the step is traced with static shapes under
+(`compiler.feeding.xla_buckets`) and the step is traced with static shapes under
 `jit_compile=True`, once per bucket key.
 """
 
@@ -28,9 +28,9 @@ from collections.abc import Callable, Collection, Sequence
 
 import tensorflow as tf
 
-from refold.compiler.executor_choice import InferenceExecutorChoice, by_rows, rows_limit
-from refold.compiler.handoff import Handoff
-from refold.compiler.pipeline import BatchFeeder
+from refold.compiler.feeding.handoff import Handoff
+from refold.compiler.feeding.lists import BatchFeeder
+from refold.compiler.training.tf_executor import InferenceExecutorChoice, by_rows, rows_limit
 from refold.scheduler.gradient_mode import GradientMode
 
 
@@ -85,7 +85,7 @@ def all_finite(loss, grads: list):
 
 
 def apply_if_finite_on_every_replica(optimizer, finite, grads: list, weights: list):
-    """In a replica's step (`compiler.distributed`): applies the gradients only if
+    """In a replica's step (`compiler.distribute.strategy`): applies the gradients only if
     `finite` holds on every replica; returns that (a scalar bool, the same on all).
 
     Replicas cannot differ: the optimizer sums their gradients, so they agree (an
@@ -200,7 +200,7 @@ class StepFunction:
         step: the model's `train_step`, `test_step` or `predict_step`.
         feeder: returns the `BatchFeeder` of the call under way.
         eager: returns whether to run the step without tracing (`run_eagerly`).
-        xla: returns the model's `compiler.xla.XlaBatches` when its steps run under
+        xla: returns the model's `compiler.feeding.xla_buckets.XlaBatches` when its steps run under
             XLA, None otherwise.
         choice: what the step's trace varies by per batch (graph mode only): a
             training step's `WeightGradsChoice`, an inference step's
@@ -339,7 +339,7 @@ class StepFunction:
                 break
             try:
                 outputs = self.run(i)
-            except StopIteration:  # a stream ended (compiler.streaming)
+            except StopIteration:  # a stream ended (compiler.feeding.streams)
                 break
         if outputs is None:
             raise StopIteration
@@ -361,7 +361,7 @@ class StepFunction:
         for i in data:
             try:
                 outs.append(self.run(int(i)))
-            except StopIteration:  # a stream ended (compiler.streaming)
+            except StopIteration:  # a stream ended (compiler.feeding.streams)
                 if not outs:
                     raise
                 break

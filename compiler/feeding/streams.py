@@ -9,7 +9,7 @@ kernels release the GIL). The thread is stopped and joined when the call ends,
 early stop or not, so nothing is left to wait on at interpreter exit.
 
 With `Model(workers=n)` the thread hands each batch's inputs (pickled) to one of n
-worker processes (`compiler.parallel.StreamWorkers`, forked once per model), which
+worker processes (`compiler.feeding.process_pool.StreamWorkers`, forked once per model), which
 expands and plans it and sends back the packed arrays; the thread keeps each worker
 busy with one batch and passes the batches on in the stream's order, so training
 sees the same batches as without workers. Expanding a batch is Python (it holds
@@ -51,7 +51,7 @@ import tensorflow as tf
 
 from refold.blocks.errors import InputError
 from refold.blocks.evaluation import start_deep_thread
-from refold.compiler.shards import (
+from refold.compiler.feeding.shards import (
     LineRecord,
     Part,
     Shard,
@@ -77,7 +77,7 @@ class Lines:
         path: the file, or a list of files read one after the other; a name ending
             in `.gz` is read through gzip. Under a `tf.distribute` strategy with at
             least as many files as workers, each worker reads only its own files
-            (`compiler.shards`).
+            (`compiler.feeding.shards`).
         parse: turns a line (without its newline) into an input, or into an
             `(input, label)` tuple for a model compiled with a loss. Default: the line.
         skip_blank: leave out lines that are only whitespace.
@@ -174,7 +174,7 @@ class StreamFeeder:
     """The batches of one `fit`, `evaluate` or `predict` call over a stream.
 
     Keras' loop iterates `dataset()` (batch indices) and the model's step function
-    asks for `batch(i)`, as with a `compiler.pipeline.BatchFeeder`. Batch 0 starts a
+    asks for `batch(i)`, as with a `compiler.feeding.lists.BatchFeeder`. Batch 0 starts a
     pass over the stream (each epoch, without `steps_per_epoch`); with `endless`
     (`steps_per_epoch` given), the one pass goes on across epochs and a stream that
     can be read again is started over when it ends. The end of a pass ends the
@@ -196,7 +196,7 @@ class StreamFeeder:
             starts (`epoch * steps_per_epoch` for a run resumed at `epoch`, so that
             it reads on where an uninterrupted run would be); a stream read only
             once is never read past (it goes on where it stands).
-        shard: where this process reads the stream (`compiler.shards`); default:
+        shard: where this process reads the stream (`compiler.feeding.shards`); default:
             one device, every item.
     """
 
@@ -352,7 +352,7 @@ class StreamFeeder:
                 stop: Callable[[], bool] = lambda: False,
                 keep_empty: bool = False) -> Iterator[tuple]:
         """`(arrays, labels, raw)` per batch: expanded here through the compiler's cache,
-        or with `workers` (`compiler.parallel.StreamWorkers`) expanded and planned in
+        or with `workers` (`compiler.feeding.process_pool.StreamWorkers`) expanded and planned in
         their processes (the cache unused), replies in the batches' order. A batch
         left with no input (all skipped) is left out, or with `keep_empty` given as
         `(None, None, raw)`."""
@@ -416,7 +416,7 @@ class StreamFeeder:
 
     def named(self, e: InputError, position: int, where: str | None = None) -> InputError:
         """The error naming the input by its position in the stream (its index in
-        the pass: `compiler.shards` says how a worker counts) and where it came from."""
+        the pass: `compiler.feeding.shards` says how a worker counts) and where it came from."""
         reason = e.reason
         if where is not None and where != e.block_path:
             reason = f"{reason} (at {where})"
@@ -427,7 +427,7 @@ class StreamFeeder:
         return err
 
     def _labels(self, raw: RawBatch):
-        from refold.compiler.pipeline import Labels, class_weights
+        from refold.compiler.feeding.lists import Labels, class_weights
         if raw.y is None:
             return Labels(None, None)
         what = "labels" if self.what == "x" else f"{self.what} labels"
@@ -468,10 +468,10 @@ def plan_in_worker(compiler, payload: tuple) -> tuple:
     and a stream's thread for a model without cache: `(arrays, kept, skipped,
     error)`, the packed arrays of the inputs that fit (None if none does) and, as
     `expand_skipping` says them, the inputs left out or the error of the first bad
-    one. The batch is expanded as one graph (`compiler.expansion.expand_batch`):
+    one. The batch is expanded as one graph (`compiler.graphs.expansion.expand_batch`):
     inputs that arrive pickled never hit the compiler's cache (keyed by the object)."""
-    from refold.compiler.expansion import expand_batch
-    from refold.compiler.pipeline import InputPipeline
+    from refold.compiler.feeding.lists import InputPipeline
+    from refold.compiler.graphs.expansion import expand_batch
     inputs, skip = payload
     try:
         batch = expand_batch(compiler.program, inputs, skip)

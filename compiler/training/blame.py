@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from refold.blocks.errors import InputError
 from refold.compiler.compiler import find_bad_input
-from refold.compiler.pipeline import as_inputs
+from refold.compiler.feeding.lists import as_inputs
 
 
 @contextlib.contextmanager

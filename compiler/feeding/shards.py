@@ -2,7 +2,7 @@
 
 A stream is read in steps. A step's global batch is `batch_size` items, cut into one
 contiguous part per replica (the first `batch_size % replicas` parts one longer),
-as `compiler.distributed.replica_parts` cuts a list's batch. On one device there is
+as `compiler.distribute.strategy.replica_parts` cuts a list's batch. On one device there is
 one worker with one replica: its steps are the stream's batches. Under a
 `tf.distribute` strategy each worker reads only the parts of its own replicas:
 
@@ -69,7 +69,7 @@ class Shard:
     @classmethod
     def of(cls, batch_size: int, replicas: int, local: range) -> Shard:
         """The shard of the worker whose replicas are `local` (replica ids, as
-        `compiler.distributed.local_replicas` gives them) among `replicas`."""
+        `compiler.distribute.strategy.local_replicas` gives them) among `replicas`."""
         sizes = [len(p) for p in np.array_split(np.arange(batch_size), replicas)]
         per_worker = len(local)
         return cls(worker=local[0] // per_worker, workers=replicas // per_worker,

@@ -38,8 +38,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from refold.compiler.batch_plan import BatchPlan
-from refold.compiler.lowering import Program
+from refold.compiler.graphs.batch_plan import BatchPlan
+from refold.compiler.graphs.lowering import Program
 from refold.scheduler.executor import Executor
 
 

@@ -6,14 +6,14 @@ fill the cache; without one they are expanded as their batch is packed, and a ba
 one raises there (unless bad ones are to be skipped, which needs the check up front).
 Then a `BatchFeeder` hands Keras' loop one packed batch per step: Keras iterates
 a `tf.data` range of batch indices (its length paces the loop), and the model's
-step functions (`compiler.steps`) ask the feeder for batch i, which merges,
+step functions (`compiler.training.steps`) ask the feeder for batch i, which merges,
 schedules and packs it there and then. That hand-off is a Python call: a `tf.data` producer
 (`from_generator`) cost more per call of `fit` or `predict` (building it traces
 functions, tearing it down waits on its thread) and per step (a `py_func` and
 a copy into the graph) than planning a batch does. The packed arrays are those
 of the executor plus `metric_bounds` (where each `td.Metric`'s values are in the
 outputs) and `batch_size`, which is all a step, or a SavedModel's signature, needs
-(`compiler.signature` documents them).
+(`compiler.feeding.packed` documents them).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import tensorflow as tf
 
 from refold.blocks.errors import InputError
 from refold.blocks.types import TensorType
-from refold.compiler import signature as packed
-from refold.compiler.batch_plan import BatchPlan
+from refold.compiler.feeding import packed
+from refold.compiler.graphs.batch_plan import BatchPlan
 
 if TYPE_CHECKING:  # annotations only: the compiler imports the pipeline's users
     from refold.compiler.compiler import Compiler
@@ -225,7 +225,7 @@ class InputPipeline:
         return packed.pack(plan, self.program)
 
     def signature(self) -> dict:
-        """`tf.TensorSpec`s of the packed arrays, for every batch (`compiler.signature`)."""
+        """`tf.TensorSpec`s of the packed arrays, for every batch (`compiler.feeding.packed`)."""
         return packed.signature(self.compiler.executor)
 
     def feeder(self, inputs: list, labels: Labels, batch_size: int,

@@ -29,7 +29,7 @@ never occur but misses none. The planner checks every batch anyway: a node that
 reads a value computed after it is an `EngineError`, never a wrong result.
 
 >>> import refold as td
->>> from refold.compiler.lowering import lower
+>>> from refold.compiler.graphs.lowering import lower
 >>> project, cell = td.FC(3, name="project"), td.FC(3, name="cell")
 >>> rnn = td.Map(td.Vector(3) >> project) >> td.Fold(td.Concat() >> cell, td.Zeros(3))
 >>> program = lower(rnn)
@@ -53,7 +53,7 @@ from refold.blocks.validation import iter_blocks
 
 def op_feeds(program) -> np.ndarray:
     """bool `[ops, ops]`: `[a, b]` is True when an output of op a may be an input of
-    op b somewhere in `program` (a `compiler.lowering.Program`)."""
+    op b somewhere in `program` (a `compiler.graphs.lowering.Program`)."""
     blocks = list(iter_blocks(program.root))
     flow = _Flow(program, blocks)
     while flow.sweep():

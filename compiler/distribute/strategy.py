@@ -52,7 +52,7 @@ the skipped inputs of this worker's shard. A part may be empty (a last batch wit
 fewer inputs than replicas): that replica contributes nothing to the step.
 
 Streams (generators, `PyDataset`s, `tf.data` datasets, `compiler.Lines` files)
-are read by each worker in its own shard: `compiler.distributed_streams`.
+are read by each worker in its own shard: `compiler.distribute.sharded_streams`.
 `predict` of a block whose output is not one tensor per input runs on one device
 (it has no step function to distribute).
 """
@@ -65,8 +65,8 @@ import numpy as np
 import tensorflow as tf
 
 from refold import compat
-from refold.compiler.pipeline import Labels, as_inputs, check_batch_size
-from refold.compiler.steps import STEP_FINITE, STEP_LOSS, NonFiniteLossError, next_indices
+from refold.compiler.feeding.lists import Labels, as_inputs, check_batch_size
+from refold.compiler.training.steps import STEP_FINITE, STEP_LOSS, NonFiniteLossError, next_indices
 
 STRATEGIES = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
 
@@ -276,7 +276,7 @@ def with_global_counts(x: dict) -> dict:
 
 class ReplicaSteps:
     """Runs a `Model` step on every replica's part of a batch; the interface of
-    `compiler.steps.StepFunction` (what `make_*_function` wrap).
+    `compiler.training.steps.StepFunction` (what `make_*_function` wrap).
 
     Args:
         model: the `Model`.
@@ -328,7 +328,7 @@ class ReplicaSteps:
                 fn = self._traced[key] = tf.function(
                     self._step, input_signature=[[feeder.signature] * len(parts)],
                     autograph=False).get_concrete_function()
-                self.model._traced_weights(fn)  # compiler.declared_weights
+                self.model._traced_weights(fn)  # compiler.training.weights
             outputs = fn(parts)
         if self.kind == "train":
             outputs = dict(outputs)
@@ -350,7 +350,7 @@ class ReplicaSteps:
 
     def on_iterator(self, iterator, steps: int):
         """For `train_function` / `test_function`: up to `steps` batches (until a
-        stream ends, on every worker at the same step: `compiler.distributed_streams`)."""
+        stream ends, on every worker at the same step: `compiler.distribute.sharded_streams`)."""
         outputs = None
         n = self._feeder().n_batches  # None: a stream, until it ends
         for _ in next_indices(_Steps(iterator), steps):

@@ -3,13 +3,13 @@
 `Model.fit`, `evaluate` and `predict` take a stream (`compiler.Lines` files,
 generators, `keras.utils.PyDataset`s, `tf.data` datasets) under `MirroredStrategy`
 and `MultiWorkerMirroredStrategy` as on one device. Which items a worker reads, and
-in what steps, is `compiler.shards`' rule: by file when a `Lines` has at least as
+in what steps, is `compiler.feeding.shards`' rule: by file when a `Lines` has at least as
 many files as there are workers, else by position (every worker's part of every
 global batch, as a list's batch is cut); with one worker (`MirroredStrategy`) the
 global batches are exactly one device's, so the weights follow one device's.
 
 Each step, every replica expands, plans and packs its own part, in the stream
-machinery of one device (`compiler.streaming`): a background thread (or the
+machinery of one device (`compiler.feeding.streams`): a background thread (or the
 processes of `Model(workers=n)`) reads and plans a few steps ahead over a bounded
 queue, and is stopped and joined when the call ends, early stop or error.
 
@@ -43,10 +43,10 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from refold.compiler.distributed import build_state, local_replicas, state_unbuilt
-from refold.compiler.pipeline import Labels
-from refold.compiler.shards import Part, Shard
-from refold.compiler.streaming import RawBatch, StreamFeeder, source_name
+from refold.compiler.distribute.strategy import build_state, local_replicas, state_unbuilt
+from refold.compiler.feeding.lists import Labels
+from refold.compiler.feeding.shards import Part, Shard
+from refold.compiler.feeding.streams import RawBatch, StreamFeeder, source_name
 
 # Labels of rank at most 1 + MAX_RANK (the batch dimension and MAX_RANK more).
 MAX_RANK = 4
@@ -176,7 +176,7 @@ def empty_labels(layout: tuple | None) -> Labels:
 class ShardedStreamFeeder(StreamFeeder):
     """The steps of one call over a stream under the model's strategy: `batch(i)` is
     one `(arrays, y?, sample_weight?)` per local replica (the `ShardFeeder`
-    interface `compiler.distributed.ReplicaSteps` runs).
+    interface `compiler.distribute.strategy.ReplicaSteps` runs).
 
     Args:
         model: the `Model` (built in the strategy's scope).
@@ -204,7 +204,7 @@ class ShardedStreamFeeder(StreamFeeder):
 
     def dataset(self) -> tf.data.Dataset:
         """What Keras iterates: one item per replica per step (only the count of
-        steps matters; see `compiler.distributed.ShardFeeder.dataset`)."""
+        steps matters; see `compiler.distribute.strategy.ShardFeeder.dataset`)."""
         r = self.replicas
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = \

@@ -12,7 +12,7 @@ expanded a batch at a time into one context instead (`expand_batch`, a
 
 >>> import tensorflow as tf
 >>> import refold as td
->>> from refold.compiler.lowering import lower
+>>> from refold.compiler.graphs.lowering import lower
 >>> block = td.Map(td.Scalar() >> td.Function(tf.negative))
 >>> program = lower(block)
 >>> graph = expand(program, [1.0, 2.0])
@@ -157,7 +157,7 @@ class ExpansionContext:
     def op(self, op, args: list) -> list[int]:
         signature = self._op_signatures.get(op)
         if signature is None:  # imported here: the error path only
-            from refold.compiler.lowering import UnloweredOpError
+            from refold.compiler.graphs.lowering import UnloweredOpError
             raise UnloweredOpError.of(op)
         o, out_types, prelude_only, check, random = signature
         if random:
@@ -241,7 +241,7 @@ class ExpansionContext:
     def read(self, value_type, value):
         from refold.blocks.errors import InternalError
         raise InternalError("this block reads computed values (Unfold), so its inputs "
-                            "expand in rounds (compiler.rounds.expand_in_rounds)")
+                            "expand in rounds (compiler.rounds.context.expand_in_rounds)")
 
     def constant_at(self, v: int) -> tuple[int, int]:
         """`(type id, row)` of constant value `v` in its type's table."""

@@ -67,7 +67,7 @@ from refold.blocks.errors import InputError
 from refold.blocks.evaluation import call_on_kept_deep_thread, root_input
 from refold.blocks.op import NODE_KEY
 from refold.blocks.types import TensorType
-from refold.compiler.expansion import BatchGraph, ExampleGraph, ExpansionContext
+from refold.compiler.graphs.expansion import BatchGraph, ExampleGraph, ExpansionContext
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.planner import plan_record
 

@@ -1,6 +1,6 @@
 """Running a round of value-dependent expansion on an engine of the ops it uses.
 
-A round (`compiler.rounds`) computes what a batch's examples added since the last
+A round (`compiler.rounds.context`) computes what a batch's examples added since the last
 one: for a walk in its stride, one step each, a handful of launches of the step's
 ops. The compiler's executor runs every op of the program: its program has a buffer
 and a gather per loop value type in every iteration of its loop, and a launch (a
@@ -9,7 +9,7 @@ round has nodes of them or not. For a parser walking with an encoder of a dozen 
 that bookkeeping is most of a round's call. So a round whose ops are a part of the
 program's runs on an executor built for that part (`RoundEngines`), traced once per
 part; values computed by other ops enter a round as constants anyway. It runs on
-TensorFlow's single-threaded executor (`compiler.executor_choice`), on the calling
+TensorFlow's single-threaded executor (`compiler.training.tf_executor`), on the calling
 thread: between rounds Python decides, TensorFlow's thread pool falls asleep, and on
 a loaded machine waking it for a round's few small ops cost more than the ops.
 
@@ -58,7 +58,7 @@ import dataclasses
 
 import numpy as np
 
-from refold.compiler.executor_choice import InferenceExecutorChoice, _gpu_visible
+from refold.compiler.training.tf_executor import InferenceExecutorChoice, _gpu_visible
 from refold.scheduler.executor import Executor
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.planner import Planner, plan_record
@@ -71,7 +71,7 @@ class _Part:
     def __init__(self, compiler, ops: np.ndarray):
         import tensorflow as tf
 
-        from refold.compiler.handoff import Handoff
+        from refold.compiler.feeding.handoff import Handoff
         full = compiler.executor
         self.ops = ops
         self.op_of = np.full(len(full.ops), -1, np.int32)  # program op id -> its id here
@@ -128,7 +128,7 @@ class RoundEngines:
 
     def run_straight(self, graph: OpGraph, reads: np.ndarray) -> tuple | None:
         """Runs a round straight-line (module docstring): `(outputs per value type,
-        read_type, read_pos)` as `compiler.rounds` takes them, or None where it
+        read_type, read_pos)` as `compiler.rounds.context` takes them, or None where it
         takes an executor."""
         if not self.use_straight:
             return None

@@ -36,7 +36,7 @@ def predict_loop(model, n_batches: int | None, verbose, callbacks) -> np.ndarray
         last = step + per_call if n_batches is None else min(step + per_call, n_batches)
         try:
             batch = predict(list(range(step, last)))
-        except StopIteration:  # a stream ended (compiler.streaming)
+        except StopIteration:  # a stream ended (compiler.feeding.streams)
             break
         outputs.append(np.asarray(batch))
         callbacks.on_predict_batch_end(step + per_call - 1, {"outputs": batch})

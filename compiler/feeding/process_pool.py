@@ -39,7 +39,7 @@ from typing import Any
 
 from refold.blocks.errors import InputError
 from refold.compiler import kernels
-from refold.compiler.expansion import expand_all
+from refold.compiler.graphs.expansion import expand_all
 
 # The program the workers expand with; set in the parent just before forking and
 # inherited by the children (never pickled).

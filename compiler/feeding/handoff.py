@@ -2,7 +2,7 @@
 
 Every tensor handed to a traced function costs on every step, whatever its size:
 converting it from NumPy, and matching it against the function's signature. A
-packed batch with its labels is 5 to 8 small arrays (`compiler.signature`), most of
+packed batch with its labels is 5 to 8 small arrays (`compiler.feeding.packed`), most of
 them int32 vectors. `Handoff` folds those into one int32 buffer, their sizes first:
 
     [size_0, ..., size_k-1, array_0..., array_1..., ...]

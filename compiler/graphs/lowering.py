@@ -51,7 +51,7 @@ class Program:
         metric_labels: id -> whether that metric carries labels.
         reads_values: some block's structure depends on computed values (it has
             `reads_values` set, e.g. `blocks.Unfold`): inputs expand in rounds
-            (`compiler.rounds`).
+            (`compiler.rounds.context`).
     """
 
     root: Block
@@ -84,7 +84,7 @@ class Program:
     @functools.cached_property
     def op_outputs(self) -> tuple[np.ndarray, np.ndarray]:
         """`(n_outputs [O], output type ids [O, most outputs])` by op id: what numbers
-        the values of a recorded graph's nodes (`compiler.expansion`)."""
+        the values of a recorded graph's nodes (`compiler.graphs.expansion`)."""
         n_out = np.array([len(op.output_types) for op in self.ops], np.int64)
         table = np.zeros((len(self.ops), max(1, int(n_out.max(initial=0)))), np.int64)
         for o, op in enumerate(self.ops):

@@ -1,0 +1,84 @@
+"""Refold: neural networks over structured data, in TensorFlow Fold's block language.
+
+Import it as Fold users imported Fold: `import refold as td`. The top level holds the
+block language (`refold.blocks`: types, blocks, `InputError`) and what compiles and
+trains a block (`Model`, `Compiler`, `load_model`, `Lines`); the layers below are
+subpackages:
+
+| subpackage | what it holds |
+|---|---|
+| `refold.blocks` | types and block combinators; `block.eval(x)` runs one input unbatched |
+| `refold.compiler` | lowering, expansion, `Compiler`, `Model` (a `keras.Model`), saving |
+| `refold.scheduler` | the dynamic-batching engine over op graphs; knows nothing of blocks |
+| `refold.models` | the zoo: TreeLSTM and RNN cells, encoders, heads |
+| `refold.serving` | a client for exported models (`Predictor`, `BatchingPredictor`) |
+| `refold.examples` | runnable programs with their data (`python -m refold.examples.sentiment`) |
+
+Importing `refold` registers `Model` with Keras, so `keras.models.load_model(path)`
+reads a saved model in a fresh process after `import refold` alone. The compiler, the
+scheduler and Numba load on first use of a name that needs them (`td.Model`,
+`td.Compiler`, ...), so that `import refold.blocks` and `import refold.serving` stay light.
+
+>>> import refold as td
+>>> block = td.Map(td.Scalar()) >> td.Sum()
+>>> block.output_type
+TensorType((), 'float32')
+>>> float(block.eval([1.0, 2.0, 3.5]))
+6.5
+"""
+
+from __future__ import annotations
+
+import importlib as _importlib
+
+import keras as _keras
+
+from refold.blocks import *  # noqa: F403  (the block language, as Fold's `td`)
+from refold.blocks import __all__ as _blocks_all
+from refold.blocks import registry as _registry
+from refold.version import __version__
+
+# The names that need the compiler, imported on first use.
+_LAZY = {
+    "Model": "refold.compiler.model",
+    "Compiler": "refold.compiler.compiler",
+    "load_model": "refold.compiler.saving", "ModelFileError": "refold.compiler.saving",
+    "describe_schedule": "refold.compiler.schedule_picture",
+    "draw_schedule": "refold.compiler.schedule_picture",
+    "NonFiniteLossError": "refold.compiler.training.steps",
+    "Lines": "refold.compiler.feeding.streams",
+}
+
+__all__ = [*_blocks_all, *_LAZY, "__version__"]
+
+# A saved block's class that moved is looked for in the zoo and the examples.
+_registry.search_packages("refold.models", "refold.examples")
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'refold' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))
+
+
+@_keras.saving.register_keras_serializable(package="refold", name="Model")
+class _ModelBeforeImport:
+    """Keras' entry for "refold>Model" until `refold.compiler.model` is imported.
+
+    Loading a saved `Model` (`keras.models.load_model`) looks the class up by that name;
+    this stand-in imports the real class, which registers itself in its place, and
+    builds the model from its config.
+    """
+
+    def get_config(self) -> dict:  # Keras registers only classes that have one
+        return {}
+
+    @classmethod
+    def from_config(cls, config: dict):
+        return __getattr__("Model").from_config(config)

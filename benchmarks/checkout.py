@@ -60,8 +60,20 @@ def use(root: str) -> None:
     sys.meta_path.insert(0, CheckoutFinder(root))
 
 
+def main(argv: list[str]) -> None:
+    import argparse
+    parser = argparse.ArgumentParser(
+        prog="python benchmarks/checkout.py",
+        description="Runs SCRIPT (as __worker__, with ARGS) on the code of the checkout at "
+                    "ROOT, whatever is installed.")
+    parser.add_argument("root", metavar="ROOT")
+    parser.add_argument("script", metavar="SCRIPT")
+    parser.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS")
+    args = parser.parse_args(argv)
+    use(args.root)
+    sys.argv = [args.script, *args.args]
+    runpy.run_path(args.script, run_name="__worker__")
+
+
 if __name__ == "__main__":
-    root, script = sys.argv[1:3]
-    use(root)
-    sys.argv = sys.argv[2:]
-    runpy.run_path(script, run_name="__worker__")
+    main(sys.argv[1:])

@@ -31,7 +31,7 @@ from benchmarks.workloads import TreeLSTMModel
 @contextlib.contextmanager
 def unchecked():
     """Strict input conversion and cycle tracking replaced by unchecked versions."""
-    import refold.blocks.evaluation
+    import refold.blocks.evaluation.contexts
     import refold.blocks.inputs
     from refold.blocks.control import _ForwardDeclarationRef
 
@@ -41,14 +41,14 @@ def unchecked():
     def untracked(self, ctx, x):
         return self._decl._target._eval(ctx, x)
 
-    saved = (refold.blocks.inputs.to_array, refold.blocks.evaluation.to_array,
+    saved = (refold.blocks.inputs.to_array, refold.blocks.evaluation.contexts.to_array,
              _ForwardDeclarationRef._evaluate)
-    refold.blocks.inputs.to_array = refold.blocks.evaluation.to_array = lenient
+    refold.blocks.inputs.to_array = refold.blocks.evaluation.contexts.to_array = lenient
     _ForwardDeclarationRef._evaluate = untracked
     try:
         yield
     finally:
-        (refold.blocks.inputs.to_array, refold.blocks.evaluation.to_array,
+        (refold.blocks.inputs.to_array, refold.blocks.evaluation.contexts.to_array,
          _ForwardDeclarationRef._evaluate) = saved
 
 

@@ -2,7 +2,7 @@
 
 The sst-synth TreeLSTM workload (embedding 300, hidden 150, loss at the root,
 batch 64 by default), one model per policy, each built under its policy from the
-same seed (`blocks.precision`: values held in the low dtype, variables float32,
+same seed (`blocks.evaluation.precision`: values held in the low dtype, variables float32,
 loss scaling under float16). Epochs of the three alternate, after a warm-up
 epoch each (tracing, expansion of every tree); the median epoch throughput of
 each is reported with its ratio to float32, and the bytes of the loop's value
@@ -23,7 +23,7 @@ POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
 def _model(policy: str):
-    from refold.blocks.precision import global_policy
+    from refold.blocks.evaluation.precision import global_policy
     with global_policy(policy):
         return compiled_model(TreeLSTMModel(seed=0).block)
 

@@ -27,7 +27,7 @@ _SERVE = """
 import pickle, sys, time
 from benchmarks.common import sst_synth_data
 from benchmarks.workloads import TreeLSTMModel
-from refold.blocks.evaluation import start_deep_thread
+from refold.blocks.evaluation.contexts import start_deep_thread
 from refold.compiler import Model
 from refold.compiler.feeding.streams import plan_in_worker
 

@@ -3,7 +3,7 @@
 Import it as Fold users did (`import refold as td`). A block maps one input to
 one output; blocks compose into a model for structured data, type-checked as
 they are put together, and `block.eval(x)` runs one input without batching, on
-the reference evaluator (`blocks.evaluation`); the batching engine is `compiler`,
+the reference evaluator (`blocks.evaluation.contexts`); the batching engine is `compiler`,
 which this package does not import.
 
 >>> import refold as td
@@ -20,6 +20,7 @@ from refold.blocks.composition import AllOf, Composition, Pipe, Record, Wire, co
 from refold.blocks.control import ForwardDeclaration, OneOf, Optional
 from refold.blocks.diagram import plot_block
 from refold.blocks.errors import InputError, InputKeyError, InternalError
+from refold.blocks.evaluation.training_mode import training_mode
 from refold.blocks.inputs import (
     GetItem,
     InputTransform,
@@ -53,7 +54,6 @@ from refold.blocks.sequences import (
     ZipWith,
 )
 from refold.blocks.tensors import Concat, FromTensor, Function, Identity, Zeros
-from refold.blocks.training import training_mode
 from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,

@@ -24,9 +24,9 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from refold.blocks import registry
 from refold.blocks.errors import InputError, InputKeyError, InternalError
 from refold.blocks.op import Op
+from refold.blocks.serialization import registry
 from refold.blocks.types import (
     PyObjectType,
     ResultType,
@@ -40,7 +40,7 @@ def _class_names(classes: Iterable[type]) -> str:
     return " or ".join(c.__name__ for c in classes)
 
 
-# --- provenance: how each block was made, for saving (`blocks.serialization`) ---------
+# --- provenance: how each block was made, for saving (`blocks.serialization.config`) ---------
 
 _made = threading.local()        # .stack: the blocks (and factory calls) being built
 _serial = itertools.count()      # creation order of blocks and factory calls
@@ -109,7 +109,7 @@ class IOBase:
     """Anything with an input type and an output type that inference can set.
 
     Every instance remembers the arguments it was constructed with and what was
-    being built when it was made: `blocks.serialization` saves a block expression
+    being built when it was made: `blocks.serialization.config` saves a block expression
     as those constructor calls (`get_config`), as Keras saves a layer.
     """
 
@@ -134,7 +134,7 @@ class IOBase:
     def get_config(self) -> dict:
         """The arguments this object was constructed with, by parameter name (blocks,
         layers, functions and types among them are encoded by
-        `blocks.serialization`). A class whose state is not its constructor's
+        `blocks.serialization.config`). A class whose state is not its constructor's
         arguments overrides it and `from_config`."""
         import inspect
         args, kwargs = self._init_args
@@ -426,7 +426,8 @@ class Block(IOBase):
         return []
 
     def _evaluate(self, ctx, x):
-        """Evaluates this block on one input `x` in context `ctx` (see `blocks.evaluation`)."""
+        """Evaluates this block on one input `x` in context `ctx`
+        (see `blocks.evaluation.contexts`)."""
         raise NotImplementedError(f"{type(self).__name__} does not define _evaluate")
 
     def _eval(self, ctx, x):
@@ -445,10 +446,10 @@ class Block(IOBase):
     def eval(self, inp: Any = None, tolist: bool = False, training: bool = False,
              seed: Any = None, example: int = 0):
         """Evaluates the block on one input with the reference evaluator
-        (`blocks.evaluation.reference_eval`): op by op, eagerly, with no batching.
+        (`blocks.evaluation.contexts.reference_eval`): op by op, eagerly, with no batching.
 
         In inference by default. `training=True` computes as a training step does
-        (`blocks.training`): dropout drops, with masks drawn from `seed` (an int
+        (`blocks.evaluation.training_mode`): dropout drops, with masks drawn from `seed` (an int
         or a tuple of ints; a random one if None) and each random node's key,
         `(example, node)`, where `example` is the input's index in a batch
         (`blocks.noise`). A `Model`'s training step uses the seed `(model.seed,
@@ -469,7 +470,7 @@ class Block(IOBase):
         >>> float((Scalar() >> Function(tf.negative)).eval(3))
         -3.0
         """
-        from refold.blocks.evaluation import reference_eval
+        from refold.blocks.evaluation.contexts import reference_eval
         return reference_eval(self, inp, tolist=tolist, training=training, seed=seed,
                               example=example)
 
@@ -480,7 +481,7 @@ class Block(IOBase):
         >>> Scalar().max_depth(42)
         0
         """
-        from refold.blocks.evaluation import max_depth
+        from refold.blocks.evaluation.contexts import max_depth
         return max_depth(self, inp)
 
 

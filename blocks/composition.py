@@ -30,13 +30,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from refold.blocks.block import Block, bad_input, raise_named
+from refold.blocks.evaluation.values import describe
 from refold.blocks.types import (
     PyObjectType,
     ResultType,
     TupleType,
     VoidType,
 )
-from refold.blocks.values import describe
 
 _local = threading.local()
 

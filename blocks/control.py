@@ -22,8 +22,8 @@ from typing import Any
 from refold.blocks.block import PY, Block, IOBase, bad_input, raise_named
 from refold.blocks.composition import convert_to_block
 from refold.blocks.errors import InputKeyError
+from refold.blocks.evaluation.values import describe
 from refold.blocks.types import PyObjectType, VoidType
-from refold.blocks.values import describe
 
 
 class OneOf(Block):

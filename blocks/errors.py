@@ -64,7 +64,7 @@ class InputError(ValueError):
         (as far as the inputs noted on the way out can be found in it) and forgets
         those inputs. Returns self."""
         if self.data_path is None and self._inputs:
-            from refold.blocks.data_paths import locate
+            from refold.blocks.evaluation.data_paths import locate
             self.data_path = locate(example, self._inputs[::-1])
         self._inputs = []
         return self

@@ -21,6 +21,8 @@ import numpy as np
 
 from refold.blocks.block import PY, Block, bad_input, block_factory
 from refold.blocks.errors import BadValueError, InputKeyError
+from refold.blocks.evaluation.values import describe as _describe
+from refold.blocks.evaluation.values import scalar_ranges, to_array
 from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,
@@ -29,14 +31,12 @@ from refold.blocks.types import (
     TupleType,
     VoidType,
 )
-from refold.blocks.values import describe as _describe
-from refold.blocks.values import scalar_ranges, to_array
 
 
 class Tensor(Block):
     """Converts a Python value (a number, a nested list, an array) to a tensor.
 
-    Conversion is strict (see `blocks.values`): numbers only (no `"3.5"`), integral
+    Conversion is strict (see `blocks.evaluation.values`): numbers only (no `"3.5"`), integral
     values for integer dtypes (no `2.7`, no `True`), values within the dtype's range
     (no `1e39` for float32), and by default no NaN or inf. A bad value raises
     `InputError` naming the block path (and, in a batch, the example).

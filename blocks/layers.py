@@ -55,7 +55,7 @@ class Layer(IOBase):
     random = False
     """Whether calls draw random numbers per node (`blocks.noise`; see `Op`): a layer
     with dropout says so, and its `_call` reads the training flag itself
-    (`blocks.training.current()`)."""
+    (`blocks.evaluation.training_mode.current()`)."""
 
     def __init__(self, input_type: Any = None, output_type: Any = None,
                  name: str | None = None):
@@ -354,13 +354,13 @@ class ScopedLayer(Layer):
             self(*batch_call_structure(self.input_type, flat))
 
     def _call(self, *args):
+        from refold.blocks.evaluation.training_mode import current
         from refold.blocks.noise import keras_noise
-        from refold.blocks.training import current
         layer = self._layer
         calls = self.__dict__.get("_calls")
         if calls is None:  # (a Keras noise layer, takes `training`), found once
+            from refold.blocks.evaluation.training_mode import takes_training
             from refold.blocks.noise import is_keras_noise
-            from refold.blocks.training import takes_training
             calls = self._calls = (is_keras_noise(layer), takes_training(layer))
         if calls[0]:
             return keras_noise(layer, *args)

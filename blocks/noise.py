@@ -7,7 +7,7 @@ example's index in its batch and the node's number among that example's random
 nodes, counted in evaluation order. The reference evaluator and the batching
 engine count alike, so a node has the same key in `block.eval(x, example=i)` as
 in a batch where `x` is the i-th input. Every draw is a function of the step's
-seed (`blocks.training`), the node's key, the draw's number within the op's call
+seed (`blocks.evaluation.training_mode`), the node's key, the draw's number within the op's call
 and the element's index: a counter-based hash (TensorFlow's stateless random
 ops take one seed per call, and a launch holds many nodes), integer arithmetic
 only, so the engine's loop, its replayed backward pass and XLA draw the same bits
@@ -23,7 +23,7 @@ Functions of one's own draw with `dropout`, `uniform` and `normal` inside a
 
 >>> import tensorflow as tf
 >>> import refold as td
->>> from refold.blocks.training import current
+>>> from refold.blocks.evaluation.training_mode import current
 >>> def noisy(x):
 ...     return x + 0.1 * normal(x.shape[1:]) if current().training else x
 >>> block = td.Vector(3) >> td.Function(noisy, random=True)
@@ -49,8 +49,8 @@ from typing import Any
 
 import numpy as np
 
+from refold.blocks.evaluation.training_mode import current
 from refold.blocks.tensors import Function
-from refold.blocks.training import current
 from refold.blocks.types import TensorType
 
 _call = threading.local()  # .state: the current random op call's (keys, draws, hashed keys)
@@ -161,7 +161,8 @@ def _draw_salt(state, draw: int):
 def seed_state(seed) -> tuple:
     """The step's seed (ints, or a 1-D int tensor of static length) hashed: uint32
     scalars, the seed part of a call's first `PRE_DRAWN` draws. Made once per training
-    scope (`blocks.training.Mode.of`), where it is entered: outside the engine's loop."""
+    scope (`blocks.evaluation.training_mode.Mode.of`), where it is entered: outside the
+    engine's loop."""
     tf = _tf()
     s = tf.reshape(_u32(seed), [-1])
     if s.shape[0] is None:
@@ -199,7 +200,7 @@ def _unit(bits, open_low: bool = False):
 
 def uniform(shape: Sequence[int] = ()):
     """float32 `[n, *shape]`, uniform in [0, 1), per node of the current random op
-    (in training only: call it where `blocks.training.current().training` holds)."""
+    (in training only: call it where `blocks.evaluation.training_mode.current().training` holds)."""
     return _unit(random_bits(shape, "uniform"))
 
 

@@ -233,7 +233,7 @@ class Function(Block):
 
     A callable that takes a `training` argument (a Keras layer whose `call` does,
     or a function with a `training` parameter) gets the training flag in effect
-    (`blocks.training`): True in `Model.fit`'s training step, False elsewhere.
+    (`blocks.evaluation.training_mode`): True in `Model.fit`'s training step, False elsewhere.
     """
 
     _expected_input_types = (TensorType, TupleType)
@@ -410,9 +410,9 @@ def batch_function(fn: Callable, in_type: ResultType, random: bool = False) -> C
     """The op function of `Function(fn)` on inputs of `in_type`: flat tensors in
     (and with `random`, the nodes' keys last, `blocks.noise`), flat tensors out. A
     Keras noise layer draws per node (`blocks.noise.keras_noise`); a callable that
-    takes `training` gets the flag in effect (`blocks.training`)."""
+    takes `training` gets the flag in effect (`blocks.evaluation.training_mode`)."""
+    from refold.blocks.evaluation.training_mode import current, takes_training
     from refold.blocks.noise import is_keras_noise, keras_noise, node_keys
-    from refold.blocks.training import current, takes_training
     if is_keras_noise(fn):
         def compute(args):
             return keras_noise(fn, *args)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from refold.blocks.precision import compute_dtype, held_program
+from refold.blocks.evaluation.precision import compute_dtype, held_program
 from refold.blocks.types import TensorType
 from refold.compiler.graphs.batch_plan import BatchPlan
 from refold.compiler.graphs.dataflow import op_feeds
@@ -456,7 +456,7 @@ def find_bad_input(root, inputs: Iterable[Any], skip: Iterable[int] = ()):
     reference evaluator, whose errors name the block path; None if all pass. Used to
     say which input made a batched run fail inside TensorFlow."""
     from refold.blocks.errors import InputError
-    from refold.blocks.evaluation import reference_eval
+    from refold.blocks.evaluation.contexts import reference_eval
     skip = set(skip)
     for i, x in enumerate(inputs):
         if i in skip:

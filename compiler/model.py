@@ -6,7 +6,7 @@ line: `compiler.feeding.streams`). Each input of a list is expanded once (exampl
 are cached across epochs);
 each batch is merged, scheduled and packed into index tensors when Keras' loop
 steps to it (`compiler.feeding.lists`, `compiler.training.steps`); one traced function runs
-every batch. `save` writes the block expression (`blocks.serialization`), the
+every batch. `save` writes the block expression (`blocks.serialization.config`), the
 weights and the optimizer's state to a `.keras` file that `keras.models.load_model`
 reads back; it is atomic (`compiler.saving`). A TensorFlow error in a step
 names the input that caused it (`compiler.training.blame`); a step whose loss or gradients
@@ -56,10 +56,10 @@ import tensorflow as tf
 
 from refold import compat
 from refold.blocks.errors import InputError
+from refold.blocks.evaluation.precision import global_policy
+from refold.blocks.evaluation.training_mode import training_mode
 from refold.blocks.layers import is_keras_layer
-from refold.blocks.precision import global_policy
-from refold.blocks.serialization import deserialize, serialize
-from refold.blocks.training import training_mode
+from refold.blocks.serialization.config import deserialize, serialize
 from refold.blocks.types import TensorType
 from refold.blocks.validation import validate
 from refold.compiler.compiler import Compiler
@@ -147,7 +147,7 @@ class Model(keras.Model):
     Mixed precision: under a `"mixed_float16"` or `"mixed_bfloat16"` policy (the
     global one, or that of the block's layers) layers compute in the low dtype, the
     engine holds float32-typed values in it, and variables, losses and metrics stay
-    float32 (`blocks.precision`); under float16, `compile` wraps the optimizer in
+    float32 (`blocks.evaluation.precision`); under float16, `compile` wraps the optimizer in
     Keras' `LossScaleOptimizer`, as for any Keras model of that policy.
     """
 
@@ -209,7 +209,7 @@ class Model(keras.Model):
         called with `factory_kwargs`, and which saves that call instead of the block
         expression.
 
-        `Model(block)` saves the expression itself (`blocks.serialization`), which
+        `Model(block)` saves the expression itself (`blocks.serialization.config`), which
         is what most users want. This stays for the cases where saving the call is
         better: the file then holds no code, so it loads with `safe_mode=True` even
         when the block has lambdas or closures (which `Model(block)` saves as
@@ -227,7 +227,7 @@ class Model(keras.Model):
         return cls(build(**factory_kwargs), _factory=(factory, factory_kwargs), **kwargs)
 
     def get_config(self) -> dict:
-        """The block expression (`blocks.serialization.serialize`), or the factory
+        """The block expression (`blocks.serialization.config.serialize`), or the factory
         call of `Model.from_factory`, the model's arguments, and the mixed policy it
         computes under (its block is rebuilt under it when loaded)."""
         low = self.compiler.compute_dtype
@@ -243,7 +243,7 @@ class Model(keras.Model):
     @classmethod
     def from_config(cls, config: dict) -> Model:
         config = dict(config)
-        # a mixed model's layers are rebuilt under its policy (blocks.precision)
+        # a mixed model's layers are rebuilt under its policy (blocks.evaluation.precision)
         with global_policy(config.pop("mixed_precision", None)):
             if "factory" in config:
                 return cls.from_factory(config.pop("factory"), config.pop("factory_kwargs"),
@@ -353,7 +353,7 @@ class Model(keras.Model):
         those of the last good step otherwise). On a replica's part of a batch
         (`compiler.distribute.strategy`) the replicas agree whether to apply it.
 
-        Its ops compute in training mode (`blocks.training`), the gradient too:
+        Its ops compute in training mode (`blocks.evaluation.training_mode`), the gradient too:
         the engine's replayed backward pass runs ops again and must draw what the
         forward pass drew. `gradient_mode`: how the executor's loop is differentiated
         (`scheduler.gradient_mode`; None: as the executor says)."""

@@ -37,7 +37,7 @@ from refold.blocks.block import Block, block_factory
 
 
 def _cross_entropy(logits, labels):
-    # softmax and loss in float32 under a mixed policy too (blocks.precision)
+    # softmax and loss in float32 under a mixed policy too (blocks.evaluation.precision)
     return tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=labels, logits=tf.cast(logits, tf.float32))
 

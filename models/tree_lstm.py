@@ -53,8 +53,8 @@ from typing import Any
 import refold.blocks as td
 from refold.blocks import noise
 from refold.blocks.block import Block
+from refold.blocks.evaluation.training_mode import current
 from refold.blocks.layers import Layer
-from refold.blocks.training import current
 from refold.blocks.types import SequenceType, TensorType, TupleType
 from refold.models import gates
 from refold.models.nodes import node_input_type, split_node_args

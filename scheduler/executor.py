@@ -135,7 +135,7 @@ class Executor:
         output_dtypes: per value type, the dtype `compute` returns its rows in (a
             cast where it differs from the type's); under a mixed policy the
             values are held in a low dtype and returned in the declared one
-            (`blocks.precision`). Default: each type's own dtype.
+            (`blocks.evaluation.precision`). Default: each type's own dtype.
         feeds: optional bool `[ops, ops]`, False where op a never feeds op b
             (`compiler.graphs.dataflow`): fewer ops in the loop (`Layout.build`).
     """

@@ -19,7 +19,7 @@ previous read, and the custom gradient accumulates into a gradient buffer with
 mutates buffers it created.
 
 A gradient buffer has its value buffer's dtype: under a mixed policy the low one
-(`blocks.precision`), like the rest of the backward pass through low-precision layers.
+(`blocks.evaluation.precision`), like the rest of the backward pass through low-precision layers.
 `InplaceAdd` there sums a value's gradients over the launches that read it (a few:
 a node's parents), not over many children, and the loss scale under float16 keeps
 them clear of underflow; the weight gradients leave the loop float32 (the casts of

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from refold.blocks.serialization import deserialize
+from refold.blocks.serialization.config import deserialize
 from refold.compiler.compiler import Compiler
 from refold.compiler.feeding.packed import EXPORT_CONFIG, EXPORT_FORMAT, EXPORT_VERSION, pack
 from refold.compiler.graphs.expansion import ExampleGraph

@@ -30,7 +30,7 @@ def test_the_package_list_is_every_folder_of_the_layers():
         for layer in LAYERS for d, _, files in os.walk(os.path.join(ROOT, layer))
         if "__init__.py" in files)
     assert sorted(p for p in config["packages"] if p != "refold") == folders
-    assert config["package-dir"] == {"refold": "refold",
+    assert config["package-dir"] == {"refold": "src/refold",
                                      **{f"refold.{layer}": layer for layer in LAYERS}}
 
 
@@ -126,3 +126,15 @@ def test_an_example_runs_from_the_wheel_on_its_shipped_data(user, tmp_path):
         timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "site-packages/refold/examples/sentiment/data" in done.stdout
+
+
+def test_from_the_clone_s_root_python_runs_the_installed_package(user):
+    """The README's main job runs from the clone's root: `refold` there is the wheel's, not
+    the checkout's source (no `refold/` at the root to shadow it, no path trick)."""
+    python, _, env = user
+    done = subprocess.run([python, "-c", "import refold.examples, refold; "
+                           "print(refold.__file__); print(refold.examples.__file__)"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for path in done.stdout.split():
+        assert "site-packages" in path and os.path.realpath(ROOT) not in os.path.realpath(path)

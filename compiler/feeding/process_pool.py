@@ -430,7 +430,7 @@ def _serve(task, conn, others, nice: int = 0) -> None:
             pass
     for c in others:
         c.close()
-    from refold.blocks.evaluation import start_deep_thread
+    from refold.blocks.evaluation.contexts import start_deep_thread
     start_deep_thread(_serve_loop, task, conn, name="refold-worker-loop").join()
 
 

@@ -50,7 +50,7 @@ import numpy as np
 import tensorflow as tf
 
 from refold.blocks.errors import InputError
-from refold.blocks.evaluation import start_deep_thread
+from refold.blocks.evaluation.contexts import start_deep_thread
 from refold.compiler.feeding.shards import (
     LineRecord,
     Part,

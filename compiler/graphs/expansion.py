@@ -1,6 +1,6 @@
 """Expanding inputs into op graphs: the context blocks evaluate in for batching.
 
-`ExpansionContext` is the third evaluation context (see `blocks.evaluation`): a
+`ExpansionContext` is the third evaluation context (see `blocks.evaluation.contexts`): a
 handle is an int, the id of a value in the example's op graph. A constant
 appends a row to its type's constant table; an op call appends a node. The result
 is an `ExampleGraph`: the arrays of one example's `OpGraph`, the result's
@@ -31,7 +31,7 @@ import numba
 import numpy as np
 
 from refold.blocks.errors import InputError
-from refold.blocks.evaluation import call_with_deep_stack, root_input
+from refold.blocks.evaluation.contexts import call_with_deep_stack, root_input
 from refold.blocks.op import NODE_KEY
 from refold.blocks.types import TensorType
 from refold.scheduler.graph import OpGraph
@@ -123,7 +123,7 @@ class ExpansionContext:
         self.constants: list[list] = [[] for _ in range(n_types)]
         self.metrics: list[tuple] = []
         self._sources: dict[int, list[int]] = {}  # zero-argument ops, called once
-        self.recursion_path: set = set()  # cycle detection (see blocks.evaluation)
+        self.recursion_path: set = set()  # cycle detection (see blocks.evaluation.contexts)
         self._last_type, self._last_type_id = None, -1
         # random nodes' keys (blocks.noise): the example's index in the batch, the
         # number of its random nodes so far, and their rows in the key type's table
@@ -196,7 +196,7 @@ class ExpansionContext:
 
     def _node_key(self) -> int:
         """A constant for the next random node's key, `(example, node)` (the same as
-        the reference evaluator's, `blocks.evaluation.ReferenceContext`)."""
+        the reference evaluator's, `blocks.evaluation.contexts.ReferenceContext`)."""
         k = self._type_id[NODE_KEY]
         self.key_rows.append(len(self.constants[k]))
         v = self.constant(np.array([self.example, self.random_nodes], np.int32), NODE_KEY)

@@ -64,7 +64,7 @@ import numba
 import numpy as np
 
 from refold.blocks.errors import InputError
-from refold.blocks.evaluation import call_on_kept_deep_thread, root_input
+from refold.blocks.evaluation.contexts import call_on_kept_deep_thread, root_input
 from refold.blocks.op import NODE_KEY
 from refold.blocks.types import TensorType
 from refold.compiler.graphs.expansion import BatchGraph, ExampleGraph, ExpansionContext

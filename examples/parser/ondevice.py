@@ -75,7 +75,7 @@ import tensorflow as tf
 import refold as td
 from refold.blocks import noise
 from refold.blocks.block import bad_input
-from refold.blocks.training import current
+from refold.blocks.evaluation.training_mode import current
 from refold.examples.parser.model import ParserModel
 from refold.examples.parser.transitions import LEFT, RIGHT, SHIFT, STACK_FEATURES
 from refold.examples.parser.treebank import check_tree

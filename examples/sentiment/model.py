@@ -79,7 +79,7 @@ def prepare(trees: Iterable[dict], vocab: Vocabulary) -> list[dict]:
 
 def _node_loss(logits, labels):
     import tensorflow as tf
-    # in float32 under a mixed policy too (blocks.precision)
+    # in float32 under a mixed policy too (blocks.evaluation.precision)
     return tf.nn.sparse_softmax_cross_entropy_with_logits(
         labels=labels, logits=tf.cast(logits, tf.float32))
 

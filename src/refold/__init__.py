@@ -35,7 +35,7 @@ import keras as _keras
 
 from refold.blocks import *  # noqa: F403  (the block language, as Fold's `td`)
 from refold.blocks import __all__ as _blocks_all
-from refold.blocks import registry as _registry
+from refold.blocks.serialization import registry as _registry
 from refold.version import __version__
 
 # The names that need the compiler, imported on first use.

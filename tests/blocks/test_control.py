@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import refold as td
-from refold.blocks.evaluation import reference_eval
+from refold.blocks.evaluation.contexts import reference_eval
 from tests.blocks.helpers import fails_on_eval, neg, raises
 
 SCALAR = td.TensorType(())
@@ -507,8 +507,8 @@ def test_fold_over_ten_thousand_items_evaluates_without_recursion_error():
 def low_recursion_limit(monkeypatch):
     """Without cycle detection a cyclic input ends in a RecursionError here within a
     second or so, rather than after recursing a million frames deep."""
-    import refold.blocks.evaluation
-    monkeypatch.setattr(refold.blocks.evaluation, "_RECURSION_LIMIT", 20_000)
+    import refold.blocks.evaluation.contexts
+    monkeypatch.setattr(refold.blocks.evaluation.contexts, "_RECURSION_LIMIT", 20_000)
 
 
 def _dict_tree_sum():

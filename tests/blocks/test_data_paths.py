@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import refold as td
-from refold.blocks.data_paths import locate
+from refold.blocks.evaluation.data_paths import locate
 
 
 def tree_sum() -> td.Block:

@@ -1,4 +1,4 @@
-"""Tests for blocks/evaluation.py: `max_depth` as Fold counts it, and `eval`'s return
+"""Tests for blocks/evaluation/contexts.py: `max_depth` as Fold counts it, and `eval`'s return
 conventions (numpy arrays, tuples, lists, repeats, None, Python objects, tolist)."""
 
 import itertools
@@ -10,7 +10,7 @@ import tensorflow as tf
 from numpy.testing import assert_allclose
 
 import refold as td
-from refold.blocks.evaluation import (
+from refold.blocks.evaluation.contexts import (
     DepthContext,
     ReferenceContext,
     call_with_deep_stack,
@@ -271,7 +271,7 @@ def test_kept_deep_threads_are_reused_raise_in_the_caller_and_restore_the_limit(
     import sys
     import threading
 
-    from refold.blocks.evaluation import call_on_kept_deep_thread
+    from refold.blocks.evaluation.contexts import call_on_kept_deep_thread
 
     def depth(n):
         return 0 if n == 0 else 1 + depth(n - 1)

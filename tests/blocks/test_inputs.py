@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import refold as td
-from refold.blocks.evaluation import reference_eval
+from refold.blocks.evaluation.contexts import reference_eval
 from refold.blocks.types import (
     PyObjectType,
     SequenceType,
@@ -158,7 +158,7 @@ def test_tensor_max_depth_is_zero():
     assert (td.Scalar() >> td.Function(tf.negative)).max_depth(3) == 1
 
 
-# --- strict conversion (blocks.values) ------------------------------------------------------
+# --- strict conversion (blocks.evaluation.values) -------------------------------------------------
 
 
 @pytest.mark.parametrize("block, value, reason", [
@@ -588,7 +588,7 @@ def test_a_type_error_downstream_of_getitem_names_the_block_that_failed():
                                    "uint8", "int64", "bool", "complex64"])
 def test_a_scalar_block_converts_numbers_as_to_array_does(dtype):
     # the Tensor block inlines to_array's common case (scalar_ranges): same answers
-    from refold.blocks.values import scalar_ranges, to_array
+    from refold.blocks.evaluation.values import scalar_ranges, to_array
     t = TensorType((), dtype)
     block = td.Scalar(dtype)
     for x in (0, 1, -3, 200, 2**40, 1.5, -0.25, 1e300, float("nan"), float("inf"), True):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
 import refold as td
-from refold.blocks.evaluation import reference_eval
+from refold.blocks.evaluation.contexts import reference_eval
 from refold.blocks.types import SequenceType, TensorType, TupleType
 
 F32 = TensorType(())

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import refold as td
-from refold.blocks.evaluation import ReferenceContext, root_input
+from refold.blocks.evaluation.contexts import ReferenceContext, root_input
 from tests.blocks.helpers import raises
 
 SCALAR = td.TensorType(())

@@ -1,4 +1,4 @@
-"""Block expressions saved as configs and made again (`blocks.serialization`).
+"""Block expressions saved as configs and made again (`blocks.serialization.config`).
 
 Every kind of block round-trips through JSON: the loaded expression has the same
 types and block paths and, given the same weights, evaluates to the same values;
@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 import refold as td
-from refold.blocks.serialization import UnsafeConfigError, deserialize, serialize
+from refold.blocks.serialization.config import UnsafeConfigError, deserialize, serialize
 from refold.blocks.validation import validate
 from refold.models import encoders, tree_lstm
 from tests.models.zoo import ZOO, ZOO_INPUTS

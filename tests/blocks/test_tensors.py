@@ -7,7 +7,7 @@ import tensorflow as tf
 from numpy.testing import assert_allclose
 
 import refold as td
-from refold.blocks.evaluation import ReferenceContext, call_with_deep_stack
+from refold.blocks.evaluation.contexts import ReferenceContext, call_with_deep_stack
 from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import refold as td
 from refold.blocks import noise
-from refold.blocks.training import current
+from refold.blocks.evaluation.training_mode import current
 from refold.models import encoders, heads, rnn_cells, tree_lstm
 from tests.compiler.models import Case, H, labelled_trees, tf_variable, trees, weights_of
 

@@ -368,8 +368,8 @@ def test_class_weight_is_refused_with_sample_weight_or_bad_weights():
 def low_recursion_limit(monkeypatch):
     """Without cycle detection a cyclic input ends in a RecursionError here within a
     second or so, rather than after recursing a million frames deep."""
-    import refold.blocks.evaluation
-    monkeypatch.setattr(refold.blocks.evaluation, "_RECURSION_LIMIT", 20_000)
+    import refold.blocks.evaluation.contexts
+    monkeypatch.setattr(refold.blocks.evaluation.contexts, "_RECURSION_LIMIT", 20_000)
 
 
 CYCLE_AT = re.escape("['children'][0]['children'][0]")  # where the node meets itself

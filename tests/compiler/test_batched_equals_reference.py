@@ -19,7 +19,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refold.blocks.evaluation import ReferenceContext, call_with_deep_stack, reference_eval
+from refold.blocks.evaluation.contexts import ReferenceContext, call_with_deep_stack, reference_eval
 from refold.blocks.types import TensorType
 from refold.compiler import Compiler
 from tests.compiler import models
@@ -73,7 +73,7 @@ def reference_loss_and_grads(c: models.Case, comp: Compiler, weights, inputs):
     def run():
         with tf.GradientTape() as tape:
             terms = [tf.constant(0.0)]
-            for x in inputs:  # values held as the engine holds them (blocks.precision)
+            for x in inputs:  # values held as the engine holds them (blocks.evaluation.precision)
                 ctx = ReferenceContext(comp.compute_dtype, comp.program.metric_types)
                 result = c.block._eval(ctx, x)
 

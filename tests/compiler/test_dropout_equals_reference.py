@@ -20,8 +20,8 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refold.blocks.evaluation import ReferenceContext, call_with_deep_stack, reference_eval
-from refold.blocks.training import training_mode
+from refold.blocks.evaluation.contexts import ReferenceContext, call_with_deep_stack, reference_eval
+from refold.blocks.evaluation.training_mode import training_mode
 from refold.blocks.types import TensorType
 from refold.compiler import Compiler
 from tests.compiler import dropout_models

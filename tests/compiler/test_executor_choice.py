@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import refold as td
 from refold.blocks.errors import InputError
-from refold.blocks.evaluation import reference_eval
+from refold.blocks.evaluation.contexts import reference_eval
 from refold.compiler import Compiler, Model
 from refold.compiler.training.tf_executor import InferenceExecutorChoice
 from refold.scheduler.weight_grads import mean_loop_rows

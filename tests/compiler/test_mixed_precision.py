@@ -1,4 +1,4 @@
-"""Mixed precision (`blocks.precision`): the `mixed_float16` and `mixed_bfloat16`
+"""Mixed precision (`blocks.evaluation.precision`): the `mixed_float16` and `mixed_bfloat16`
 policies train, hold values in the low dtype, keep variables and losses float32,
 scale the loss under float16, agree with the reference evaluator under the same
 policy and with the float32 run within the low dtype's precision, and save."""
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import refold as td
-from refold.blocks.precision import compute_dtype, global_policy
+from refold.blocks.evaluation.precision import compute_dtype, global_policy
 from refold.compiler import Compiler, Model
 from refold.scheduler.executor import Executor
 from tests.compiler import factories, models

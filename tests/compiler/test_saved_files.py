@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 import refold as td
-from refold.blocks import registry
-from refold.blocks.serialization import deserialize, serialize
+from refold.blocks.serialization.config import deserialize, registry, serialize
 from tests.compiler import saving_jobs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import refold as td
-from refold.blocks.serialization import UnsafeConfigError
+from refold.blocks.serialization.config import UnsafeConfigError
 from refold.compiler import Model, ModelFileError, load_model
 from tests.blocks.test_serialization import same
 from tests.compiler import saving_jobs

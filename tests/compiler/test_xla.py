@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from refold.blocks.errors import InputError
-from refold.blocks.evaluation import reference_eval
+from refold.blocks.evaluation.contexts import reference_eval
 from refold.compiler import Compiler, Model, NonFiniteLossError
 from refold.scheduler.xla import XlaExecutor
 from tests.compiler import factories

@@ -183,7 +183,7 @@ def test_batched_encoders_equal_the_reference_evaluator(kind):
 
 @pytest.mark.parametrize("kind", ["tree_lstm", "tree_lstm_pos", "bag", "bilstm"])
 def test_encoders_with_dropout_train_as_the_reference_evaluator_does(kind):
-    from refold.blocks.training import training_mode
+    from refold.blocks.evaluation.training_mode import training_mode
     task, xs = _tiny_examples()
     block = encoder_block(kind, len(task.vocabulary), 2, embed=4, hidden=5, dropout=0.4,
                           recurrent_dropout=0.3)

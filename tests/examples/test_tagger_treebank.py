@@ -172,7 +172,7 @@ def test_the_batched_treebank_taggers_equal_the_reference(words, scheduler):
 
 @pytest.mark.parametrize("words", ["lookup", "char"])
 def test_the_treebank_taggers_with_dropout_train_as_the_reference_does(words):
-    from refold.blocks.training import training_mode
+    from refold.blocks.evaluation.training_mode import training_mode
     from refold.compiler import Compiler
     from refold.examples.parser import turkish
     train, test = turkish.load("web")

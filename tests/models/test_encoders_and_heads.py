@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import refold as td
-from refold.blocks.evaluation import ReferenceContext
+from refold.blocks.evaluation.contexts import ReferenceContext
 from refold.compiler import Compiler
 from refold.models import encoders, heads, rnn_cells, tree_lstm
 

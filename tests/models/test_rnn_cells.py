@@ -91,8 +91,8 @@ def test_an_rnn_runs_a_library_cell_split_with_the_whole_cells_results(ours, the
     import tensorflow as tf
 
     from refold.blocks.composition import convert_to_block
-    from refold.blocks.evaluation import ReferenceContext
-    from refold.blocks.serialization import deserialize, serialize
+    from refold.blocks.evaluation.contexts import ReferenceContext
+    from refold.blocks.serialization.config import deserialize, serialize
     cell = ours(UNITS)
     split = td.Map(td.Vector(dim)) >> td.RNN(cell)
     whole = td.Map(td.Vector(dim)) >> td.RNN(convert_to_block(cell))  # a block: not split

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import refold as td
 from refold.blocks.errors import InputError
-from refold.blocks.serialization import UnsafeConfigError
+from refold.blocks.serialization.config import UnsafeConfigError
 from refold.compiler import Model
 from refold.compiler.feeding.packed import EXPORT_CONFIG
 from refold.serving import Predictor

@@ -13,7 +13,7 @@ and a use elsewhere refers to it by its attribute path from the maker. A
 with every entry and set again at the end, so explicitly set types come back.
 
 Classes and factories are saved by their registered names (`"refold>Map"`,
-`blocks.registry`), so a file does not depend on which module holds them; other
+`blocks.serialization.registry`), so a file does not depend on which module holds them; other
 Python functions and classes are saved by their importable name (`module:qualname`)
 when they have one. Files of version 1, written before Refold's modules moved under
 `refold`, name `blocks.sequences:Map` and the like; they load as `refold.blocks...`.
@@ -34,7 +34,7 @@ saves them beside it (`keras.models.load_model` restores both).
 >>> deserialize(serialize(lam), safe_mode=True)
 Traceback (most recent call last):
 ...
-refold.blocks.serialization.UnsafeConfigError: Pipe[1] > Function (argument tf_fn): its \
+refold.blocks.serialization.config.UnsafeConfigError: Pipe[1] > Function (argument tf_fn): its \
 function '<lambda>' \
 is saved as Python bytecode, and safe mode does not run code from a file. If you \
 trust the file, load it with safe_mode=False (keras.models.load_model(path, \
@@ -59,8 +59,8 @@ from typing import Any
 
 import numpy as np
 
-from refold.blocks import registry
 from refold.blocks.block import FactoryCall, IOBase
+from refold.blocks.serialization import registry
 from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,

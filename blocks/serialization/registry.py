@@ -8,7 +8,7 @@ classes and factories register themselves under `refold>` by their qualified nam
 user's may register with `register` (or with `keras.saving.register_keras_serializable`,
 which saving honours too); anything else is saved by its importable module path.
 
->>> from refold.blocks import registry
+>>> from refold.blocks.serialization import registry
 >>> import refold as td
 >>> registry.registered_name(td.Map)
 'refold>Map'

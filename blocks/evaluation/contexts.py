@@ -44,14 +44,14 @@ from typing import Any
 import numpy as np
 
 from refold.blocks.errors import BadValueError, InputError, InternalError
+from refold.blocks.evaluation.precision import compute_dtype, held_dtype, to_held
+from refold.blocks.evaluation.values import describe, to_array
 from refold.blocks.op import Op
-from refold.blocks.precision import compute_dtype, held_dtype, to_held
 from refold.blocks.types import (
     ResultType,
     TensorType,
     VoidType,
 )
-from refold.blocks.values import describe, to_array
 
 _STACK_BYTES = 512 * 1024 * 1024
 _RECURSION_LIMIT = 1_000_000
@@ -223,8 +223,8 @@ class ReferenceContext:
 
     Args:
         low, keep: under a mixed policy, the low dtype and the types that stay
-            float32 (`blocks.precision`).
-        training: the training flag the ops see (`blocks.training`).
+            float32 (`blocks.evaluation.precision`).
+        training: the training flag the ops see (`blocks.evaluation.training_mode`).
         seed: in training, the step's seed random ops draw with (`blocks.noise`).
         example: the input's index in a batch, the first item of its random
             nodes' keys (0 for one input on its own).
@@ -235,14 +235,14 @@ class ReferenceContext:
         import tensorflow as tf
         self._tf = tf
         if training:
-            from refold.blocks.training import Mode
+            from refold.blocks.evaluation.training_mode import Mode
             self._mode = Mode.of(True, seed)
         else:
             self._mode = None
         self._example = int(example)
         self._random_nodes = 0  # the random nodes so far: the next one's number
         # under a mixed policy: the low dtype and the types that stay float32
-        # (`blocks.precision`)
+        # (`blocks.evaluation.precision`)
         self._low, self._keep = low, frozenset(keep)
         self.metrics: dict[str, list] = {}
         self.metric_labels: dict[str, list] = {}
@@ -271,7 +271,7 @@ class ReferenceContext:
             args = [*args, tf.constant([self._example, self._random_nodes], tf.int32)]
             self._random_nodes += 1
         if self._mode is not None:
-            from refold.blocks.training import using
+            from refold.blocks.evaluation.training_mode import using
             with using(self._mode):
                 outs = self._call(op, args)
         else:

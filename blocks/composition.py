@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from refold.blocks.block import Block, bad_input, raise_named
+from refold.blocks.dataflow import DataFlow
 from refold.blocks.types import (
     PyObjectType,
     ResultType,
@@ -214,9 +215,9 @@ class Composition(Block):
             reader.set_input_type(VoidType())
         elif multi:
             reader.set_input_type_classes(TupleType, PyObjectType)
-        self._infer()
+        self.infer_types()
 
-    def _infer(self) -> None:
+    def infer_types(self) -> None:
         if not hasattr(self, "_output"):
             return  # still constructing
         self._input.set_output_type(self.input_type)
@@ -308,12 +309,22 @@ class Composition(Block):
         self._out_plan = ([(slot[b], i) for b, i in self._sources.get(self._output, ())],
                           self._multi.get(self._output, False))
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         values = [x]
         for child, sources, multi in self._plan:
-            values.append(child._eval(ctx, _gather(values, sources, multi)))
+            values.append(child.eval_in(ctx, _gather(values, sources, multi)))
         sources, multi = self._out_plan
         return _gather(values, sources, multi) if sources or multi else None
+
+    def dataflow(self) -> DataFlow:
+        """Each child reads what its wires name; the output, what the output's do."""
+        if self._plan is None:
+            self._validate_wiring()
+        parts = [DataFlow.INPUT] + [child for child, _, _ in self._plan]
+        reads = {child: [parts[slot] for slot, _ in sources]
+                 for child, sources, _ in self._plan}
+        reads[DataFlow.OUTPUT] = [parts[slot] for slot, _ in self._out_plan[0]]
+        return DataFlow(reads)
 
 
 def _wire_key(block: Block, index: Any) -> Any:
@@ -365,10 +376,12 @@ class Pipe(Composition):
         super()._validate_wiring()
         self._chain = [child for child, _, _ in self._plan]
 
-    def _evaluate(self, ctx, x):
+    dataflow = Composition.dataflow  # evaluates as its wiring says, as a Composition
+
+    def evaluate(self, ctx, x):
         for child in self._chain:
-            try:  # `child._eval`, inlined (see `Block._eval`)
-                x = child._evaluate(ctx, x)
+            try:  # `child.eval_in`, inlined (see `Block.eval_in`)
+                x = child.evaluate(ctx, x)
             except Exception as e:
                 raise_named(child, e, x)
         return x
@@ -508,7 +521,7 @@ class Record(Block):
         self._position(key)  # fail early on an unknown key; `connect` resolves it
         return Wire(self, key)
 
-    def _infer(self):
+    def infer_types(self):
         children = self._children
         t = self.input_type
         if isinstance(t, PyObjectType):
@@ -545,14 +558,14 @@ class Record(Block):
         if all(x is not None for x in outs):
             self.set_output_type(TupleType(*outs))
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         if isinstance(self.input_type, TupleType):
             if len(x) != len(self._children):
                 raise ValueError(f"expected {len(self._children)} items, got {len(x)}")
             out = []
             for c, v in zip(self._children, x):
-                try:  # `c._eval`, inlined (see `Block._eval`)
-                    out.append(c._evaluate(ctx, v))
+                try:  # `c.eval_in`, inlined (see `Block.eval_in`)
+                    out.append(c.evaluate(ctx, v))
                 except Exception as e:
                     raise_named(c, e, v)
             return tuple(out)
@@ -574,11 +587,15 @@ class Record(Block):
                 # Name the child's slot (`Record['left']`): it is what lacks an input.
                 raise InputKeyError(self.path + self._child_key(child),
                                     f"missing key {key!r}: the input has {have}") from None
-            try:  # `child._eval`, inlined (see `Block._eval`)
-                out.append(child._evaluate(ctx, item))
+            try:  # `child.eval_in`, inlined (see `Block.eval_in`)
+                out.append(child.evaluate(ctx, item))
             except Exception as e:
                 raise_named(child, e, item)
         return tuple(out)
+
+    def dataflow(self) -> DataFlow:
+        """Every child reads (an item of) the input; the output is theirs."""
+        return DataFlow.parallel(self)
 
 
 def _is_ordered_dict(d: dict) -> bool:
@@ -611,7 +628,7 @@ class AllOf(Block):
     def _child_key(self, child):
         return f"[{self._children.index(child)}]"
 
-    def _infer(self):
+    def infer_types(self):
         t = self.input_type
         takers = [c for c in self._children if not isinstance(c.input_type, VoidType)]
         for c in takers:
@@ -625,7 +642,11 @@ class AllOf(Block):
         if all(x is not None for x in outs):
             self.set_output_type(TupleType(*outs))
 
-    def _evaluate(self, ctx, x):
-        return tuple(c._eval(ctx, None if isinstance(c.input_type, VoidType) else x)
+    def evaluate(self, ctx, x):
+        return tuple(c.eval_in(ctx, None if isinstance(c.input_type, VoidType) else x)
                      for c in self._children)
+
+    def dataflow(self) -> DataFlow:
+        """Every child reads the input; the output is theirs."""
+        return DataFlow.parallel(self)
 

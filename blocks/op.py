@@ -43,7 +43,7 @@ and batched, and differ from node to node (`blocks.noise`).
 ...     def weights(self):
 ...         return [self.factor]
 ...
-...     def _evaluate(self, ctx, x):
+...     def evaluate(self, ctx, x):
 ...         return ctx.op(self._op, [x])[0]
 >>> block = td.Map(td.Vector(2) >> Scale(2)) >> td.Sum()
 >>> block.eval([[1.0, -2.0], [0.5, 0.0]])

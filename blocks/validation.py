@@ -30,7 +30,7 @@ def iter_blocks(root: Block) -> Iterator[Block]:
     while stack:
         block = stack.pop()
         yield block
-        nexts = list(reversed(block._children))
+        nexts = list(reversed(block.children))
         if block.is_forward_declaration_ref():
             target = block.declaration.target
             if target is not None:

@@ -245,7 +245,7 @@ class Gate(td.Block):
     def ops(self) -> list:
         return [self._op]
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         return ctx.op(self._op, list(x))[0]
 
 

@@ -135,6 +135,18 @@ def test_a_leaf_that_declares_nothing_gets_the_leaf_rule_and_runs_before_the_loo
     assert [names[o] for o in layout.head_ops] == ["scale"]
 
 
+def test_a_user_block_with_children_that_declares_its_flow_runs_before_the_loop():
+    case = models.make_user_block_with_children()
+    program = lower(case.block)
+    layout = Layout.build(program.ops, program.value_types, op_feeds(program))
+    head = [program.ops[o] for o in layout.head_ops]
+    loop = [program.ops[o] for o in layout.loop_ops]
+    # the Residual over the elements (its FC and its add) runs before the loop,
+    # the one in the Fold's step in it
+    assert sum(op.name == "residual_add" for op in head) == 1
+    assert sum(op.name == "residual_add" for op in loop) == 1
+
+
 def test_a_declaration_naming_a_part_the_block_lacks_is_refused():
     stranger = td.Scalar()
 

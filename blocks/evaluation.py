@@ -1,6 +1,6 @@
 """Evaluating a block expression on one input: the contexts blocks evaluate in.
 
-A block's `_evaluate(ctx, x)` never computes tensors itself: it asks its context
+A block's `evaluate(ctx, x)` never computes tensors itself: it asks its context
 for constants (`ctx.constant`, or `ctx.number` for a Python int or float that
 fits its scalar type: a context that stores numbers converts them itself), op
 calls (`ctx.op`) and metrics (`ctx.metric`),

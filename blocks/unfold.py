@@ -176,7 +176,7 @@ class Unfold(Block):
         """The loop, as a generator: it yields each `(value type, value)` whose values
         `decide` needs and is sent them back (one read per step, or per `lookahead`
         steps), and returns `(outputs, state, config)`. Whoever drives it reads the
-        values: `_evaluate` through `ctx.read`, a batching context through its rounds
+        values: `evaluate` through `ctx.read`, a batching context through its rounds
         (`ctx.walk`). Steps after the one where the walk ends are rewound
         (`ctx.mark`, `ctx.rewind`)."""
         state, config = x

@@ -51,6 +51,13 @@ def _making() -> list:
     return _made.__dict__.setdefault("stack", [])
 
 
+def provenance(obj: IOBase) -> tuple[Any, FactoryCall | None]:
+    """How `obj` was made, for saving it (`blocks.serialization`): what was being
+    built when it was (a block, a `FactoryCall`, or None) and the factory call that
+    returned it (or None)."""
+    return obj._made_inside, obj._factory_call
+
+
 class FactoryCall:
     """One call of a function that builds a block (`@block_factory`): the blocks it
     made are rebuilt by calling it again, and `result` is what it returned."""
@@ -217,8 +224,18 @@ class IOBase:
     def name(self) -> str | None:
         return self._name
 
+    @property
+    def label(self) -> str:
+        """How this block is named in a block path: `Function 'cell'`.
+
+        >>> from refold.blocks import Function
+        >>> Function(abs, name="cell").label
+        "Function 'cell'"
+        """
+        return self._label()
+
     def _label(self) -> str:
-        """How this block is named in a block path: `Function 'cell'`."""
+        """`label`; overridden where a class names itself otherwise."""
         label = getattr(self, "_constructor_name", type(self).__name__)
         return label if self._name is None else f"{label} {self._name!r}"
 
@@ -281,6 +298,16 @@ class IOBase:
         setattr(self, f"_{which}_classes", (type(t),))
         self._types_changed()
         return self
+
+    @property
+    def input_type_classes(self) -> tuple[type, ...]:
+        """The classes the input type may have: its own class once it is known."""
+        return self._input_classes
+
+    @property
+    def output_type_classes(self) -> tuple[type, ...]:
+        """The classes the output type may have: its own class once it is known."""
+        return self._output_classes
 
     def set_input_type_classes(self, *classes: type) -> IOBase:
         """Restricts the classes the input type may have (e.g. `TupleType`)."""
@@ -383,8 +410,13 @@ class Block(IOBase):
         """The container shown in `child`'s path and the key that tells it apart there."""
         return self, self._child_key(child)
 
+    def child_key(self, child: Block) -> str:
+        """How `child` is told apart from its siblings in a block path (`[2]`,
+        `['left']`, `.combine`; empty where one child needs no key)."""
+        return self._child_key(child)
+
     def _child_key(self, child: Block) -> str:
-        """How a child is told apart from its siblings in a path (`[2]`, `['left']`)."""
+        """`child_key`; overridden by blocks with several children."""
         return ""
 
     def is_forward_declaration_ref(self) -> bool:

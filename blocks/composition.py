@@ -156,7 +156,7 @@ class Composition(Block):
         if "wires" not in config:
             return super().from_config(config)
         comp = cls(config["children"], name=config["name"])
-        blocks = {i: c for i, c in enumerate(comp._children)}
+        blocks = dict(enumerate(comp.children))
         blocks[-1], blocks[-2] = comp._input, comp._output
         for reader, items, multi in config["wires"]:
             sources = [blocks[b] if key is None else Wire(blocks[b], key) for b, key in items]
@@ -180,7 +180,7 @@ class Composition(Block):
                 raise ValueError(f"{self.path}: {block!r} is the {block._which} of a different "
                                  "composition")
             return
-        if block._parent is not self:
+        if block.parent is not self:
             self._add_child(block)
 
     def connect(self, source: Any, reader: Any) -> None:
@@ -241,8 +241,8 @@ class Composition(Block):
             if not multi and sources[0][1] is None:
                 # Even before types are known, the kinds of type must be able to meet.
                 source = sources[0][0]
-                reader.set_input_type_classes(*source._output_classes)
-                source.set_output_type_classes(*reader._input_classes)
+                reader.set_input_type_classes(*source.output_type_classes)
+                source.set_output_type_classes(*reader.input_type_classes)
             expected = reader.input_type
             if expected is None or not sources:
                 continue
@@ -258,7 +258,12 @@ class Composition(Block):
 
     # --- validation and evaluation ------------------------------------------------------
 
-    def _validate_wiring(self) -> None:
+    def sources(self, reader: Block) -> list[tuple[Block, Any]]:
+        """What `reader` (a child, or `output`) reads: its wires `(block, item)`, with
+        `item` None for a whole output, in the order `reads` named them."""
+        return list(self._sources.get(reader, ()))
+
+    def validate_wiring(self) -> None:
         """Orders the children, gives unwired ones a void input, checks outputs are used."""
         for child in self._children:
             if child not in self._sources:
@@ -319,7 +324,7 @@ class Composition(Block):
     def dataflow(self) -> DataFlow:
         """Each child reads what its wires name; the output, what the output's do."""
         if self._plan is None:
-            self._validate_wiring()
+            self.validate_wiring()
         parts = [DataFlow.INPUT] + [child for child, _, _ in self._plan]
         reads = {child: [parts[slot] for slot, _ in sources]
                  for child, sources, _ in self._plan}
@@ -372,8 +377,8 @@ class Pipe(Composition):
             previous = block
         self.connect(previous, self.output)
 
-    def _validate_wiring(self):
-        super()._validate_wiring()
+    def validate_wiring(self):
+        super().validate_wiring()
         self._chain = [child for child, _, _ in self._plan]
 
     dataflow = Composition.dataflow  # evaluates as its wiring says, as a Composition
@@ -395,17 +400,25 @@ class Pipe(Composition):
         # `a >> b >> c` nests as Pipe(Pipe(a, b), c); show it as one flat Pipe[0..2].
         top = self
         while top._merges_into_parent():
-            top = top._parent
-        return top, f"[{top._flat_members().index(child)}]"
+            top = top.parent
+        return top, f"[{top.members.index(child)}]"
 
     def _merges_into_parent(self) -> bool:
         p = self._parent
         return (self._from_rshift and isinstance(p, Pipe) and p._from_rshift
-                and p._children[0] is self)
+                and p.children[0] is self)
 
-    def _flat_members(self) -> list[Block]:
+    @property
+    def members(self) -> list[Block]:
+        """The blocks of the pipe in order, with `a >> b >> c` as one pipe of three
+        (it nests as `Pipe(Pipe(a, b), c)`).
+
+        >>> from refold.blocks import Scalar, Function
+        >>> len((Scalar() >> Function(abs) >> Function(abs)).members)
+        3
+        """
         first, rest = self._children[0], self._children[1:]
-        head = first._flat_members() if isinstance(first, Pipe) and first._merges_into_parent() \
+        head = first.members if isinstance(first, Pipe) and first._merges_into_parent() \
             else [first]
         return head + rest
 

@@ -77,6 +77,17 @@ class Layer(IOBase):
         """The layer's variables (empty until the layer has been called or built)."""
         return [w for layer in self._keras_layers() for w in layer.weights]
 
+    @property
+    def keras_layer(self):
+        """The Keras layer holding this layer's weights, if it has one (`td.FC`'s
+        `Dense`), else None."""
+        return self._keras_layer()
+
+    @property
+    def keras_layers(self) -> list:
+        """The Keras layers holding this layer's weights (what a model tracks)."""
+        return self._keras_layers()
+
     def _keras_layer(self):
         return None
 
@@ -85,7 +96,9 @@ class Layer(IOBase):
         layer = self._keras_layer()
         return [] if layer is None else [layer]
 
-    def _attach(self, function_block) -> None:
+    def attach(self, function_block) -> None:
+        """Ties `function_block` (a `Function` wrapping this layer) to it: the block
+        has this layer's input and output types, and each learns the other's."""
         self._functions.append(function_block)
         self.infer_types()
 

@@ -262,7 +262,7 @@ class Function(Block):
         self._layer = tf_fn if isinstance(tf_fn, Layer) else None
         super().__init__(name=name)
         if self._layer is not None:
-            self._layer._attach(self)
+            self._layer.attach(self)
 
     @property
     def tf_fn(self):
@@ -273,6 +273,15 @@ class Function(Block):
         """Whether the block calls its function on a batch of zeros to find (and
         check) its output type, and so sees which variables it reads."""
         return self._infer_output
+
+    @property
+    def fn_name(self) -> str:
+        """The wrapped function's name, as repr and error messages show it.
+
+        >>> Function(abs).fn_name
+        'abs'
+        """
+        return self._fn_name()
 
     def _fn_name(self) -> str:
         fn = self._tf_fn
@@ -364,7 +373,7 @@ class Function(Block):
         from refold.blocks.layers import Layer, is_keras_layer
         fn = self._tf_fn
         if isinstance(fn, Layer):
-            return fn._keras_layers()
+            return fn.keras_layers
         return [fn] if is_keras_layer(fn) else []
 
     def build_layers(self) -> None:

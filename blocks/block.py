@@ -342,7 +342,28 @@ class IOBase:
         return ()
 
     def infer_types(self) -> None:
-        """Pushes what the known types imply. Overridden by blocks with type logic."""
+        """Pushes what the known types imply: the hook that holds a block's type logic.
+
+        Contract: it runs whenever one of this block's types, or a child's, becomes
+        known, so it may run many times and with any subset of the types known. It
+        reads the types known so far (`input_type`, `output_type`, the children's)
+        and sets what they imply with `set_input_type` / `set_output_type` on this
+        block and its children; it never unsets a type, and raises `TypeError`
+        (naming `self.path`) when two types disagree. Setting a type runs inference
+        again where it changed, so one step at a time is enough. Does nothing by
+        default (a block whose types are fixed sets them in `__init__`).
+
+        >>> import refold as td
+        >>> class Pair(td.Block):  # x -> (x, x), for any type x
+        ...     def infer_types(self):
+        ...         t = self.input_type
+        ...         if t is not None:
+        ...             self.set_output_type(td.TupleType(t, t))
+        >>> (td.Scalar() >> Pair()).output_type
+        TupleType(TensorType((), 'float32'), TensorType((), 'float32'))
+        """
+
+    _infer = infer_types  # its name until 0.2, deprecated (see `_adopt_old_hooks`)
 
 
 class Block(IOBase):

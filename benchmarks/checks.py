@@ -39,17 +39,17 @@ def unchecked():
         return np.asarray(x, ttype.numpy_dtype)
 
     def untracked(self, ctx, x):
-        return self._decl._target._eval(ctx, x)
+        return self._decl._target.eval_in(ctx, x)
 
     saved = (refold.blocks.inputs.to_array, refold.blocks.evaluation.contexts.to_array,
-             _ForwardDeclarationRef._evaluate)
+             _ForwardDeclarationRef.evaluate)
     refold.blocks.inputs.to_array = refold.blocks.evaluation.contexts.to_array = lenient
-    _ForwardDeclarationRef._evaluate = untracked
+    _ForwardDeclarationRef.evaluate = untracked
     try:
         yield
     finally:
         (refold.blocks.inputs.to_array, refold.blocks.evaluation.contexts.to_array,
-         _ForwardDeclarationRef._evaluate) = saved
+         _ForwardDeclarationRef.evaluate) = saved
 
 
 def main(argv=None) -> dict:

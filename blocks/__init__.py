@@ -15,11 +15,12 @@ TensorType((), 'float32')
 42.0
 """
 
-from refold.blocks.block import Block, IOBase
+from refold.blocks.block import Block, IOBase, bad_input
 from refold.blocks.composition import AllOf, Composition, Pipe, Record, Wire, convert_to_block
 from refold.blocks.control import ForwardDeclaration, OneOf, Optional
 from refold.blocks.diagram import plot_block
 from refold.blocks.errors import InputError, InputKeyError, InternalError
+from refold.blocks.evaluation.dataflow import DataFlow
 from refold.blocks.evaluation.training_mode import training_mode
 from refold.blocks.inputs import (
     GetItem,
@@ -88,7 +89,7 @@ __all__ = [
     # training behaviour: dropout per node, the training flag
     "Dropout", "training_mode",
     # evaluation support
-    "Op", "validate", "InputError", "InputKeyError", "InternalError",
+    "Op", "DataFlow", "bad_input", "validate", "InputError", "InputKeyError", "InternalError",
     # drawing
     "plot_block",
 ]

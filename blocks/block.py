@@ -5,8 +5,8 @@ Type inference is eager and incremental. Each block (and each `Layer` and
 (`None`) until something determines it; once set, a type never changes, and
 setting a different one raises a `TypeError` that names the block path and
 shows the expected and the actual type. Whenever one of a block's types is
-learned, the block's `_infer()` runs, and so does its parent's; `_infer` holds the
-whole type logic of a block in one place and pushes whatever the known types
+learned, the block's `infer_types()` runs, and so does its parent's; `infer_types`
+holds the whole type logic of a block in one place and pushes whatever the known types
 imply to the block itself and to its children. Because types only ever go from
 unknown to known, propagation terminates.
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -48,6 +49,13 @@ _serial = itertools.count()      # creation order of blocks and factory calls
 
 def _making() -> list:
     return _made.__dict__.setdefault("stack", [])
+
+
+def provenance(obj: IOBase) -> tuple[Any, FactoryCall | None]:
+    """How `obj` was made, for saving it (`blocks.serialization`): what was being
+    built when it was (a block, a `FactoryCall`, or None) and the factory call that
+    returned it (or None)."""
+    return obj._made_inside, obj._factory_call
 
 
 class FactoryCall:
@@ -105,6 +113,38 @@ def _record_construction(init):
     return wrapped
 
 
+# (old name, new name): the hooks' names until 0.2, which subclasses may still override
+_OLD_HOOKS = (("_evaluate", "evaluate"), ("_infer", "infer_types"), ("_eval", "eval_in"))
+
+
+def _adopt_old_hooks(cls: type) -> None:
+    """Lets a class written for the names until 0.2 (`_evaluate`, `_infer`) work.
+
+    A class that overrides an old name gets it under the new one too and a
+    `DeprecationWarning` naming the class, once, when it is defined; if it
+    evaluates by the old name and declares no data flow, the compiler assumes
+    anything inside it may feed anything (`DataFlow.opaque`), as it used to. A class
+    that overrides a new name gets it under the old one too, so that old callers
+    (`super()._infer()`) reach it. Nothing of this runs per call.
+    """
+    own = cls.__dict__
+    for old, new in _OLD_HOOKS:
+        if old in own and new not in own:
+            setattr(cls, new, own[old])
+            extra = ""
+            if old == "_evaluate" and "dataflow" not in own:
+                from refold.blocks.evaluation.dataflow import opaque_rule
+                cls.dataflow = opaque_rule
+                extra = ("; until it declares dataflow(), the compiler assumes anything "
+                         "inside it may feed anything")
+            warnings.warn(
+                f"{cls.__module__}.{cls.__qualname__} overrides {old}, which was renamed "
+                f"{new} in refold 0.2 and will stop working in 0.3: rename it{extra} "
+                "(docs/guide/extending.md)", DeprecationWarning, stacklevel=3)
+        elif new in own and old not in own:
+            setattr(cls, old, own[new])
+
+
 class IOBase:
     """Anything with an input type and an output type that inference can set.
 
@@ -130,6 +170,7 @@ class IOBase:
         registry.register_own(cls)
         if "__init__" in cls.__dict__:
             cls.__init__ = _record_construction(cls.__dict__["__init__"])
+        _adopt_old_hooks(cls)
 
     def get_config(self) -> dict:
         """The arguments this object was constructed with, by parameter name (blocks,
@@ -183,8 +224,18 @@ class IOBase:
     def name(self) -> str | None:
         return self._name
 
+    @property
+    def label(self) -> str:
+        """How this block is named in a block path: `Function 'cell'`.
+
+        >>> from refold.blocks import Function
+        >>> Function(abs, name="cell").label
+        "Function 'cell'"
+        """
+        return self._label()
+
     def _label(self) -> str:
-        """How this block is named in a block path: `Function 'cell'`."""
+        """`label`; overridden where a class names itself otherwise."""
         label = getattr(self, "_constructor_name", type(self).__name__)
         return label if self._name is None else f"{label} {self._name!r}"
 
@@ -248,6 +299,16 @@ class IOBase:
         self._types_changed()
         return self
 
+    @property
+    def input_type_classes(self) -> tuple[type, ...]:
+        """The classes the input type may have: its own class once it is known."""
+        return self._input_classes
+
+    @property
+    def output_type_classes(self) -> tuple[type, ...]:
+        """The classes the output type may have: its own class once it is known."""
+        return self._output_classes
+
     def set_input_type_classes(self, *classes: type) -> IOBase:
         """Restricts the classes the input type may have (e.g. `TupleType`)."""
         return self._restrict("input", classes)
@@ -269,19 +330,40 @@ class IOBase:
 
     def _types_changed(self) -> None:
         """Runs inference here and in whatever contains this block."""
-        self._infer()
+        self.infer_types()
         self._notify_container()
 
     def _notify_container(self) -> None:
         for container in self._containers():
-            container._infer()
+            container.infer_types()
 
     def _containers(self) -> tuple[IOBase, ...]:
         """Whatever holds this block and must re-run inference when its types change."""
         return ()
 
-    def _infer(self) -> None:
-        """Pushes what the known types imply. Overridden by blocks with type logic."""
+    def infer_types(self) -> None:
+        """Pushes what the known types imply: the hook that holds a block's type logic.
+
+        Contract: it runs whenever one of this block's types, or a child's, becomes
+        known, so it may run many times and with any subset of the types known. It
+        reads the types known so far (`input_type`, `output_type`, the children's)
+        and sets what they imply with `set_input_type` / `set_output_type` on this
+        block and its children; it never unsets a type, and raises `TypeError`
+        (naming `self.path`) when two types disagree. Setting a type runs inference
+        again where it changed, so one step at a time is enough. Does nothing by
+        default (a block whose types are fixed sets them in `__init__`).
+
+        >>> import refold as td
+        >>> class Pair(td.Block):  # x -> (x, x), for any type x
+        ...     def infer_types(self):
+        ...         t = self.input_type
+        ...         if t is not None:
+        ...             self.set_output_type(td.TupleType(t, t))
+        >>> (td.Scalar() >> Pair()).output_type
+        TupleType(TensorType((), 'float32'), TensorType((), 'float32'))
+        """
+
+    _infer = infer_types  # its name until 0.2, deprecated (see `_adopt_old_hooks`)
 
 
 class Block(IOBase):
@@ -292,8 +374,8 @@ class Block(IOBase):
     `Record`, `AllOf`, `Map`, `Fold`, ..., and inside a `Composition` with `.reads()`.
     Each block instance has at most one parent: weights are shared through layers,
     not by reusing blocks. `block.eval(x)` runs the reference evaluator. To write a
-    new block, override `_infer` (or set the types once), `ops` and `_evaluate`;
-    `blocks.op` has a worked example.
+    new block, override `infer_types` (or set the types once), `ops`, `evaluate`
+    and, if it has children, `dataflow`; `blocks.op` has a worked example.
     """
 
     # Makes numpy defer `array >> block` to `Block.__rrshift__` instead of shifting
@@ -309,7 +391,7 @@ class Block(IOBase):
         for child in children:
             self._add_child(child)
         if self._children:  # children made earlier may already know their types
-            self._infer()
+            self.infer_types()
         self.set_input_type(input_type)
         self.set_output_type(output_type)
 
@@ -349,8 +431,13 @@ class Block(IOBase):
         """The container shown in `child`'s path and the key that tells it apart there."""
         return self, self._child_key(child)
 
+    def child_key(self, child: Block) -> str:
+        """How `child` is told apart from its siblings in a block path (`[2]`,
+        `['left']`, `.combine`; empty where one child needs no key)."""
+        return self._child_key(child)
+
     def _child_key(self, child: Block) -> str:
-        """How a child is told apart from its siblings in a path (`[2]`, `['left']`)."""
+        """`child_key`; overridden by blocks with several children."""
         return ""
 
     def is_forward_declaration_ref(self) -> bool:
@@ -406,7 +493,7 @@ class Block(IOBase):
     # --- evaluation ---------------------------------------------------------------------
 
     def ops(self) -> list[Op]:
-        """The ops this block's `_evaluate` may call through `ctx.op`; none by default.
+        """The ops this block's `evaluate` may call through `ctx.op`; none by default.
 
         Every op must be declared here: the batching engine lowers a block expression
         to its ops before it sees any input, by asking each block, and refuses an op
@@ -425,23 +512,121 @@ class Block(IOBase):
         """
         return []
 
-    def _evaluate(self, ctx, x):
-        """Evaluates this block on one input `x` in context `ctx`
-        (see `blocks.evaluation.contexts`)."""
-        raise NotImplementedError(f"{type(self).__name__} does not define _evaluate")
+    def evaluate(self, ctx, x):
+        """Evaluates this block on one input: the hook every block overrides.
 
-    def _eval(self, ctx, x):
-        """`_evaluate` with errors turned into `InputError`s that name this block.
+        Contract: `x` is one input of `input_type`, in the context's handles (a tensor
+        is a handle; tuples, lists and Python objects hold handles). The block
+        returns its output the same way, computing only through the context:
+        `ctx.op(op, args)` for an op it declares in `ops()` (it returns the op's
+        outputs as a list of handles), `ctx.constant` / `ctx.number` for constants,
+        `ctx.metric` for metrics, `child.eval_in(ctx, value)` for a child. It never
+        looks inside a handle (`ctx.read` is for blocks whose structure depends on
+        computed values, `td.Unfold`), so the same code runs in `block.eval` (handles
+        are eager tensors), in `max_depth` and in the batching engine (handles are
+        node ids). A bad input raises `bad_input(self, reason)`; any other error is
+        named by the block path where it happened (`eval_in`).
+
+        >>> import refold as td
+        >>> import tensorflow as tf
+        >>> class Negate(td.Block):
+        ...     def __init__(self):
+        ...         super().__init__(input_type=td.TensorType(()),
+        ...                          output_type=td.TensorType(()))
+        ...         self.op = td.Op("negate", lambda x: [-x], [self.input_type],
+        ...                         [self.output_type])
+        ...     def ops(self):
+        ...         return [self.op]
+        ...     def evaluate(self, ctx, x):
+        ...         return ctx.op(self.op, [x])[0]
+        >>> float((td.Scalar() >> Negate()).eval(2))
+        -2.0
+        """
+        raise NotImplementedError(f"{self.path}: {type(self).__name__} does not define "
+                                  "evaluate(ctx, x)")
+
+    def eval_in(self, ctx, x):
+        """Evaluates this block on `x` in a parent's (or an engine's) context `ctx`:
+        how a block evaluates a child, and an engine the root.
+
+        It is `evaluate(ctx, x)`, with any error that escapes it named by this
+        block's path: an `InputError` passes as it is (it names the innermost block
+        already), any other error (a user function's, a TF op's) becomes an
+        `InputError` naming this block (`raise_named`). Not meant to be overridden.
 
         Blocks that evaluate children on every node (`Pipe`, `Record`, `OneOf`, a
-        forward declaration) inline this instead: `try: child._evaluate(...)` and
-        `except Exception as e: raise_named(child, e, x)` is the same, one Python frame
-        fewer per block and node."""
+        forward declaration) inline it: `try: child.evaluate(ctx, x)` and
+        `except Exception as e: raise_named(child, e, x)` is the same, one Python
+        frame fewer per block and node.
+
+        >>> import refold as td
+        >>> from refold.blocks.evaluation import ReferenceContext
+        >>> td.Length().eval_in(ReferenceContext(), [1, 2, 3])
+        <tf.Tensor: shape=(), dtype=float32, numpy=3.0>
+        >>> td.Length().eval_in(ReferenceContext(), 7)
+        Traceback (most recent call last):
+        ...
+        refold.blocks.errors.InputError: Length: expected something with a length, got 7
+        """
         try:
-            return self._evaluate(ctx, x)
+            return self.evaluate(ctx, x)
         except Exception as e:
             raise_named(self, e, x)
 
+    # The names until 0.2, deprecated: a subclass overriding `_evaluate` warns once,
+    # when it is defined (`_adopt_old_hooks`); they are the very function objects, so
+    # old callers cost nothing more.
+    _evaluate = evaluate
+    _eval = eval_in
+
+    def dataflow(self):
+        """Which parts of this block may read which: how the compiler learns where
+        values flow inside it (a `blocks.evaluation.dataflow.DataFlow`).
+
+        The compiler runs an op before its loop when no op inside the loop can feed
+        it (`compiler.graphs.dataflow`); each block says what its `evaluate` may
+        pass where: its input, its children (what `eval_in` returned), its ops'
+        outputs and its output are the parts. Contract: every value `evaluate` can
+        pass to a child, to an op or to its output comes only from the parts the
+        declaration lists for that reader (a declaration that lists more is still
+        correct; one that lists less is caught by the engine as an `EngineError`).
+
+        The default: a block without children gets `DataFlow.leaf` (its ops read its
+        input; its output is its input and its ops' outputs). A block with children
+        must declare its own, and so must a subclass that overrides `evaluate` below
+        the class that declared the rule it would inherit: the compiler refuses it
+        with a `TypeError` naming the block path, never guessing.
+        `DataFlow.opaque(self)` (anything inside may feed anything) is always correct.
+
+        >>> import refold as td
+        >>> class Twice(td.Block):  # x -> child(child(x))
+        ...     def __init__(self, child):
+        ...         super().__init__([child])
+        ...     def infer_types(self):
+        ...         (child,) = self.children
+        ...         child.set_input_type(self.input_type)
+        ...         self.set_input_type(child.input_type)
+        ...         child.set_output_type(child.input_type)
+        ...         self.set_output_type(child.output_type)
+        ...     def evaluate(self, ctx, x):
+        ...         (child,) = self.children
+        ...         return child.eval_in(ctx, child.eval_in(ctx, x))
+        ...     def dataflow(self):
+        ...         (child,) = self.children
+        ...         return td.DataFlow({child: [td.DataFlow.INPUT, child],
+        ...                             td.DataFlow.OUTPUT: [child]})
+        >>> float((td.Scalar() >> Twice(td.Function(lambda x: x + 1))).eval(1))
+        3.0
+        """
+        from refold.blocks.evaluation.dataflow import DataFlow
+        if self._children:
+            raise TypeError(
+                f"{self.path}: {type(self).__name__} has children but does not declare its "
+                "data flow: override dataflow() to say which parts of it read which "
+                "(return td.DataFlow.opaque(self) if unsure: it is always correct, though it "
+                "may keep ops in the loop that could run before it); see "
+                "docs/guide/extending.md")
+        return DataFlow.leaf(self)
 
     def eval(self, inp: Any = None, tolist: bool = False, training: bool = False,
              seed: Any = None, example: int = 0):
@@ -486,7 +671,7 @@ class Block(IOBase):
 
 
 def raise_named(block: Block, e: Exception, x: Any):
-    """Raises what `block._eval` raises when its `_evaluate(ctx, x)` raised `e` (call
+    """Raises what `block.eval_in` raises when its `evaluate(ctx, x)` raised `e` (call
     it in the `except` clause that caught `e`): an `InputError` as it is, an
     `InternalError` naming the innermost block, and any other error (a user
     function's, a TF op's) as an `InputError` naming `block`. An `InputError` notes
@@ -507,7 +692,7 @@ def raise_named(block: Block, e: Exception, x: Any):
 
 
 def bad_input(block: IOBase, reason: str) -> InputError:
-    """An `InputError` at `block` (for `_evaluate` implementations to raise)."""
+    """An `InputError` at `block` (for `evaluate` implementations to raise)."""
     return InputError(block.path, reason)
 
 

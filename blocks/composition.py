@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from refold.blocks.block import Block, bad_input, raise_named
+from refold.blocks.evaluation.dataflow import DataFlow
 from refold.blocks.evaluation.values import describe
 from refold.blocks.types import (
     PyObjectType,
@@ -155,7 +156,7 @@ class Composition(Block):
         if "wires" not in config:
             return super().from_config(config)
         comp = cls(config["children"], name=config["name"])
-        blocks = {i: c for i, c in enumerate(comp._children)}
+        blocks = dict(enumerate(comp.children))
         blocks[-1], blocks[-2] = comp._input, comp._output
         for reader, items, multi in config["wires"]:
             sources = [blocks[b] if key is None else Wire(blocks[b], key) for b, key in items]
@@ -179,7 +180,7 @@ class Composition(Block):
                 raise ValueError(f"{self.path}: {block!r} is the {block._which} of a different "
                                  "composition")
             return
-        if block._parent is not self:
+        if block.parent is not self:
             self._add_child(block)
 
     def connect(self, source: Any, reader: Any) -> None:
@@ -214,9 +215,9 @@ class Composition(Block):
             reader.set_input_type(VoidType())
         elif multi:
             reader.set_input_type_classes(TupleType, PyObjectType)
-        self._infer()
+        self.infer_types()
 
-    def _infer(self) -> None:
+    def infer_types(self) -> None:
         if not hasattr(self, "_output"):
             return  # still constructing
         self._input.set_output_type(self.input_type)
@@ -240,8 +241,8 @@ class Composition(Block):
             if not multi and sources[0][1] is None:
                 # Even before types are known, the kinds of type must be able to meet.
                 source = sources[0][0]
-                reader.set_input_type_classes(*source._output_classes)
-                source.set_output_type_classes(*reader._input_classes)
+                reader.set_input_type_classes(*source.output_type_classes)
+                source.set_output_type_classes(*reader.input_type_classes)
             expected = reader.input_type
             if expected is None or not sources:
                 continue
@@ -257,7 +258,12 @@ class Composition(Block):
 
     # --- validation and evaluation ------------------------------------------------------
 
-    def _validate_wiring(self) -> None:
+    def sources(self, reader: Block) -> list[tuple[Block, Any]]:
+        """What `reader` (a child, or `output`) reads: its wires `(block, item)`, with
+        `item` None for a whole output, in the order `reads` named them."""
+        return list(self._sources.get(reader, ()))
+
+    def validate_wiring(self) -> None:
         """Orders the children, gives unwired ones a void input, checks outputs are used."""
         for child in self._children:
             if child not in self._sources:
@@ -308,12 +314,22 @@ class Composition(Block):
         self._out_plan = ([(slot[b], i) for b, i in self._sources.get(self._output, ())],
                           self._multi.get(self._output, False))
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         values = [x]
         for child, sources, multi in self._plan:
-            values.append(child._eval(ctx, _gather(values, sources, multi)))
+            values.append(child.eval_in(ctx, _gather(values, sources, multi)))
         sources, multi = self._out_plan
         return _gather(values, sources, multi) if sources or multi else None
+
+    def dataflow(self) -> DataFlow:
+        """Each child reads what its wires name; the output, what the output's do."""
+        if self._plan is None:
+            self.validate_wiring()
+        parts = [DataFlow.INPUT] + [child for child, _, _ in self._plan]
+        reads = {child: [parts[slot] for slot, _ in sources]
+                 for child, sources, _ in self._plan}
+        reads[DataFlow.OUTPUT] = [parts[slot] for slot, _ in self._out_plan[0]]
+        return DataFlow(reads)
 
 
 def _wire_key(block: Block, index: Any) -> Any:
@@ -361,14 +377,16 @@ class Pipe(Composition):
             previous = block
         self.connect(previous, self.output)
 
-    def _validate_wiring(self):
-        super()._validate_wiring()
+    def validate_wiring(self):
+        super().validate_wiring()
         self._chain = [child for child, _, _ in self._plan]
 
-    def _evaluate(self, ctx, x):
+    dataflow = Composition.dataflow  # evaluates as its wiring says, as a Composition
+
+    def evaluate(self, ctx, x):
         for child in self._chain:
-            try:  # `child._eval`, inlined (see `Block._eval`)
-                x = child._evaluate(ctx, x)
+            try:  # `child.eval_in`, inlined (see `Block.eval_in`)
+                x = child.evaluate(ctx, x)
             except Exception as e:
                 raise_named(child, e, x)
         return x
@@ -382,17 +400,25 @@ class Pipe(Composition):
         # `a >> b >> c` nests as Pipe(Pipe(a, b), c); show it as one flat Pipe[0..2].
         top = self
         while top._merges_into_parent():
-            top = top._parent
-        return top, f"[{top._flat_members().index(child)}]"
+            top = top.parent
+        return top, f"[{top.members.index(child)}]"
 
     def _merges_into_parent(self) -> bool:
         p = self._parent
         return (self._from_rshift and isinstance(p, Pipe) and p._from_rshift
-                and p._children[0] is self)
+                and p.children[0] is self)
 
-    def _flat_members(self) -> list[Block]:
+    @property
+    def members(self) -> list[Block]:
+        """The blocks of the pipe in order, with `a >> b >> c` as one pipe of three
+        (it nests as `Pipe(Pipe(a, b), c)`).
+
+        >>> from refold.blocks import Scalar, Function
+        >>> len((Scalar() >> Function(abs) >> Function(abs)).members)
+        3
+        """
         first, rest = self._children[0], self._children[1:]
-        head = first._flat_members() if isinstance(first, Pipe) and first._merges_into_parent() \
+        head = first.members if isinstance(first, Pipe) and first._merges_into_parent() \
             else [first]
         return head + rest
 
@@ -508,7 +534,7 @@ class Record(Block):
         self._position(key)  # fail early on an unknown key; `connect` resolves it
         return Wire(self, key)
 
-    def _infer(self):
+    def infer_types(self):
         children = self._children
         t = self.input_type
         if isinstance(t, PyObjectType):
@@ -545,14 +571,14 @@ class Record(Block):
         if all(x is not None for x in outs):
             self.set_output_type(TupleType(*outs))
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         if isinstance(self.input_type, TupleType):
             if len(x) != len(self._children):
                 raise ValueError(f"expected {len(self._children)} items, got {len(x)}")
             out = []
             for c, v in zip(self._children, x):
-                try:  # `c._eval`, inlined (see `Block._eval`)
-                    out.append(c._evaluate(ctx, v))
+                try:  # `c.eval_in`, inlined (see `Block.eval_in`)
+                    out.append(c.evaluate(ctx, v))
                 except Exception as e:
                     raise_named(c, e, v)
             return tuple(out)
@@ -574,11 +600,15 @@ class Record(Block):
                 # Name the child's slot (`Record['left']`): it is what lacks an input.
                 raise InputKeyError(self.path + self._child_key(child),
                                     f"missing key {key!r}: the input has {have}") from None
-            try:  # `child._eval`, inlined (see `Block._eval`)
-                out.append(child._evaluate(ctx, item))
+            try:  # `child.eval_in`, inlined (see `Block.eval_in`)
+                out.append(child.evaluate(ctx, item))
             except Exception as e:
                 raise_named(child, e, item)
         return tuple(out)
+
+    def dataflow(self) -> DataFlow:
+        """Every child reads (an item of) the input; the output is theirs."""
+        return DataFlow.parallel(self)
 
 
 def _is_ordered_dict(d: dict) -> bool:
@@ -611,7 +641,7 @@ class AllOf(Block):
     def _child_key(self, child):
         return f"[{self._children.index(child)}]"
 
-    def _infer(self):
+    def infer_types(self):
         t = self.input_type
         takers = [c for c in self._children if not isinstance(c.input_type, VoidType)]
         for c in takers:
@@ -625,7 +655,11 @@ class AllOf(Block):
         if all(x is not None for x in outs):
             self.set_output_type(TupleType(*outs))
 
-    def _evaluate(self, ctx, x):
-        return tuple(c._eval(ctx, None if isinstance(c.input_type, VoidType) else x)
+    def evaluate(self, ctx, x):
+        return tuple(c.eval_in(ctx, None if isinstance(c.input_type, VoidType) else x)
                      for c in self._children)
+
+    def dataflow(self) -> DataFlow:
+        """Every child reads the input; the output is theirs."""
+        return DataFlow.parallel(self)
 

@@ -22,6 +22,7 @@ from typing import Any
 from refold.blocks.block import PY, Block, IOBase, bad_input, raise_named
 from refold.blocks.composition import convert_to_block
 from refold.blocks.errors import InputKeyError
+from refold.blocks.evaluation.dataflow import DataFlow
 from refold.blocks.evaluation.values import describe
 from refold.blocks.types import PyObjectType, VoidType
 
@@ -85,7 +86,7 @@ class OneOf(Block):
             return ".key_fn"
         return f"[{self._keys[self._children.index(child)]!r}]"
 
-    def _infer(self):
+    def infer_types(self):
         cases = self._children[:self._n_cases]
         readers = cases if self._pre is None else [self._pre]
         if self._key_block is not None:
@@ -105,9 +106,9 @@ class OneOf(Block):
             c.set_output_type(self.output_type)
             self.set_output_type(c.output_type)
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         if self._key_block is not None:
-            key = self._key_block._eval(ctx, x)
+            key = self._key_block.eval_in(ctx, x)
         else:
             key = self._key_fn(x)
         try:
@@ -116,11 +117,21 @@ class OneOf(Block):
             raise InputKeyError(self.path, f"key_fn gave {key!r}, which is not one of the "
                                            f"cases {self._keys}") from None
         if self._pre is not None:
-            x = self._pre._eval(ctx, x)
-        try:  # `case._eval`, inlined (see `Block._eval`)
-            return case._evaluate(ctx, x)
+            x = self._pre.eval_in(ctx, x)
+        try:  # `case.eval_in`, inlined (see `Block.eval_in`)
+            return case.evaluate(ctx, x)
         except Exception as e:
             raise_named(case, e, x)
+
+    def dataflow(self) -> DataFlow:
+        """The key block and `pre_block` read the input; the cases read `pre_block`'s
+        output (or the input); the output is the cases'."""
+        cases = self._children[:self._n_cases]
+        reads = {b: [DataFlow.INPUT] for b in (self._pre, self._key_block) if b is not None}
+        case_in = DataFlow.INPUT if self._pre is None else self._pre
+        reads.update({case: [case_in] for case in cases})
+        reads[DataFlow.OUTPUT] = cases
+        return DataFlow(reads)
 
 
 class Optional(Block):
@@ -143,16 +154,20 @@ class Optional(Block):
     def _child_key(self, child):
         return ".some_case" if child is self._children[0] else ".none_case"
 
-    def _infer(self):
+    def infer_types(self):
         some, none = self._children
         some.set_input_type(self.input_type)
         for c in (some, none):
             c.set_output_type(self.output_type)
             self.set_output_type(c.output_type)
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         some, none = self._children
-        return none._eval(ctx, None) if x is None else some._eval(ctx, x)
+        return none.eval_in(ctx, None) if x is None else some.eval_in(ctx, x)
+
+    def dataflow(self) -> DataFlow:
+        """Either case reads the input (`none_case` reads nothing); the output is theirs."""
+        return DataFlow.parallel(self)
 
 
 class ForwardDeclaration(IOBase):
@@ -188,7 +203,7 @@ class ForwardDeclaration(IOBase):
         """A new reference to the declared block."""
         ref = _ForwardDeclarationRef(self)
         self._refs.append(ref)
-        ref._infer()
+        ref.infer_types()
         return ref
 
     def resolve_to(self, block_like: Any) -> None:
@@ -200,9 +215,9 @@ class ForwardDeclaration(IOBase):
             raise TypeError(f"block {target!r} already resolves {target._owner!r}")
         target._owner = self
         self._target = target
-        self._infer()
+        self.infer_types()
 
-    def _infer(self) -> None:
+    def infer_types(self) -> None:
         members = list(self._refs) + ([self._target] if self._target is not None else [])
         for b in members:
             b.set_input_type(self.input_type)
@@ -236,19 +251,19 @@ class _ForwardDeclarationRef(Block):
     def declaration(self) -> ForwardDeclaration:
         return self._decl
 
-    def _infer(self):
+    def infer_types(self):
         self._decl.set_input_type(self.input_type)
         self._decl.set_output_type(self.output_type)
         self.set_input_type(self._decl.input_type)
         self.set_output_type(self._decl.output_type)
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         target = self._decl._target
         if target is None:
             raise bad_input(self, "the forward declaration was never resolved")
         if type(x) in _ATOMS:  # cannot contain itself: nothing to track
-            try:  # `target._eval`, inlined (see `Block._eval`)
-                return target._evaluate(ctx, x)
+            try:  # `target.eval_in`, inlined (see `Block.eval_in`)
+                return target.evaluate(ctx, x)
             except Exception as e:
                 raise_named(target, e, x)
         # A cyclic input (a node that is its own descendant) would recurse
@@ -262,11 +277,16 @@ class _ForwardDeclarationRef(Block):
                                   "itself (a node that is its own descendant)")
         path.add(key)
         try:
-            return target._evaluate(ctx, x)  # `target._eval`, inlined
+            return target.evaluate(ctx, x)  # `target.eval_in`, inlined
         except Exception as e:
             raise_named(target, e, x)
         finally:
             path.discard(key)
+
+    def dataflow(self) -> DataFlow:
+        """The declared block reads the input; the output is its."""
+        target = self._decl.target
+        return DataFlow({target: [DataFlow.INPUT], DataFlow.OUTPUT: [target]})
 
 
 # Types whose values cannot contain themselves: not tracked for cycles.

@@ -172,14 +172,14 @@ class _Layout:
         children = b.children if isinstance(b, Block) else []
         label = _block_label(b)
         if isinstance(b, Pipe) and not _factory_made(b):
-            members = b._flat_members()
+            members = b.members
             return _chain([self.block(m) for m in members],
                           [_cut(type_label(m.output_type)) for m in members[:-1]])
         if not children or (_factory_made(b) and label.split()[0] != "ZipWith"):
             return _leaf(label)
         if isinstance(b, Composition) and not isinstance(b, Pipe):
             return self.composition(b, label)
-        return _frame(label, [(b._child_key(c).lstrip("."), self.block(c),
+        return _frame(label, [(b.child_key(c).lstrip("."), self.block(c),
                                _cut(type_label(c.input_type)), _cut(type_label(c.output_type)))
                               for c in children])
 
@@ -191,7 +191,7 @@ class _Layout:
             names[id(c)] = f"[{i}]"
         for i, c in enumerate(comp.children):
             reads = [names.get(id(src), "?") + ("" if idx is None else f"[{idx!r}]")
-                     for src, idx in comp._sources.get(c, [])]
+                     for src, idx in comp.sources(c)]
             key = f"[{i}] reads " + (", ".join(reads) or "nothing")
             columns.append((key, self.block(c), _cut(type_label(c.input_type)),
                             _cut(type_label(c.output_type))))
@@ -217,19 +217,19 @@ def _block_label(b) -> str:
     layer = getattr(b, "_layer", None)
     if layer is not None:  # a layer (`td.FC(8)`) wrapped as a `Function`
         size = getattr(layer, "output_size", None)
-        activation = getattr(getattr(layer, "_keras_layer", lambda: None)(), "activation", None)
-        parts = [b.name or layer._label(), "" if size is None else str(size),
+        activation = getattr(layer.keras_layer, "activation", None)
+        parts = [b.name or layer.label, "" if size is None else str(size),
                  getattr(activation, "__name__", "")]
         return " ".join(p for p in parts if p)
     if type(b).__name__ == "Function" and b.name is None:
-        return f"Function {b._fn_name()}"
+        return f"Function {b.fn_name}"
     try:
         args = b._repr_args()
     except Exception:  # a half-built block: its label is enough
         args = {}
     shown = [str(v) if k == "dtype" else f"{k}={v!r}" for k, v in sorted(args.items())
              if isinstance(v, (str, int, float)) and not isinstance(v, bool)]
-    return _cut(" ".join([b._label(), *shown]), 40)
+    return _cut(" ".join([b.label, *shown]), 40)
 
 
 _STYLE = ("<style>text{font-family:monospace;font-size:" + str(FONT) + "px}"

@@ -88,7 +88,7 @@ nan is not finite (give the block allow_nonfinite=True to accept NaN and inf)
     def _nonfinite_arg(self) -> dict:
         return {"allow_nonfinite": True} if self._allow_nonfinite else {}
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         t = self._ttype
         fast = self.__dict__.get("_scalar_ranges")
         if fast is None:
@@ -150,7 +150,7 @@ class InputTransform(Block):
     def _repr_args(self):
         return {"py_fn": getattr(self._py_fn, "__name__", self._py_fn)}
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         return self._py_fn(x)
 
 
@@ -170,7 +170,7 @@ class GetItem(Block):
     def _repr_args(self):
         return {"key": self._key}
 
-    def _infer(self):
+    def infer_types(self):
         t = self.input_type
         if t is None:
             return
@@ -188,7 +188,7 @@ class GetItem(Block):
         elif isinstance(t, SequenceType):
             self.set_output_type(t if isinstance(self._key, slice) else t.element_type)
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         try:
             return x[self._key]
         except (KeyError, IndexError):
@@ -226,12 +226,12 @@ class Length(Block):
     def _repr_args(self):
         return {"dtype": self._ttype.dtype}
 
-    def _infer(self):
+    def infer_types(self):
         if isinstance(self.input_type, BroadcastSequenceType):
             raise TypeError(f"{self.path}: cannot get the length of an infinite sequence: "
                             f"{self.input_type}")
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         try:
             n = len(x)
         except TypeError:
@@ -259,7 +259,7 @@ class OneHot(Block):
     def _repr_args(self):
         return {"dtype": self._ttype.dtype, "start": self._start, "stop": self._stop}
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
             raise bad_input(self, f"expected an integer in [{self._start}, {self._stop}), "
                                   f"got {_describe(x)}")
@@ -294,7 +294,7 @@ class OneHotFromList(Block):
     def _repr_args(self):
         return {"dtype": self._ttype.dtype, "strict": self._strict}
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         vec = np.zeros(self._ttype.shape, self._ttype.dtype)
         try:
             vec[self._index[x]] = 1
@@ -315,5 +315,5 @@ class Void(Block):
     def __init__(self, name: str | None = None):
         super().__init__(output_type=VoidType(), name=name)
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         return None

@@ -77,6 +77,17 @@ class Layer(IOBase):
         """The layer's variables (empty until the layer has been called or built)."""
         return [w for layer in self._keras_layers() for w in layer.weights]
 
+    @property
+    def keras_layer(self):
+        """The Keras layer holding this layer's weights, if it has one (`td.FC`'s
+        `Dense`), else None."""
+        return self._keras_layer()
+
+    @property
+    def keras_layers(self) -> list:
+        """The Keras layers holding this layer's weights (what a model tracks)."""
+        return self._keras_layers()
+
     def _keras_layer(self):
         return None
 
@@ -85,11 +96,13 @@ class Layer(IOBase):
         layer = self._keras_layer()
         return [] if layer is None else [layer]
 
-    def _attach(self, function_block) -> None:
+    def attach(self, function_block) -> None:
+        """Ties `function_block` (a `Function` wrapping this layer) to it: the block
+        has this layer's input and output types, and each learns the other's."""
         self._functions.append(function_block)
-        self._infer()
+        self.infer_types()
 
-    def _infer(self) -> None:
+    def infer_types(self) -> None:
         for f in self._functions:
             f.set_input_type(self.input_type)
             f.set_output_type(self.output_type)
@@ -175,7 +188,7 @@ class FC(Layer):
     def _keras_layer(self):
         return self._dense
 
-    def _infer(self):
+    def infer_types(self):
         t = self.input_type
         if t is not None:
             if not isinstance(t, TensorType) or t.ndim != 1:
@@ -184,7 +197,7 @@ class FC(Layer):
                 raise TypeError(f"{self._label()}: FC input dtype must be float32: {t}")
             if not self._dense.built:  # weights exist as soon as their shape is known
                 self._dense.build((None, t.shape[0]))
-        super()._infer()
+        super().infer_types()
 
     def _call(self, x):
         if not self.random:
@@ -258,14 +271,14 @@ class Embedding(Layer):
     def _keras_layer(self):
         return self._table
 
-    def _infer(self):
+    def infer_types(self):
         t = self.input_type
         if t is not None:
             if not isinstance(t, TensorType) or t.ndim != 0:
                 raise TypeError(f"{self._label()}: Embeddings take scalar inputs, got {t}")
             if not t.dtype.startswith(("int", "uint")):
                 raise TypeError(f"{self._label()}: Embeddings take integer inputs, got {t}")
-        super()._infer()
+        super().infer_types()
 
     @property
     def check_inputs(self):
@@ -342,8 +355,8 @@ class ScopedLayer(Layer):
     def _keras_layer(self):
         return self._layer if is_keras_layer(self._layer) else None
 
-    def _infer(self):
-        super()._infer()
+    def infer_types(self):
+        super().infer_types()
         layer = self._keras_layer()
         if layer is not None and not layer.built and self.input_type is not None:
             # Build the weights now (by one call on zeros), not inside a traced function.

@@ -50,7 +50,7 @@ class Metric(Block):
     def has_labels(self) -> bool:
         return isinstance(self.input_type, TupleType)
 
-    def _infer(self):
+    def infer_types(self):
         t = self.input_type
         if isinstance(t, TupleType):
             if len(t) != 2:
@@ -61,7 +61,7 @@ class Metric(Block):
             if not isinstance(t[1], PyObjectType):
                 raise TypeError(f"{self.path}: expected a pyobj type, saw: {t[1]}")
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         if isinstance(self.input_type, TupleType):
             ctx.metric(self._metric_name, x[0], x[1])
         else:

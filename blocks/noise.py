@@ -357,7 +357,7 @@ class Dropout(Function):
     def _repr_args(self):
         return {"rate": self._rate}
 
-    def _infer(self):
+    def infer_types(self):
         t = self.input_type if self.input_type is not None else self.output_type
         if t is not None:
             if not isinstance(t, TensorType) or not t.dtype.startswith(("float", "bfloat")):

@@ -12,10 +12,10 @@ batching engine calls it once for every group of nodes it schedules together.
 >>> neg
 Op('neg', (TensorType((), 'float32'),) -> (TensorType((), 'float32'),))
 
-Writing a new block: subclass `Block`, set its types (in `__init__`, or in `_infer`
+Writing a new block: subclass `Block`, set its types (in `__init__`, or in `infer_types`
 when they depend on its neighbours), return the ops it calls from `ops()` and the
 weights they use from `weights()` (what `compiler.Model` trains and saves), and
-compute in `_evaluate(ctx, x)` by asking the context for op calls on the handles
+compute in `evaluate(ctx, x)` by asking the context for op calls on the handles
 it is given. A block never touches tensors itself, so the same code runs in
 `block.eval` (the reference evaluator: eager, op by op, one input) and batched in
 `compiler.Compiler` and `compiler.Model`, which collect every block's `ops()`
@@ -43,7 +43,7 @@ and batched, and differ from node to node (`blocks.noise`).
 ...     def weights(self):
 ...         return [self.factor]
 ...
-...     def _evaluate(self, ctx, x):
+...     def evaluate(self, ctx, x):
 ...         return ctx.op(self._op, [x])[0]
 >>> block = td.Map(td.Vector(2) >> Scale(2)) >> td.Sum()
 >>> block.eval([[1.0, -2.0], [0.5, 0.0]])

@@ -22,6 +22,7 @@ from typing import Any
 
 from refold.blocks.block import PY, Block, bad_input, block_factory
 from refold.blocks.composition import AllOf, Pipe, convert_to_block
+from refold.blocks.evaluation.dataflow import DataFlow
 from refold.blocks.types import (
     BroadcastSequenceType,
     PyObjectType,
@@ -79,7 +80,7 @@ class Map(Block):
     def element_block(self) -> Block:
         return self._children[0]
 
-    def _infer(self):
+    def infer_types(self):
         elem = self._children[0]
         t = self.input_type
         elem.set_input_type(_element_type(self, t, "map over"))
@@ -101,11 +102,15 @@ class Map(Block):
             # that types flow on at once, as in Fold.
             self.set_output_type(SequenceType(elem.output_type))
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         elem = self._children[0]
         if isinstance(x, itertools.repeat):
-            return itertools.repeat(elem._eval(ctx, next(x)))
-        return [elem._eval(ctx, item) for item in _as_list(self, x)]
+            return itertools.repeat(elem.eval_in(ctx, next(x)))
+        return [elem.eval_in(ctx, item) for item in _as_list(self, x)]
+
+    def dataflow(self) -> DataFlow:
+        """The element block reads (the elements of) the input; the output is its."""
+        return DataFlow.parallel(self)
 
 
 class Fold(Block):
@@ -136,7 +141,7 @@ class Fold(Block):
     def _child_key(self, child):
         return ".combine" if child is self._children[0] else ".start"
 
-    def _infer(self):
+    def infer_types(self):
         combine, start = self._children
         elem = _element_type(self, self.input_type, "fold over", allow_broadcast=False)
         if isinstance(combine.input_type, TupleType) and len(combine.input_type) != 2:
@@ -151,12 +156,16 @@ class Fold(Block):
         if state is not None and elem is not None:
             combine.set_input_type(TupleType(state, elem))
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         combine, start = self._children
-        state = start._eval(ctx, None)
+        state = start.eval_in(ctx, None)
         for item in _as_list(self, x):
-            state = combine._eval(ctx, (state, item))
+            state = combine.eval_in(ctx, (state, item))
         return state
+
+    def dataflow(self) -> DataFlow:
+        """Anything inside may feed anything: the state goes round."""
+        return DataFlow.opaque(self)
 
 
 class RNN(Block):
@@ -208,7 +217,7 @@ class RNN(Block):
             return ".per_element"
         return ".cell" if child is self._children[0] else ".initial_state"
 
-    def _infer(self):
+    def infer_types(self):
         cell = self._children[0]
         t = self.input_type
         if self._from_input and t is not None:
@@ -245,20 +254,30 @@ class RNN(Block):
         if out is not None:
             self.set_output_type(TupleType(SequenceType(out[0]), out[1]))
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         cell = self._children[0]
         if self._from_input:
             seq, state = x
         else:
-            seq, state = x, self._children[1]._eval(ctx, None)
+            seq, state = x, self._children[1].eval_in(ctx, None)
         items = _as_list(self, seq)
         if self.per_element_block is not None:
-            items = [self.per_element_block._eval(ctx, item) for item in items]
+            items = [self.per_element_block.eval_in(ctx, item) for item in items]
         outputs = []
         for item in items:
-            out, state = cell._eval(ctx, (item, state))
+            out, state = cell.eval_in(ctx, (item, state))
             outputs.append(out)
         return outputs, state
+
+    def dataflow(self) -> DataFlow:
+        """`per_element_block` (if the cell was split) reads the input only; the rest
+        may feed anything inside: the state goes round."""
+        flow = DataFlow.opaque(self)
+        if self.per_element_block is None:
+            return flow
+        reads = {r: flow.sources(r) for r in flow.readers}
+        reads[self.per_element_block] = [DataFlow.INPUT]
+        return DataFlow(reads)
 
 
 class Reduce(Block):
@@ -292,7 +311,7 @@ class Reduce(Block):
     def _repr_args(self):
         return {"combine_block": self._children[0]}
 
-    def _infer(self):
+    def infer_types(self):
         combine, default = self._children
         elem = _element_type(self, self.input_type, "reduce", allow_broadcast=False)
         t = elem or self.output_type or combine.output_type or default.output_type
@@ -301,18 +320,22 @@ class Reduce(Block):
                 b.set_output_type(t)
             combine.set_input_type(TupleType(t, t))
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         combine, default = self._children
         items = _as_list(self, x)
         if not items:
-            return default._eval(ctx, None)
+            return default.eval_in(ctx, None)
         while len(items) > 1:
-            paired = [combine._eval(ctx, (items[i], items[i + 1]))
+            paired = [combine.eval_in(ctx, (items[i], items[i + 1]))
                       for i in range(0, len(items) - 1, 2)]
             if len(items) % 2:
                 paired.append(items[-1])
             items = paired
         return items[0]
+
+    def dataflow(self) -> DataFlow:
+        """Anything inside may feed anything: the combined items combine again."""
+        return DataFlow.opaque(self)
 
 
 def _reducer(fn_name: str, doc: str):
@@ -363,13 +386,13 @@ class Broadcast(Block):
 
     _expected_output_types = (BroadcastSequenceType, PyObjectType)
 
-    def _infer(self):
+    def infer_types(self):
         if self.input_type is not None:
             self.set_output_type(BroadcastSequenceType(self.input_type))
         if isinstance(self.output_type, BroadcastSequenceType):
             self.set_input_type(self.output_type.element_type)
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         return itertools.repeat(x)
 
 
@@ -389,7 +412,7 @@ class Zip(Block):
     _expected_input_types = (TupleType, PyObjectType)
     _expected_output_types = (SequenceType, PyObjectType)
 
-    def _infer(self):
+    def infer_types(self):
         t = self.input_type
         if isinstance(t, PyObjectType):
             self.set_output_type(PY)  # zipped Python objects are a Python object
@@ -408,7 +431,7 @@ class Zip(Block):
         self.set_output_type(kind(TupleType(*(
             PY if isinstance(x, PyObjectType) else x.element_type for x in t))))
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         if all(isinstance(s, itertools.repeat) for s in x):
             return itertools.repeat(tuple(next(s) for s in x))
         for k, s in enumerate(x):
@@ -448,12 +471,12 @@ class NGrams(Block):
     def _repr_args(self):
         return {"n": self._n}
 
-    def _infer(self):
+    def infer_types(self):
         elem = _element_type(self, self.input_type, "take n-grams of", allow_broadcast=False)
         if elem is not None:
             self.set_output_type(SequenceType(TupleType(*([elem] * self._n))))
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         items = _as_list(self, x)
         return [tuple(items[i:i + self._n]) for i in range(len(items) - self._n + 1)]
 
@@ -463,7 +486,7 @@ class Nth(Block):
 
     _expected_input_types = (TupleType,)
 
-    def _infer(self):
+    def infer_types(self):
         t = self.input_type
         if t is None:
             return
@@ -477,7 +500,7 @@ class Nth(Block):
             raise TypeError(f"{self.path}: second input to Nth must be a PyObject: {t[1]}")
         self.set_output_type(t[0].element_type)
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         seq, n = x
         try:
             return seq[n]
@@ -531,7 +554,7 @@ class Stack(Block):
     def _repr_args(self):
         return {"max_length": self._max}
 
-    def _infer(self):
+    def infer_types(self):
         elem = _element_type(self, self.input_type, "stack", allow_broadcast=False)
         if elem is None or elem is PY or isinstance(elem, PyObjectType):
             return
@@ -559,7 +582,7 @@ class Stack(Block):
     def ops(self):
         return [self.op()]
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         import numpy as np
         items = _as_list(self, x)
         if len(items) > self._max:

@@ -22,6 +22,7 @@ import numpy as np
 
 from refold.blocks.block import Block
 from refold.blocks.errors import BadValueError
+from refold.blocks.evaluation.dataflow import DataFlow
 from refold.blocks.op import Op
 from refold.blocks.types import (
     BroadcastSequenceType,
@@ -204,8 +205,12 @@ class FromTensor(Block):
         """The tensor, if it is a variable (a constant has no weights)."""
         return [self._tensor] if hasattr(self._tensor, "assign") else []
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         return ctx.op(self._op, [])[0]
+
+    def dataflow(self) -> DataFlow:
+        """The output is the op's (which reads nothing)."""
+        return DataFlow({self._op: [], DataFlow.OUTPUT: [self._op]})
 
 
 class Function(Block):
@@ -257,7 +262,7 @@ class Function(Block):
         self._layer = tf_fn if isinstance(tf_fn, Layer) else None
         super().__init__(name=name)
         if self._layer is not None:
-            self._layer._attach(self)
+            self._layer.attach(self)
 
     @property
     def tf_fn(self):
@@ -269,6 +274,15 @@ class Function(Block):
         check) its output type, and so sees which variables it reads."""
         return self._infer_output
 
+    @property
+    def fn_name(self) -> str:
+        """The wrapped function's name, as repr and error messages show it.
+
+        >>> Function(abs).fn_name
+        'abs'
+        """
+        return self._fn_name()
+
     def _fn_name(self) -> str:
         fn = self._tf_fn
         name = getattr(fn, "__name__", None) or getattr(fn, "name", None)
@@ -277,7 +291,7 @@ class Function(Block):
     def _repr_args(self):
         return {"tf_fn": self._fn_name()}
 
-    def _infer(self):
+    def infer_types(self):
         if self._layer is not None:
             try:
                 self._layer.set_input_type(self.input_type)
@@ -359,7 +373,7 @@ class Function(Block):
         from refold.blocks.layers import Layer, is_keras_layer
         fn = self._tf_fn
         if isinstance(fn, Layer):
-            return fn._keras_layers()
+            return fn.keras_layers
         return [fn] if is_keras_layer(fn) else []
 
     def build_layers(self) -> None:
@@ -381,7 +395,7 @@ class Function(Block):
                             f"{type(e).__name__}: {e}. Build them before making the "
                             f"model") from e
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         io = self._io
         if io is None:  # the types are final once the block is evaluated
             out = self.output_type
@@ -404,6 +418,13 @@ class Function(Block):
             return flat_out[0] if len(flat_out) == 1 else self.output_type.unflatten(
                 iter(flat_out), None)
         return unflatten(flat_out)
+
+    def dataflow(self) -> DataFlow:
+        """The op reads the input; the output is the op's."""
+        ops = self.ops()
+        reads: dict = {op: [DataFlow.INPUT] for op in ops}
+        reads[DataFlow.OUTPUT] = ops
+        return DataFlow(reads)
 
 
 def batch_function(fn: Callable, in_type: ResultType, random: bool = False) -> Callable:
@@ -440,11 +461,11 @@ class Identity(Block):
     def __init__(self, name: str | None = None):
         super().__init__(name=name)
 
-    def _infer(self):
+    def infer_types(self):
         self.set_output_type(self.input_type)
         self.set_input_type(self.output_type)
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         return x
 
 
@@ -472,7 +493,7 @@ class Concat(Function):
     def _repr_args(self):
         return {"concat_dim": self._concat_dim, "flatten": self._flatten}
 
-    def _infer(self):
+    def infer_types(self):
         t = self.input_type
         if t is None:
             return
@@ -515,7 +536,7 @@ class Zeros(Block):
     def _repr_args(self):
         return {"output_type": self.output_type}
 
-    def _infer(self):
+    def infer_types(self):
         t = self.output_type
         if isinstance(t, BroadcastSequenceType):
             raise TypeError(f"{self.path}: cannot create Zeros for an infinite sequence type: "
@@ -525,7 +546,7 @@ class Zeros(Block):
                 and any(isinstance(x, PyObjectType) for x in t.terminal_types())):
             raise TypeError(f"{self.path}: all terminal types must be tensors: {t}")
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         return _zeros(ctx, self.output_type)
 
 

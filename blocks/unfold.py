@@ -45,6 +45,7 @@ from typing import Any
 
 from refold.blocks.block import PY, Block, bad_input
 from refold.blocks.composition import convert_to_block
+from refold.blocks.evaluation.dataflow import DataFlow
 from refold.blocks.types import PyObjectType, SequenceType, TupleType
 
 
@@ -118,7 +119,7 @@ class Unfold(Block):
         return {"max_steps": self.max_steps, "reads_values": self.reads_values,
                 "lookahead": self.lookahead}
 
-    def _infer(self):
+    def infer_types(self):
         step = self._children[0]
         state = config = out = None
         t = self.input_type
@@ -155,7 +156,7 @@ class Unfold(Block):
             raise TypeError(f"{self.path}: bad {what} type {t}: expected "
                             "(state type, PyObjectType()) with the configuration second")
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         if self.reads_values and hasattr(ctx, "walk") and self._walkable():
             # the batching context drives the walk across its rounds
             return ctx.walk(self._walk(ctx, x))
@@ -167,11 +168,15 @@ class Unfold(Block):
         except StopIteration as finished:
             return finished.value
 
+    def dataflow(self) -> DataFlow:
+        """Anything inside may feed anything: the state goes round."""
+        return DataFlow.opaque(self)
+
     def _walk(self, ctx, x):
         """The loop, as a generator: it yields each `(value type, value)` whose values
         `decide` needs and is sent them back (one read per step, or per `lookahead`
         steps), and returns `(outputs, state, config)`. Whoever drives it reads the
-        values: `_evaluate` through `ctx.read`, a batching context through its rounds
+        values: `evaluate` through `ctx.read`, a batching context through its rounds
         (`ctx.walk`). Steps after the one where the walk ends are rewound
         (`ctx.mark`, `ctx.rewind`)."""
         state, config = x
@@ -183,7 +188,7 @@ class Unfold(Block):
         while not finished:
             if ahead == 1:
                 step_config = None if self.lookahead > 1 else config
-                state, out = step._eval(ctx, (state, step_config))
+                state, out = step.eval_in(ctx, (state, step_config))
                 outputs.append(out)
                 values = (yield out_type, out) if self.reads_values else None
                 config = self._decide(config, values)
@@ -193,7 +198,7 @@ class Unfold(Block):
             steps = []  # (state, out, the context's mark after the step)
             s = state
             for _ in range(k):
-                s, out = step._eval(ctx, (s, None))
+                s, out = step.eval_in(ctx, (s, None))
                 steps.append((s, out, ctx.mark()))
             values = yield TupleType(*[out_type] * k), tuple(o for _, o, _ in steps)
             for (s, out, mark), v in zip(steps, values):

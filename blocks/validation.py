@@ -30,7 +30,7 @@ def iter_blocks(root: Block) -> Iterator[Block]:
     while stack:
         block = stack.pop()
         yield block
-        nexts = list(reversed(block._children))
+        nexts = list(reversed(block.children))
         if block.is_forward_declaration_ref():
             target = block.declaration.target
             if target is not None:
@@ -50,7 +50,7 @@ def validate(root: Block) -> list[Block]:
     """
     from refold.blocks.composition import Composition
     from refold.blocks.metrics import Metric
-    if root.input_type is None and issubclass(PyObjectType, root._input_classes):
+    if root.input_type is None and issubclass(PyObjectType, root.input_type_classes):
         root.set_input_type(PY)
     blocks = list(iter_blocks(root))
     for block in blocks:
@@ -59,7 +59,7 @@ def validate(root: Block) -> list[Block]:
                             "never resolved.")
     for block in blocks:
         if isinstance(block, Composition):
-            block._validate_wiring()
+            block.validate_wiring()
     undetermined = [b for b in blocks if b.input_type is None or b.output_type is None]
     if undetermined:
         # Blame the innermost: a container's type is often unknown only because a

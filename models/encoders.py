@@ -104,12 +104,12 @@ def _paired_inputs(first: Layer, second: Layer) -> tuple[Block, Layer]:
 class _StateH(Block):
     """`h` of a state: the state itself, or its first item if it is a tuple."""
 
-    def _infer(self):
+    def infer_types(self):
         t = self.input_type
         if t is not None:
             self.set_output_type(t[0] if isinstance(t, TupleType) else t)
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         return x[0] if isinstance(self.input_type, TupleType) else x
 
 

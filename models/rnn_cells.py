@@ -178,7 +178,7 @@ class _RecurrentCell(Layer):
         dtype = self._weights.compute_dtype
         return [tf.cast(t, dtype) for t in ts]
 
-    def _infer(self):
+    def infer_types(self):
         t = self.input_type
         if t is not None:
             label = self._label()
@@ -187,7 +187,7 @@ class _RecurrentCell(Layer):
             self._check_input(t[0], label)
             if t[1] != self.state_type:
                 raise TypeError(f"{label}: the state must be {self.state_type}, got {t[1]}")
-        super()._infer()
+        super().infer_types()
 
     def _check_input(self, x, label: str) -> None:
         """Checks an input type `x` and builds the weights for its size."""
@@ -379,7 +379,7 @@ class CellPair(Layer):
     def _keras_layers(self) -> list:
         return self.first._keras_layers() + self.second._keras_layers()
 
-    def _infer(self):
+    def infer_types(self):
         t = self.input_type
         if t is not None:
             if not (isinstance(t, TupleType) and len(t) == 2 and all(
@@ -388,7 +388,7 @@ class CellPair(Layer):
                                 f"state_2)), got {t}")
             self.first.set_input_type(TupleType(t[0][0], t[1][0]))
             self.second.set_input_type(TupleType(t[0][1], t[1][1]))
-        super()._infer()
+        super().infer_types()
 
     def _call(self, inputs, states):
         out_1, state_1 = self.first(inputs[0], states[0])
@@ -436,12 +436,12 @@ class InputProjection(Layer):
         """Whether a cell drops its input out (`dropout`)."""
         return any(c.dropout > 0 for c in self.cells)
 
-    def _infer(self):
+    def infer_types(self):
         t = self.input_type
         if t is not None:
             for c in self.cells:
                 c._check_input(t, self._label())
-        super()._infer()
+        super().infer_types()
 
     def _call(self, x):
         outs = tuple(c._project(x) for c in self.cells)

@@ -340,13 +340,18 @@ class ChildSumTreeLSTMCell(Block):
     def _repr_args(self):
         return {"hidden": self.hidden, "input_size": self.input_size}
 
-    def _infer(self):
+    def infer_types(self):
         body = self._children[0]
         body.set_input_type(self.input_type)
         body.set_output_type(self.output_type)
 
-    def _evaluate(self, ctx, x):
-        return self._children[0]._eval(ctx, x)
+    def evaluate(self, ctx, x):
+        return self._children[0].eval_in(ctx, x)
+
+    def dataflow(self) -> td.DataFlow:
+        """What it wraps reads the input; the output is its."""
+        body = self._children[0]
+        return td.DataFlow({body: [td.DataFlow.INPUT], td.DataFlow.OUTPUT: [body]})
 
 
 def child_sum_cell(hidden: int, input_size: int, name: str | None = None,

@@ -1,6 +1,6 @@
 """Evaluating a block expression on one input: the contexts blocks evaluate in.
 
-A block's `_evaluate(ctx, x)` never computes tensors itself: it asks its context
+A block's `evaluate(ctx, x)` never computes tensors itself: it asks its context
 for constants (`ctx.constant`, or `ctx.number` for a Python int or float that
 fits its scalar type: a context that stores numbers converts them itself), op
 calls (`ctx.op`) and metrics (`ctx.metric`),
@@ -395,7 +395,7 @@ def reference_eval(block, inp: Any, tolist: bool = False, training: bool = False
     ctx = ReferenceContext(compute_dtype(block), metrics_of.values(), training, seed,
                            int(example))
     try:
-        result = call_with_deep_stack(lambda: block._eval(ctx, root_input(block, ctx, inp)))
+        result = call_with_deep_stack(lambda: block.eval_in(ctx, root_input(block, ctx, inp)))
     except InputError as e:
         raise e.locate_in(inp) from e.__cause__
     result = to_numpy(block.output_type, result, tolist)
@@ -415,7 +415,7 @@ def max_depth(block, inp: Any) -> int:
     from refold.blocks.validation import validate
     validate(block)
     ctx = DepthContext()
-    call_with_deep_stack(lambda: block._eval(ctx, root_input(block, ctx, inp)))
+    call_with_deep_stack(lambda: block.eval_in(ctx, root_input(block, ctx, inp)))
     return ctx.deepest
 
 

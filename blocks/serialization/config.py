@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from refold.blocks.block import FactoryCall, IOBase
+from refold.blocks.block import FactoryCall, IOBase, provenance
 from refold.blocks.serialization import registry
 from refold.blocks.types import (
     BroadcastSequenceType,
@@ -156,7 +156,7 @@ class _Writer:
         if isinstance(obj, keras.Variable):
             return {"variable": {"shape": list(obj.shape), "dtype": str(obj.dtype),
                                  "trainable": bool(obj.trainable), "name": obj.name}}
-        path = getattr(obj, "path", None) or obj._label()
+        path = getattr(obj, "path", None) or obj.label
         maker = _maker(obj)
         if maker is not None:
             steps = _find(maker, obj)
@@ -165,7 +165,7 @@ class _Writer:
                                 f"{maker!r} but is used elsewhere")
             return {"inside": self.ref(maker, where), "steps": steps, "path": path}
         entry: dict[str, Any] = {"path": path}
-        call = obj._factory_call
+        call = provenance(obj)[1]
         if call is not None:
             entry["factory"] = self.value(call.fn, f"{path} (its factory)")
             entry["args"] = [self.value(a, f"{path} (argument {k} of its factory)")
@@ -272,7 +272,7 @@ class _Writer:
 
 def _maker(obj: IOBase) -> IOBase | None:
     """The block whose construction (or factory call) made `obj`, if any."""
-    c = obj._made_inside
+    c = provenance(obj)[0]
     while isinstance(c, FactoryCall):
         if c.result is not None and c.result is not obj:
             return c.result

@@ -9,24 +9,17 @@ block expression says more: a block's ops can only read what flows into the
 block, and a `Pipe`'s second block reads what its first one wrote, not what a
 later one does.
 
-`op_feeds(program)` works that out as sets of ops (bit masks) per block: what may
-flow into it (`IN`) and out of it (`OUT`), grown to a fixpoint over the rules:
-
-- a `Function` or `FromTensor`: its op reads `IN`, `OUT` is its op;
-- a `Composition` (`Pipe` is one): each child reads the outputs its wiring
-  names; `Record`, `AllOf`, `Map`: each child reads `IN`; `OneOf`: as it is wired
-  (the optional `pre_block` before the cases);
-- a forward-declaration reference: its target reads `IN`, `OUT` is the target's;
-- an `RNN` whose cell was split (`RNN.per_element_block`): that block reads `IN`,
-  the rest as the next rule;
-- any other block (`Fold`, `RNN`, a block written from scratch): each child and
-  each op it declares may read `IN`, its own ops' outputs and every child's
-  outputs, and all of that may flow out.
-
-A rule applies only where the block evaluates as its class does (a subclass
-that overrides `_evaluate` gets the last rule), so the result may hold edges that
-never occur but misses none. The planner checks every batch anyway: a node that
-reads a value computed after it is an `EngineError`, never a wrong result.
+Each block declares which of its parts (its input, its children, its ops, its
+output) may read which: `Block.dataflow()`, a `blocks.dataflow.DataFlow`, taken
+through `blocks.dataflow.dataflow_of` (a subclass that evaluates in its own way
+does not inherit a rule written for another `evaluate`). `op_feeds(program)`
+chains the declarations into sets of ops (bit masks) per block, what may flow into
+it (`IN`) and out of it (`OUT`), grown to a fixpoint: a child's `IN` holds what its
+sources' masks hold (the block's `IN`, a child's `OUT`, an op itself), the
+block's `OUT` what its output's sources hold, and an op's sources what the op's
+sources hold. A block whose class declares no rule and has children is refused
+with a `TypeError` naming its path. The planner checks every batch anyway: a node
+that reads a value computed after it is an `EngineError`, never a wrong result.
 
 >>> import refold as td
 >>> from refold.compiler.graphs.lowering import lower
@@ -44,147 +37,89 @@ from __future__ import annotations
 import numpy as np
 
 from refold.blocks.block import Block
-from refold.blocks.composition import AllOf, Composition, Pipe, Record
-from refold.blocks.control import OneOf
-from refold.blocks.sequences import RNN, Map
-from refold.blocks.tensors import FromTensor, Function
+from refold.blocks.evaluation.dataflow import DataFlow, dataflow_of
+from refold.blocks.op import Op
 from refold.blocks.validation import iter_blocks
 
 
 def op_feeds(program) -> np.ndarray:
     """bool `[ops, ops]`: `[a, b]` is True when an output of op a may be an input of
-    op b somewhere in `program` (a `compiler.graphs.lowering.Program`)."""
+    op b somewhere in `program` (a `compiler.graphs.lowering.Program`).
+
+    Raises `TypeError` naming the block path for a block with children whose class
+    declares no data flow, and `ValueError` for a declaration that names a part
+    the block does not have."""
     blocks = list(iter_blocks(program.root))
     flow = _Flow(program, blocks)
     while flow.sweep():
         pass
     n = len(program.ops)
     feeds = np.zeros((n, n), bool)
-    for b, mask in flow.op_sources.items():
-        ids = _ids(mask)
-        for o in flow.ops_of[b]:
-            feeds[ids, o] = True
+    for o, mask in flow.op_sources.items():
+        feeds[_ids(mask), o] = True
     return feeds
 
 
 class _Flow:
-    """The fixpoint's state: per block, the ops that may flow in and out."""
+    """The fixpoint's state: per block, the ops that may flow in and out; per op,
+    the ops it may read."""
 
     def __init__(self, program, blocks: list):
-        self.blocks = blocks
-        self.ops_of = {id(b): sorted({program.op_id[op] for op in b.ops()}) for b in blocks}
         self.inflow = {id(b): 0 for b in blocks}
         self.outflow = {id(b): 0 for b in blocks}
-        self.op_sources = {id(b): 0 for b in blocks if self.ops_of[id(b)]}
+        self.op_sources = {o: 0 for o in range(len(program.ops))}
+        self.rules = [(b, _compiled(b, program.op_id)) for b in blocks]
         self.changed = False
 
     def sweep(self) -> bool:
-        """Applies every block's rule once; whether anything grew."""
+        """Applies every block's declaration once; whether anything grew."""
         self.changed = False
-        for b in self.blocks:
-            _rule(b)(self, b)
+        inflow, outflow, ops = self.inflow, self.outflow, self.op_sources
+        for b, rule in self.rules:
+            for kind, reader, sources in rule:
+                mask = 0
+                for skind, s in sources:
+                    mask |= (inflow[id(b)] if skind == _IN else
+                             outflow[s] if skind == _BLOCK else 1 << s)
+                table, key = ((outflow, id(b)) if kind == _OUT else
+                              (inflow, reader) if kind == _BLOCK else (ops, reader))
+                new = table[key] | mask
+                if new != table[key]:
+                    table[key] = new
+                    self.changed = True
         return self.changed
 
-    def into(self, block: Block, mask: int) -> None:
-        self.inflow[id(block)] = self._grow(self.inflow[id(block)], mask)
 
-    def out_of(self, block: Block, mask: int) -> None:
-        self.outflow[id(block)] = self._grow(self.outflow[id(block)], mask)
-
-    def ops_read(self, block: Block, mask: int) -> None:
-        self.op_sources[id(block)] = self._grow(self.op_sources[id(block)], mask)
-
-    def own(self, block: Block) -> int:
-        """The bit mask of the ops `block` declares."""
-        return sum(1 << o for o in self.ops_of[id(block)])
-
-    def _grow(self, old: int, mask: int) -> int:
-        new = old | mask
-        if new != old:
-            self.changed = True
-        return new
+_IN, _OUT, _BLOCK, _OP = range(4)
 
 
-def _function(flow: _Flow, b: Block) -> None:
-    flow.ops_read(b, flow.inflow[id(b)])
-    flow.out_of(b, flow.own(b))
-
-
-def _composition(flow: _Flow, b: Composition) -> None:
-    slots = [flow.inflow[id(b)]]
-    for child, sources, _ in b._plan:
-        flow.into(child, _sources(slots, sources))
-        slots.append(flow.outflow[id(child)])
-    flow.out_of(b, _sources(slots, b._out_plan[0]))
-
-
-def _sources(slots: list, sources: list) -> int:
-    mask = 0
-    for slot, _ in sources:
-        mask |= slots[slot]
-    return mask
-
-
-def _parallel(flow: _Flow, b: Block) -> None:
-    """Record, AllOf, Map: every child reads the input; the output is theirs."""
-    for child in b._children:
-        flow.into(child, flow.inflow[id(b)])
-        flow.out_of(b, flow.outflow[id(child)])
-
-
-def _one_of(flow: _Flow, b: OneOf) -> None:
-    cases = b._children[:b._n_cases]
-    for reader in ([b._pre] if b._pre is not None else []) + [b._key_block]:
-        if reader is not None:
-            flow.into(reader, flow.inflow[id(b)])
-    case_in = flow.outflow[id(b._pre)] if b._pre is not None else flow.inflow[id(b)]
-    for case in cases:
-        flow.into(case, case_in)
-        flow.out_of(b, flow.outflow[id(case)])
-
-
-def _reference(flow: _Flow, b: Block) -> None:
-    target = b.declaration.target
-    flow.into(target, flow.inflow[id(b)])
-    flow.out_of(b, flow.outflow[id(target)])
-
-
-def _rnn(flow: _Flow, b: RNN) -> None:
-    """An RNN whose cell was split (`RNN.per_element_block`): the per-element part
-    reads the input only; the rest as any block."""
-    if b.per_element_block is not None:
-        flow.into(b.per_element_block, flow.inflow[id(b)])
-    _anything(flow, b, reads_input_only=b.per_element_block)
-
-
-def _anything(flow: _Flow, b: Block, reads_input_only: Block | None = None) -> None:
-    """Any block: children and ops may read whatever is in it; all of it may leave."""
-    inside = flow.inflow[id(b)] | flow.own(b)
-    for child in b._children:
-        inside |= flow.outflow[id(child)]
-    for child in b._children:
-        if child is not reads_input_only:
-            flow.into(child, inside)
-    if flow.ops_of[id(b)]:
-        flow.ops_read(b, inside)
-    flow.out_of(b, inside)
-
-
-# (class, rule): a block gets the rule of the first class it is an instance of and
-# evaluates as (same `_evaluate`), else `_anything`
-_RULES = ((Function, _function), (FromTensor, _function), (OneOf, _one_of), (RNN, _rnn),
-          (Record, _parallel), (AllOf, _parallel), (Map, _parallel),
-          (Pipe, _composition), (Composition, _composition))
-
-
-def _rule(b: Block):
+def _compiled(b: Block, op_id: dict) -> list:
+    """`b`'s declaration as `(kind, reader, [(kind, source), ...])` over ids: a block
+    by `id`, an op by its op id."""
+    flow = dataflow_of(b)
+    evaluated = {id(c) for c in b.children}
     if b.is_forward_declaration_ref():
-        return _reference
-    evaluate = type(b)._evaluate
-    for cls, rule in _RULES:
-        if isinstance(b, cls) and evaluate is cls._evaluate:
-            return rule
-    return _anything
+        evaluated.add(id(b.declaration.target))
+    own = {id(op) for op in b.ops()}
+
+    def part(p, role: str):
+        if p is DataFlow.INPUT and role == "source":
+            return _IN, None
+        if p is DataFlow.OUTPUT and role == "reader":
+            return _OUT, None
+        if isinstance(p, Block) and id(p) in evaluated:
+            return _BLOCK, id(p)
+        if isinstance(p, Op) and id(p) in own:
+            return _OP, op_id[p]
+        raise ValueError(f"{b.path}: its dataflow() names {p!r} as a {role}, which is not "
+                         "one of its parts (DataFlow.INPUT as a source, DataFlow.OUTPUT as a "
+                         "reader, a child, an op of its ops())")
+
+    rule = []
+    for reader in flow.readers:
+        kind, key = part(reader, "reader")
+        rule.append((kind, key, [part(s, "source") for s in flow.sources(reader)]))
+    return rule
 
 
 def _ids(mask: int) -> list[int]:

@@ -339,7 +339,7 @@ def expand(program, x: Any) -> ExampleGraph:
     root = program.root
 
     def run():
-        return root._eval(ctx, root_input(root, ctx, x))
+        return root.eval_in(ctx, root_input(root, ctx, x))
 
     result = call_with_deep_stack(run)
     return ExampleGraph(ctx.graph(program), result, ctx.metrics, ctx.key_array())
@@ -361,7 +361,7 @@ def expand_all(program, inputs: list, start: int = 0) -> list[ExampleGraph]:
 def _expand_here(program, x: Any) -> ExampleGraph:
     ctx = ExpansionContext(program)
     root = program.root
-    result = root._eval(ctx, root_input(root, ctx, x))
+    result = root.eval_in(ctx, root_input(root, ctx, x))
     return ExampleGraph(ctx.graph(program), result, ctx.metrics, ctx.key_array())
 
 
@@ -413,7 +413,7 @@ def _expand_batch_here(program, inputs: list, skip: bool) -> BatchGraph:
     for i, x in enumerate(inputs):
         mark = ctx.start_example(len(kept))  # its index in the batch: the keys' example
         try:
-            result = root._eval(ctx, root_input(root, ctx, x))
+            result = root.eval_in(ctx, root_input(root, ctx, x))
         except InputError as e:
             e.locate_in(x)
             if not skip:

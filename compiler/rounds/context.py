@@ -321,7 +321,7 @@ class _Driver:
         ctx.opened()
         try:
             root = self.program.root
-            self.results[i] = root._eval(ctx, root_input(root, ctx, self.inputs[i]))
+            self.results[i] = root.eval_in(ctx, root_input(root, ctx, self.inputs[i]))
         except _Aborted:
             pass
         except BaseException as e:  # raised by the driver

@@ -260,7 +260,7 @@ class Exploration:
         walk = td.Unfold(self._step(), decide=self.decide, max_steps=2 * self.max_words,
                          done=lambda w: w.config.is_terminal(), name="walk")
         # the parser's own encoder block (the same layers, a block of this tree)
-        encoder = self.parser._encoder()
+        encoder = self.parser.make_encoder()
         comp = td.Composition(name="exploring_parser")
         with comp.scope():
             start = td.InputTransform(self._start).reads(comp.input)

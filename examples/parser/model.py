@@ -196,7 +196,7 @@ class ParserModel:
         self.label_layers = {
             d: td.FC(len(vocab.labels), activation=None, name=f"{name}_labels")
             for d, name in ((LEFT, "left"), (RIGHT, "right"))} if vocab.labels else {}
-        self.encoder = self._encoder()
+        self.encoder = self.make_encoder()
         self.training_block = self._configurations_block(loss=True)
         self.scoring_block = self._configurations_block(loss=False)
         self._encoder_compiler = None
@@ -206,8 +206,9 @@ class ParserModel:
     def _mlp(self, features: td.Block) -> td.Block:
         return td.Pipe(features, td.Concat(), self.hidden_layer)
 
-    def _encoder(self, keyed: bool = True) -> td.Block:
-        """`{"tokens"} -> encodings` (`keyed`) or `tokens -> encodings`."""
+    def make_encoder(self, keyed: bool = True) -> td.Block:
+        """A new encoder block (a parser's encoder, its layers shared):
+        `{"tokens"} -> encodings` (`keyed`) or `tokens -> encodings`."""
         word = td.Scalar("int32") >> self.word_embedding
         if self.tag_embedding is not None:
             tag = td.Scalar("int32") >> self.tag_embedding
@@ -229,7 +230,7 @@ class ParserModel:
             score = self._score(loss)
         comp = td.Composition(name="parser")
         with comp.scope():
-            encodings = self._encoder().reads(comp.input)
+            encodings = self.make_encoder().reads(comp.input)
             scores = (td.Zip() >> td.Map(score)).reads(
                 td.Broadcast().reads(encodings), configs.reads(comp.input))
             comp.output.reads(scores)
@@ -355,7 +356,7 @@ class ParserModel:
         """The scoring layers' weights now, as arrays (`greedy.Layers`); with `labels`,
         the label layers too (if the vocabulary has labels)."""
         def dense(layer, inputs: int):
-            d = layer._keras_layer()
+            d = layer.keras_layer
             if not d.built:  # a layer no block has typed yet (a parser never trained)
                 d.build((None, inputs))
             return keras.ops.convert_to_numpy(d.kernel), keras.ops.convert_to_numpy(d.bias)
@@ -374,7 +375,7 @@ class ParserModel:
         the same sentences again (a test set after every epoch) skips expanding them."""
         if self._encoder_compiler is None:
             from refold.compiler import Compiler
-            self._encoder_compiler = Compiler.create(self._encoder(keyed=False),
+            self._encoder_compiler = Compiler.create(self.make_encoder(keyed=False),
                                                      scheduler=self.scheduler)
         encoded = self._encoder_compiler.run(list(tokens))
         return [np.stack(e) for e in encoded]

@@ -379,7 +379,7 @@ size)."""
 
 def _built(layer, inputs: int):
     """The Keras layer of a `td.FC`, built for `inputs` features if no block has yet."""
-    dense = layer._keras_layer()
+    dense = layer.keras_layer
     if not dense.built:
         dense.build((None, inputs))
     return dense
@@ -482,7 +482,7 @@ class DeviceExploration:
             checked = td.InputTransform(lambda x: (x, self._arrays(comp, x))).reads(comp.input)
             gold = (td.GetItem(1) >> td.Record((td.Scalar("int32"), td.Vector(w + 1, "int32"),
                                                  td.Vector(w + 1, "int32")))).reads(checked)
-            encodings = (td.GetItem(0) >> self.parser._encoder() >> td.Stack(w + 1)).reads(
+            encodings = (td.GetItem(0) >> self.parser.make_encoder() >> td.Stack(w + 1)).reads(
                 checked)
             walk = td.Function(self.layer, random=True, infer_output_type=False, handles_empty=True)
             walk.set_output_type(td.TupleType(
@@ -544,7 +544,7 @@ class DeviceParser:
         with comp.scope():
             checked = td.InputTransform(lambda x: (x, self._length(comp, x))).reads(comp.input)
             n = (td.GetItem(1) >> td.Scalar("int32")).reads(checked)
-            encodings = (td.GetItem(0) >> self.parser._encoder(keyed=False)
+            encodings = (td.GetItem(0) >> self.parser.make_encoder(keyed=False)
                          >> td.Stack(w + 1)).reads(checked)
             walk = td.Function(self.layer, infer_output_type=False, handles_empty=True)
             walk.set_output_type(td.TupleType(td.TensorType((w,), "int32"),

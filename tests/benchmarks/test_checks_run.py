@@ -13,7 +13,7 @@ from benchmarks import checks
 
 def test_the_switch_turns_strict_conversion_and_cycle_checks_off_and_on():
     from refold.blocks.control import _ForwardDeclarationRef
-    tracked = _ForwardDeclarationRef._evaluate
+    tracked = _ForwardDeclarationRef.evaluate
     tree = td.ForwardDeclaration(td.PyObjectType(), td.TensorType(()))
     tree.resolve_to(td.OneOf(lambda t: isinstance(t, list),
                              {False: td.Scalar(), True: td.GetItem(0) >> tree()}))
@@ -21,11 +21,11 @@ def test_the_switch_turns_strict_conversion_and_cycle_checks_off_and_on():
         td.Scalar().eval("3.5")
     with checks.unchecked():
         assert float(td.Scalar().eval("3.5")) == 3.5
-        assert _ForwardDeclarationRef._evaluate is not tracked
+        assert _ForwardDeclarationRef.evaluate is not tracked
         assert float(tree().eval([["2"]])) == 2.0  # recursion still works, unchecked
     with pytest.raises(td.InputError, match="expected a TensorType"):
         td.Scalar().eval("3.5")
-    assert _ForwardDeclarationRef._evaluate is tracked
+    assert _ForwardDeclarationRef.evaluate is tracked
 
 
 def test_checks_benchmark_runs(capsys):

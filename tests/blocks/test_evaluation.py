@@ -232,7 +232,7 @@ def test_reference_context_runs_ops_with_batch_of_one():
     td.validate(block)
     seen.clear()
     ctx = ReferenceContext()
-    out = call_with_deep_stack(lambda: block._eval(ctx, [np.ones(3), np.zeros(3)]))
+    out = call_with_deep_stack(lambda: block.eval_in(ctx, [np.ones(3), np.zeros(3)]))
     assert seen == [(1, 3), (1, 3)]
     assert_allclose(np.stack(out), [-np.ones(3), np.zeros(3)])
 

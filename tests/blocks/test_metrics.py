@@ -117,7 +117,7 @@ def test_metric_labels_are_collected_alongside_the_values():
     block = td.Map((td.Scalar(), td.Identity()) >> td.Metric("hit")) >> td.Void()
     td.validate(block)
     ctx = ReferenceContext()
-    block._eval(ctx, root_input(block, ctx, [(1, "a"), (0, "b"), (1, "c")]))
+    block.eval_in(ctx, root_input(block, ctx, [(1, "a"), (0, "b"), (1, "c")]))
     assert [float(v) for v in ctx.metrics["hit"]] == [1.0, 0.0, 1.0]
     assert ctx.metric_labels["hit"] == ["a", "b", "c"]
 

@@ -26,7 +26,7 @@ def grad_of_eval(block, inp, variable):
 
     def run():
         with tf.GradientTape() as tape:
-            out = block._eval(ReferenceContext(), inp)
+            out = block.eval_in(ReferenceContext(), inp)
             total = tf.reduce_sum(out)
         return out.numpy(), tape.gradient(total, variable)
 

@@ -245,7 +245,7 @@ class Gate(td.Block):
     def ops(self) -> list:
         return [self._op]
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         return ctx.op(self._op, list(x))[0]
 
 
@@ -258,6 +258,49 @@ def make_custom_block() -> Case:
     vec = st.lists(st.floats(-1, 1, width=32), min_size=H, max_size=H)
     return Case("custom_block", block, st.lists(st.tuples(vec, vec), max_size=5),
                 [gate.w, *weights_of(fc)])
+
+
+class Residual(td.Block):
+    """A block with a child, written with the public hooks as a user would:
+    `x + child(x)`, adding with an op of its own, and declaring its data flow."""
+
+    def __init__(self, child, name: str | None = None):
+        self._add = None
+        super().__init__([td.convert_to_block(child)], name=name)
+
+    def infer_types(self):
+        (child,) = self.children
+        for t in (self.input_type, self.output_type, child.input_type, child.output_type):
+            for b in (self, child):
+                b.set_input_type(t)
+                b.set_output_type(t)
+
+    def ops(self) -> list:
+        if self._add is None:
+            t = self.input_type
+            self._add = td.Op("residual_add", lambda x, y: [x + y], [t, t], [t])
+        return [self._add]
+
+    def evaluate(self, ctx, x):
+        (child,) = self.children
+        return ctx.op(self._add, [x, child.eval_in(ctx, x)])[0]
+
+    def dataflow(self):
+        (child,) = self.children
+        add, inp = self._add, td.DataFlow.INPUT
+        return td.DataFlow({child: [inp], add: [inp, child], td.DataFlow.OUTPUT: [add]})
+
+
+def make_user_block_with_children() -> Case:
+    """A user-written block with a child (`Residual`) before a Fold and inside it."""
+    keras.utils.set_random_seed(11)
+    inner, step = td.FC(H, activation="tanh"), td.FC(H, activation="tanh")
+    residual = td.FC(H, activation="tanh")
+    block = td.Map(td.Vector(H) >> Residual(inner)) >> td.Fold(
+        td.Concat() >> step >> Residual(residual), td.Zeros(H))
+    vec = st.lists(st.floats(-1, 1, width=32), min_size=H, max_size=H)
+    return Case("user_block_with_children", block, st.lists(vec, max_size=5),
+                weights_of(inner, step, residual))
 
 
 END, START = 0, 4  # the greedy decoder's end symbol and start symbol (vocabulary 4)
@@ -361,7 +404,8 @@ def make_zip_with_python_objects() -> Case:
 ALL = [make_tree_lstm, make_tree_lstm_loss_everywhere, make_fold_rnn,
        make_rnn_with_metric_per_step, make_rnn_of_a_library_cell, make_bidirectional_tagger,
        make_char_tagger, make_stacked_encodings,
-       make_reduce_and_oneof, make_nested_records, make_custom_block, make_greedy_decoder,
+       make_reduce_and_oneof, make_nested_records, make_custom_block, make_user_block_with_children,
+       make_greedy_decoder,
        make_device_decoder, make_transition_system, make_zip_with_python_objects]
 
 

@@ -75,7 +75,7 @@ def reference_loss_and_grads(c: models.Case, comp: Compiler, weights, inputs):
             terms = [tf.constant(0.0)]
             for x in inputs:  # values held as the engine holds them (blocks.evaluation.precision)
                 ctx = ReferenceContext(comp.compute_dtype, comp.program.metric_types)
-                result = c.block._eval(ctx, x)
+                result = c.block.eval_in(ctx, x)
 
                 def add(t, v):
                     if isinstance(t, TensorType) and t.dtype == "float32":

@@ -27,7 +27,7 @@ class Shift(td.Block):
     def weights(self):
         return [self.b] if self._declare else []
 
-    def _evaluate(self, ctx, x):
+    def evaluate(self, ctx, x):
         return ctx.op(self._op, [x])[0]
 
 

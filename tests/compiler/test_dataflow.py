@@ -72,16 +72,90 @@ def test_an_op_fed_only_from_outside_the_recursion_runs_before_the_loop():
     assert Compiler.create(projected_rnn()).executor.layout.head_ops == by_flow.head_ops
 
 
-def test_a_block_that_evaluates_its_own_way_gets_the_cautious_rule():
-    class Twice(td.Map):  # feeds each element's output back into the element block
-        def _evaluate(self, ctx, x):
-            elem = self._children[0]
-            return [elem._eval(ctx, elem._eval(ctx, item)) for item in x]
+class Twice(td.Map):
+    """Feeds each element's output back into the element block."""
 
-    twice = lower(td.Map(td.Vector(3)) >> Twice(td.FC(3)))
+    def evaluate(self, ctx, x):
+        elem = self.element_block
+        return [elem.eval_in(ctx, elem.eval_in(ctx, item)) for item in x]
+
+
+class DeclaredTwice(Twice):
+    def dataflow(self):
+        elem = self.element_block
+        return td.DataFlow({elem: [td.DataFlow.INPUT, elem], td.DataFlow.OUTPUT: [elem]})
+
+
+def test_a_block_that_evaluates_its_own_way_without_declaring_its_flow_is_refused():
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > Twice: Twice has children but does "
+                                        r"not declare its data flow: override dataflow\(\)"):
+        Compiler.create(td.Map(td.Vector(3)) >> Twice(td.FC(3)))
+
+
+def test_a_declared_flow_is_the_one_the_compiler_uses():
+    twice = lower(td.Map(td.Vector(3)) >> DeclaredTwice(td.FC(3)))
     once = lower(td.Map(td.Vector(3)) >> td.Map(td.FC(3)))
     assert op_feeds(twice).tolist() == [[True]]
     assert op_feeds(once).tolist() == [[False]]
+
+
+def test_a_block_evaluating_by_the_deprecated_name_gets_the_rule_that_is_always_correct():
+    with pytest.warns(DeprecationWarning, match="OldTwice overrides _evaluate"):
+        class OldTwice(td.Map):
+            def _evaluate(self, ctx, x):
+                elem = self.element_block
+                return [elem._eval(ctx, elem._eval(ctx, item)) for item in x]
+
+    program = lower(td.Map(td.Vector(3)) >> OldTwice(td.FC(3)))
+    assert op_feeds(program).tolist() == [[True]]
+    assert Compiler.create(td.Map(td.Vector(3)) >> OldTwice(td.FC(3))).executor.layout.loop_ops
+
+
+class Scale(td.Block):
+    """A leaf with an op and no declared flow: its op reads its input."""
+
+    def __init__(self):
+        vec = td.TensorType((3,))
+        super().__init__(input_type=vec, output_type=vec)
+        self.op = td.Op("scale", lambda x: [2.0 * x], [vec], [vec])
+
+    def ops(self):
+        return [self.op]
+
+    def evaluate(self, ctx, x):
+        return ctx.op(self.op, [x])[0]
+
+
+def test_a_leaf_that_declares_nothing_gets_the_leaf_rule_and_runs_before_the_loop():
+    program = lower(td.Map(td.Vector(3) >> Scale()) >> td.Sum())
+    names = [op.name for op in program.ops]
+    feeds = {(names[a], names[b]) for a, b in zip(*np.nonzero(op_feeds(program)))}
+    assert feeds == {("scale", "add"), ("add", "add")}
+    layout = Layout.build(program.ops, program.value_types, op_feeds(program))
+    assert [names[o] for o in layout.head_ops] == ["scale"]
+
+
+def test_a_user_block_with_children_that_declares_its_flow_runs_before_the_loop():
+    case = models.make_user_block_with_children()
+    program = lower(case.block)
+    layout = Layout.build(program.ops, program.value_types, op_feeds(program))
+    head = [program.ops[o] for o in layout.head_ops]
+    loop = [program.ops[o] for o in layout.loop_ops]
+    # the Residual over the elements (its FC and its add) runs before the loop,
+    # the one in the Fold's step in it
+    assert sum(op.name == "residual_add" for op in head) == 1
+    assert sum(op.name == "residual_add" for op in loop) == 1
+
+
+def test_a_declaration_naming_a_part_the_block_lacks_is_refused():
+    stranger = td.Scalar()
+
+    class Wrong(Scale):
+        def dataflow(self):
+            return td.DataFlow({td.DataFlow.OUTPUT: [stranger]})
+
+    with pytest.raises(ValueError, match=r"Wrong: its dataflow\(\) names <td.Scalar"):
+        op_feeds(lower(td.Vector(3) >> Wrong()))
 
 
 @pytest.mark.parametrize("scheduler", SCHEDULERS)

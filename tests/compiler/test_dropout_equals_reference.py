@@ -80,7 +80,7 @@ def reference_loss_and_grads(c, comp, weights, inputs, seed):
             for i, x in enumerate(inputs):
                 ctx = ReferenceContext(comp.compute_dtype, comp.program.metric_types,
                                        training=True, seed=seed, example=i)
-                result = c.block._eval(ctx, x)
+                result = c.block.eval_in(ctx, x)
 
                 def add(t, v):
                     if isinstance(t, TensorType) and t.dtype == "float32":

@@ -65,7 +65,7 @@ def test_bidirectional_runs_its_cells_as_one_pair_with_the_gradients_of_two_rnns
     for block in (stacked, two_rnns):
         with tf.GradientTape() as tape:
             loss = tf.add_n([tf.reduce_sum(v * weights[i]) for seq in SEQS
-                             for i, v in enumerate(block._eval(ReferenceContext(), seq))])
+                             for i, v in enumerate(block.eval_in(ReferenceContext(), seq))])
         grads.append(tape.gradient(loss, fw.weights + bw.weights))
     for got, want in zip(*grads):
         np.testing.assert_allclose(got, want, atol=1e-5)
@@ -109,7 +109,7 @@ def test_sequence_encoder_runs_two_layer_cells_as_one_pair_with_the_gradients_of
     grads = []
     for block in (paired, two_rnns):
         with tf.GradientTape() as tape:
-            loss = tf.add_n([tf.reduce_sum(block._eval(ReferenceContext(), seq) * weights)
+            loss = tf.add_n([tf.reduce_sum(block.eval_in(ReferenceContext(), seq) * weights)
                              for seq in SEQS])
         grads.append(tape.gradient(loss, fw.weights + bw.weights))
     for got, want in zip(*grads):

@@ -116,7 +116,7 @@ def test_an_rnn_runs_a_library_cell_split_with_the_whole_cells_results(ours, the
             loss = tf.add_n([tf.reduce_sum(tf.sin(tf.concat([tf.reshape(o, [-1]) for o in
                                                              tf.nest.flatten(out)], 0)))
                              for seq in seqs[1:]
-                             for out in [block._eval(ReferenceContext(), seq)]])
+                             for out in [block.eval_in(ReferenceContext(), seq)]])
         grads.append(tape.gradient(loss, cell.weights))
     for a, b in zip(*grads):
         np.testing.assert_allclose(a, b, atol=1e-5)

@@ -49,6 +49,7 @@ def test_the_docs_build_strictly_with_every_page(site):
                  "guide/distributed.html", "guide/mixed-precision.html", "guide/extending.html",
                  "guide/performance.html", "tutorials/sentiment.html", "tutorials/parser.html",
                  "coming-from-fold.html", "coming-from-dynet.html", "benchmarks.html",
+                 "design.html",
                  *(f"api/{p}.html" for p in API_PAGES)):
         assert page in pages, page
 
@@ -115,3 +116,27 @@ def test_the_readme_is_a_short_front_door():
         importlib.import_module("refold.examples").__path__) if m.ispkg}
     for name in examples:
         assert f"python -m refold.examples.{name}" in readme, name
+
+
+def test_the_design_page_maps_every_folder_and_module_of_the_layers():
+    with open(os.path.join(ROOT, "docs", "design.md"), encoding="utf-8") as f:
+        page = f.read()
+    tree = page.split("## Where each concern lives", 1)[1]
+    for layer in ("blocks", "compiler", "scheduler", "models", "serving", "examples"):
+        assert f"\n{layer}/" in tree, layer
+    for name in sorted(os.listdir(os.path.join(ROOT, "compiler"))):
+        if os.path.isfile(os.path.join(ROOT, "compiler", name, "__init__.py")):
+            assert f"  {name}/" in tree, f"compiler/{name}/"
+    for layer in ("blocks", "compiler", "scheduler"):
+        for name in sorted(os.listdir(os.path.join(ROOT, layer))):
+            if name.endswith(".py") and name != "__init__.py":
+                assert re.search(rf"\b{re.escape(name)}\b", tree), f"{layer}/{name}"
+
+
+def test_the_files_that_cite_the_design_page_point_at_it():
+    assert os.path.isfile(os.path.join(ROOT, "docs", "design.md"))
+    for path in ("pyproject.toml", "tests/test_layering.py", "docs/hooks.py",
+                 "src/refold/__init__.py"):
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            text = f.read()
+        assert "docs/design.md" in text and "DESIGN.md" not in text, path

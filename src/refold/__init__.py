@@ -3,7 +3,7 @@
 Import it as Fold users imported Fold: `import refold as td`. The top level holds the
 block language (`refold.blocks`: types, blocks, `InputError`) and what compiles and
 trains a block (`Model`, `Compiler`, `load_model`, `Lines`); the layers below are
-subpackages:
+subpackages, which import in one direction (docs/design.md):
 
 | subpackage | what it holds |
 |---|---|

@@ -31,6 +31,7 @@ import tensorflow as tf
 from refold.blocks.errors import InputError
 from refold.blocks.types import TensorType
 from refold.compiler.feeding import packed
+from refold.compiler.feeding.feeder import Feeder
 from refold.compiler.graphs.batch_plan import BatchPlan
 
 if TYPE_CHECKING:  # annotations only: the compiler imports the pipeline's users
@@ -245,7 +246,7 @@ def _progress_bar(n: int, what: str, verbose) -> keras.utils.Progbar | None:
     return keras.utils.Progbar(n, verbose=2 if verbose == 2 else 1, unit_name="input")
 
 
-class BatchFeeder:
+class BatchFeeder(Feeder):
     """The batches of one `fit`, `evaluate` or `predict` call, packed on demand.
 
     Keras' loop iterates `dataset()`, the batch indices `0 .. n_batches - 1` (a

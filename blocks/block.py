@@ -209,10 +209,12 @@ class IOBase:
 
     @property
     def input_type(self) -> ResultType | None:
+        """The type this block reads; None until inference or its neighbours fix it."""
         return self._input_type
 
     @property
     def output_type(self) -> ResultType | None:
+        """The type this block gives; None until inference or its neighbours fix it."""
         return self._output_type
 
     def set_input_type(self, input_type: Any) -> IOBase:

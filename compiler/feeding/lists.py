@@ -302,9 +302,9 @@ def batch_indices(n: int) -> tf.data.Dataset:
     """The range `0 .. n - 1` that Keras iterates for `n` batches.
 
     Without tf.data's graph optimizations and autotuning, which have nothing to do
-    on a range: they made creating its iterator, once per call of `fit` or `predict`
-    and per epoch, cost ~10 ms instead of ~1. Kept for the next call with as many
-    batches (a dataset is immutable): building it cost ~11 ms per call of `fit`
+    on a range but made creating its iterator (once per call of `fit` or `predict`
+    and per epoch) cost more than a small step. Kept for the next call with as many
+    batches (a dataset is immutable), since building one costs as much again
     (BENCHMARKS.md, "the hand-off")."""
     options = tf.data.Options()
     options.experimental_optimization.apply_default_optimizations = False

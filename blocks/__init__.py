@@ -15,7 +15,7 @@ TensorType((), 'float32')
 42.0
 """
 
-from refold.blocks.block import Block, IOBase, bad_input
+from refold.blocks.block import Block, bad_input
 from refold.blocks.composition import AllOf, Composition, Pipe, Record, Wire, convert_to_block
 from refold.blocks.control import ForwardDeclaration, OneOf, Optional
 from refold.blocks.diagram import plot_block
@@ -76,7 +76,7 @@ __all__ = [
     # blocks for input
     "Tensor", "Scalar", "Vector", "InputTransform", "OneHot", "OneHotFromList", "Optional",
     # composition
-    "Block", "IOBase", "Composition", "Pipe", "Record", "AllOf", "Wire", "convert_to_block",
+    "Block", "Composition", "Pipe", "Record", "AllOf", "Wire", "convert_to_block",
     # tensors
     "FromTensor", "Function", "Concat", "Zeros", "Identity",
     # sequences

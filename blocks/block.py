@@ -260,10 +260,12 @@ class IOBase:
 
     @property
     def input_type(self) -> ResultType | None:
+        """The type this block reads; None until inference or its neighbours fix it."""
         return self._input_type
 
     @property
     def output_type(self) -> ResultType | None:
+        """The type this block gives; None until inference or its neighbours fix it."""
         return self._output_type
 
     def set_input_type(self, input_type: Any) -> IOBase:
@@ -560,7 +562,7 @@ class Block(IOBase):
         frame fewer per block and node.
 
         >>> import refold as td
-        >>> from refold.blocks.evaluation import ReferenceContext
+        >>> from refold.blocks.evaluation.contexts import ReferenceContext
         >>> td.Length().eval_in(ReferenceContext(), [1, 2, 3])
         <tf.Tensor: shape=(), dtype=float32, numpy=3.0>
         >>> td.Length().eval_in(ReferenceContext(), 7)

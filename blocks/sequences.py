@@ -351,11 +351,16 @@ def _reducer(fn_name: str, doc: str):
     return make
 
 
+# The strings after each factory are their docstrings for the API pages, which read the
+# source (`help(td.Sum)` reads `__doc__`).
 Sum = _reducer("add", "Sums a sequence of tensors (zeros when empty).")
+"""`Sum(name=None)`: sums a sequence of tensors (zeros when empty), a `Reduce` of `tf.add`."""
 Sum.__name__ = "Sum"
 Min = _reducer("minimum", "The elementwise minimum of a sequence of tensors (zeros when empty).")
+"""`Min(name=None)`: the elementwise minimum of a sequence of tensors (zeros when empty)."""
 Min.__name__ = "Min"
 Max = _reducer("maximum", "The elementwise maximum of a sequence of tensors (zeros when empty).")
+"""`Max(name=None)`: the elementwise maximum of a sequence of tensors (zeros when empty)."""
 Max.__name__ = "Max"
 
 

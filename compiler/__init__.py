@@ -12,6 +12,7 @@ registers it with Keras, and with it the rest).
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 _WHERE = {
     "BatchPlan": "refold.compiler.graphs.batch_plan", "Compiler": "refold.compiler.compiler",
@@ -31,6 +32,18 @@ _WHERE = {
 __all__ = ["Compiler", "Model", "BatchPlan", "Program", "lower", "expand",
            "ExampleGraph", "NonFiniteLossError", "load_model", "ModelFileError", "Lines",
            "LineError", "WorkerFailedError", "draw_schedule", "describe_schedule"]
+
+if TYPE_CHECKING:  # `_WHERE`'s names, seen by type checkers and the API pages (mkdocstrings)
+    from refold.compiler.compiler import Compiler
+    from refold.compiler.distribute.sharded_streams import WorkerFailedError
+    from refold.compiler.feeding.streams import LineError, Lines
+    from refold.compiler.graphs.batch_plan import BatchPlan
+    from refold.compiler.graphs.expansion import ExampleGraph, expand
+    from refold.compiler.graphs.lowering import Program, lower
+    from refold.compiler.model import Model
+    from refold.compiler.saving import ModelFileError, load_model
+    from refold.compiler.schedule_picture import describe_schedule, draw_schedule
+    from refold.compiler.training.steps import NonFiniteLossError
 
 
 def __getattr__(name: str):

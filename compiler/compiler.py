@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import functools
 import operator
-import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from refold.blocks.evaluation.precision import compute_dtype, held_program
 from refold.blocks.types import TensorType
+from refold.compiler.feeding.prefetch import Prefetch
 from refold.compiler.graphs.batch_plan import BatchPlan
 from refold.compiler.graphs.dataflow import op_feeds
 from refold.compiler.graphs.expansion import BatchGraph, ExampleGraph, expand_all, expand_batch
@@ -219,13 +219,13 @@ class Compiler:
         """Yields `plan(batch, grouped)` for each batch, in order.
 
         With `ahead > 0` (and no workers), a background thread plans up to `ahead`
-        batches ahead while the caller runs the device: TensorFlow and the compiled
-        planning kernels release the GIL, so on a machine with a spare core the
-        planning time is mostly hidden. Do not call `plan` on the same compiler
-        while such a generator is running: it shares the graph cache. With workers,
-        whole batches are expanded, scheduled and packed in the worker processes,
-        a few batches ahead (the cache is not used there). An `InputError` names
-        the example's index in its batch.
+        batches ahead (`compiler.feeding.prefetch`) while the caller runs the device:
+        TensorFlow and the compiled planning kernels release the GIL, so on a machine
+        with a spare core the planning time is mostly hidden. Do not call `plan` on the
+        same compiler while such a generator is running: it shares the graph cache.
+        With workers, whole batches are expanded, scheduled and packed in the worker
+        processes, a few batches ahead (the cache is not used there). An `InputError`
+        names the example's index in its batch.
 
         >>> import refold as td
         >>> c = Compiler.create(td.Map(td.Scalar() >> td.Function(lambda x: x * 2)))
@@ -236,7 +236,7 @@ class Compiler:
             yield from self.pool().plan_batches((_as_list(b) for b in batches), grouped)
             return
         plans = (self.plan(batch, grouped) for batch in batches)
-        yield from (_planned_ahead(plans, ahead) if ahead > 0 else plans)
+        yield from (Prefetch(plans, ahead, name="refold-planner") if ahead > 0 else plans)
 
     def _plan_serial(self, inputs: list, grouped: bool) -> BatchPlan:
         # In a worker: the parent's cache is not shared, so expand afresh.
@@ -487,46 +487,6 @@ def _cache_size(cache) -> int:
         return int(cache)
     raise ValueError(f"cache must be True, False or a number of inputs (an int >= 0), got "
                      f"{cache!r}")
-
-
-def _planned_ahead(plans: Iterator[BatchPlan], ahead: int) -> Iterator[BatchPlan]:
-    """`plans`, produced by a background thread up to `ahead` items in advance; an
-    exception raised there is raised here, at the item where it happened."""
-    import queue
-    items: queue.Queue = queue.Queue(maxsize=ahead)
-    stop = threading.Event()
-
-    def put(item) -> bool:  # False once the consumer has stopped
-        while not stop.is_set():
-            try:
-                items.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce():
-        try:
-            for plan in plans:
-                if not put(("plan", plan)):
-                    return
-            put(("end", None))
-        except BaseException as e:  # handed to the consumer, raised there
-            put(("error", e))
-
-    thread = threading.Thread(target=produce, name="refold-planner", daemon=True)
-    thread.start()
-    try:
-        while True:
-            kind, value = items.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value
-            yield value
-    finally:
-        stop.set()
-        thread.join()
 
 
 def _as_list(inputs) -> list:

@@ -70,7 +70,7 @@ LAYERS = ("blocks", "compiler", "scheduler", "models", "serving", "examples")
 def package_tree() -> str:
     """A folder where `refold/` holds the layers as subfolders, as the wheel installs
     them (links into the checkout), so that mkdocstrings reads `refold.blocks` from its
-    source; in the checkout the layers are folders at the root (DESIGN.md)."""
+    source; in the checkout the layers are folders at the root (docs/design.md)."""
     folder = tempfile.mkdtemp(prefix="refold-api-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     package = os.path.join(folder, "refold")

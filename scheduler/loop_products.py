@@ -1,20 +1,19 @@
 """The loop's weight products take their gradient with the weight transposed once per step.
 
 TensorFlow differentiates `x @ W` to `x` as `MatMul(dz, W, transpose_b=True)`, which
-on this CPU repacks `W` at every call: at the loop's few rows that costs 2-3x the
-product with `W^T` laid out beforehand (BENCHMARKS.md, "The recurrent kernel
-transposed once per step"). The graph executor calls every loop op under
-`transposed_once()`: a `MatMul` made there whose second argument is a weight read
-(a variable or a captured tensor, maybe cast, from outside the loop) takes its
-gradient to `x` as `dz @ W^T` with `W^T` made once in the graph that holds the loop,
-and `x^T dz` for `W` as TensorFlow does. The weight is read there as the loop is
-traced (its value at the forward pass, as TensorFlow's gradient sees it), and
-transposed when the gradient is built. Any other product keeps TensorFlow's
-gradient. This reaches every cell, the zoo's and a user's (a `td.Function`, a Keras
-`Dense`), wherever TensorFlow differentiates the loop. The backward loop the engine
-replays itself at small batches (`scheduler.reverse`) takes each launch's gradient
-with a tape, which does not see this gradient, and keeps TensorFlow's (on an AVX-512
-CPU with oneDNN, transposing there measured 0.90-0.97x; BENCHMARKS.md). The XLA
+repacks `W` at every call, at the loop's few rows a cost that outweighs the product
+itself (BENCHMARKS.md, "The recurrent kernel transposed once per step"). The graph
+executor calls every loop op under `transposed_once()`: a `MatMul` made there whose
+second argument is a weight read (a variable or a captured tensor, maybe cast, from
+outside the loop) takes its gradient to `x` as `dz @ W^T` with `W^T` made once in the
+graph that holds the loop, and `x^T dz` for `W` as TensorFlow does. The weight is read
+there as the loop is traced (its value at the forward pass, as TensorFlow's gradient
+sees it), and transposed when the gradient is built. Any other product keeps
+TensorFlow's gradient. This reaches every cell, the zoo's and a user's (a `td.Function`,
+a Keras `Dense`), wherever TensorFlow differentiates the loop. The backward loop the
+engine replays itself at small batches (`scheduler.reverse`) takes each launch's
+gradient with a tape, which does not see this gradient, and keeps TensorFlow's
+(transposing there did not pay: BENCHMARKS.md, "Any cell's weight products"). The XLA
 executor (`scheduler.xla`) leaves its products to XLA (not measured there).
 
 >>> import tensorflow as tf

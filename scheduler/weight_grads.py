@@ -39,10 +39,9 @@ import tensorflow as tf
 from refold import compat
 
 # A batch whose loop launches average at most this many rows takes the loop's weight
-# gradients once per step (and `Model` replays its loop backward): the sst-synth
-# TreeLSTM up to batch 4 (7.5 rows a launch) and the bilstm tagger up to batch 16
-# (8.8). Both workloads' crossover lies at 12-16 rows on an AVX-512 CPU, lower on an
-# AMD EPYC one; measured: BENCHMARKS.md, "The replay threshold".
+# gradients once per step (and `Model` replays its loop backward): below where the
+# standard workloads cross over, a point that moves with the CPU (BENCHMARKS.md,
+# "The replay threshold").
 ONCE_PER_STEP_ROWS = 10
 
 

@@ -15,6 +15,7 @@ from; this package is its client, which needs no training code:
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from refold.serving.requests import RequestError
 
@@ -23,6 +24,10 @@ from refold.serving.requests import RequestError
 _LAZY = {"Predictor": "refold.serving.predictor", "BatchingPredictor": "refold.serving.batching"}
 
 __all__ = ["Predictor", "BatchingPredictor", "RequestError"]
+
+if TYPE_CHECKING:  # `_LAZY`'s names, seen by type checkers and the API pages (mkdocstrings)
+    from refold.serving.batching import BatchingPredictor
+    from refold.serving.predictor import Predictor
 
 
 def __getattr__(name: str):

@@ -48,8 +48,8 @@ class BatchingPredictor:
             one arrives: the latency a lone request pays for batching. 0 (default)
             takes what is queued: the requests that arrive while a batch runs make
             up the next one, so under load batches grow on their own, and a lone
-            request waits for nothing (a wait of 5 ms gave larger batches but no
-            clear gain in throughput here: BENCHMARKS.md, "Serving an export").
+            request waits for nothing (a longer wait gave larger batches but no
+            clear gain in throughput: BENCHMARKS.md, "Serving an export").
 
     `predict(x)` blocks until `x`'s output is ready; `submit(x)` returns a
     `concurrent.futures.Future` of it. `batch_sizes` lists the sizes of the

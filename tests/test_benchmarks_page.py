@@ -62,7 +62,8 @@ def test_the_citation_pattern_reads_citations_across_lines():
 def test_the_page_is_short_and_has_no_diary_headings():
     with open(PAGE) as f:
         text = f.read()
-    assert len(text.splitlines()) <= 600
+    # 600 lines, and 20 for the figures the docstrings handed over (issue 47)
+    assert len(text.splitlines()) <= 620
     dated = [h for h in headings()
              if re.search(r"\b20\d\d-\d\d-\d\d\b|\bcommit\b|previous stop|morning|afternoon|"
                           r"evening|night", h, re.I)]
@@ -90,3 +91,31 @@ def test_every_table_names_its_command():
         sections = re.split(r"\n(?=## )", f.read())
     for section in sections[2:]:  # the intro and "How to read these figures" have none
         assert re.search(r"python\s+-m\s", section), section.splitlines()[0]
+
+
+# A figure with its unit, a speed-up, or a machine's name.
+FIGURE = re.compile(r"\d(?:\.\d+)? ?(?:ms|µs|us)\b|\d(?:\.\d+)?x\b|\bEPYC\b|\bXeon\b")
+# Docstrings being reworded on another branch (issue 47), which the merge brings in line.
+REWORDED_ELSEWHERE = {"compiler/model.py"}
+
+
+def test_the_library_s_docstrings_give_reasons_and_leave_the_figures_here():
+    import ast
+    found = []
+    for layer in ("blocks", "compiler", "scheduler", "models", "serving", "src"):
+        for folder, dirs, files in os.walk(os.path.join(ROOT, layer)):
+            dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+            for name in files:
+                path = os.path.join(folder, name)
+                rel = os.path.relpath(path, ROOT)
+                if not name.endswith(".py") or rel in REWORDED_ELSEWHERE:
+                    continue
+                with open(path, encoding="utf-8") as f:
+                    tree = ast.parse(f.read(), path)
+                for node in ast.walk(tree):
+                    if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef,
+                                         ast.AsyncFunctionDef)):
+                        doc = ast.get_docstring(node) or ""
+                        found += [f"{rel}: {m.group(0)}" for m in FIGURE.finditer(doc)]
+    assert found == []
+    assert FIGURE.search("costs 130 us a call") and FIGURE.search("1.5x faster")

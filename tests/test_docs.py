@@ -9,6 +9,7 @@ that does not exist. The code on the pages runs in `tests/docs/`.
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import pkgutil
 import re
@@ -24,9 +25,8 @@ else:  # the `test` extra brings tomli, the same parser, to Python 3.10
     import tomli as tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-API_PAGES = {"blocks": "refold.blocks", "compiler": "refold.compiler",
-             "scheduler": "refold.scheduler", "serving": "refold.serving",
-             "models": "refold.models"}
+PUBLIC_PACKAGES = ("refold", "refold.blocks", "refold.compiler", "refold.scheduler",
+                   "refold.serving")
 
 
 @pytest.fixture(scope="module")
@@ -49,29 +49,110 @@ def test_the_docs_build_strictly_with_every_page(site):
                  "guide/distributed.html", "guide/mixed-precision.html", "guide/extending.html",
                  "guide/performance.html", "tutorials/sentiment.html", "tutorials/parser.html",
                  "coming-from-fold.html", "coming-from-dynet.html", "benchmarks.html",
-                 *(f"api/{p}.html" for p in API_PAGES)):
+                 "design.html", *(f"api/{p}.html" for p in api_pages())):
         assert page in pages, page
 
 
-@pytest.mark.parametrize("page, package", sorted(API_PAGES.items()))
-def test_the_api_pages_name_every_public_module(page, package):
-    with open(os.path.join(ROOT, "docs", "api", f"{page}.md")) as f:
-        named = set(re.findall(r"^::: (\S+)", f.read(), re.M))
-    module = importlib.import_module(package)
-    public = {m.name for m in pkgutil.walk_packages(module.__path__, f"{package}.")
-              if not any(part.startswith("_") for part in m.name.split("."))}
-    assert named == public | {package}
+def api_pages() -> list[str]:
+    """The API reference's pages, from the site's navigation (`index` aside)."""
+    with open(os.path.join(ROOT, "mkdocs.yml"), encoding="utf-8") as f:
+        nav = f.read().split("  - API reference:", 1)[1]
+    return [p for p in re.findall(r"api/([\w-]+)\.md", nav) if p != "index"]
 
 
-def test_the_api_pages_hold_the_docstrings(site):
-    with open(os.path.join(site, "api", "blocks.html"), encoding="utf-8") as f:
+def documented(page: str) -> list[str]:
+    with open(os.path.join(ROOT, "docs", "api", f"{page}.md"), encoding="utf-8") as f:
+        return re.findall(r"^::: (\S+)", f.read(), re.M)
+
+
+def resolve(path: str):
+    module, _, name = path.rpartition(".")
+    try:
+        return importlib.import_module(path)
+    except ImportError:
+        return getattr(importlib.import_module(module), name)
+
+
+def public_names() -> dict[int, tuple]:
+    """{id: (object, its public spellings)} for every name in `__all__` of `refold` and
+    its public subpackages (dunders such as `__version__` aside)."""
+    out: dict[int, tuple] = {}
+    for package in PUBLIC_PACKAGES:
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            if not name.startswith("_"):
+                obj = getattr(module, name)
+                out.setdefault(id(obj), (obj, set()))[1].add(f"{package}.{name}")
+    return out
+
+
+# Methods of `Block` that only the type inference of block classes calls.
+TYPE_INFERENCE_HOOKS = {"set_io_types", "set_input_type_classes", "set_output_type_classes"}
+
+
+def internal_names() -> set[str]:
+    """Names the layers' modules define without a leading underscore that no `__all__`
+    makes public (`FactoryCall`, `IOBase`, `batch_function`, ...)."""
+    public = {name for _, spellings in public_names().values()
+              for name in (s.rpartition(".")[2] for s in spellings)}
+    found = set()
+    for package in PUBLIC_PACKAGES[1:]:
+        module = importlib.import_module(package)
+        for info in pkgutil.walk_packages(module.__path__, f"{package}."):
+            if any(part.startswith("_") for part in info.name.split(".")):
+                continue
+            sub = importlib.import_module(info.name)
+            found |= {name for name, value in vars(sub).items()
+                      if not name.startswith("_") and name not in public
+                      and getattr(value, "__module__", None) == info.name}
+    return found
+
+
+def test_every_public_name_is_on_exactly_one_concept_page_and_nothing_else_is():
+    public = public_names()
+    pages = {page: documented(page) for page in api_pages() if page != "models"}
+    assert len(pages) >= 10
+    seen: dict[int, list[str]] = {}
+    for page, paths in pages.items():
+        for path in paths:
+            obj = resolve(path)
+            assert id(obj) in public, f"{page}.md documents {path}, which no __all__ names"
+            seen.setdefault(id(obj), []).append(f"{page}: {path}")
+    assert {k: v for k, v in seen.items() if len(v) > 1} == {}
+    missing = sorted(min(spellings) for k, (_, spellings) in public.items() if k not in seen)
+    assert missing == []
+
+
+def test_the_zoo_page_names_every_module_of_the_zoo():
+    module = importlib.import_module("refold.models")
+    zoo = {m.name for m in pkgutil.walk_packages(module.__path__, "refold.models.")
+           if not any(part.startswith("_") for part in m.name.split("."))}
+    assert set(documented("models")) == zoo | {"refold.models"}
+
+
+def test_the_api_pages_hold_the_docstrings_and_no_internal_name(site):
+    with open(os.path.join(site, "api", "sequences.html"), encoding="utf-8") as f:
         html = f.read()
-    assert "refold.blocks.diagram.plot_block" in html
-    assert "Draws a block expression as an SVG diagram" in html
+    assert 'id="refold.Map"' in html and "Map" in html
     # docstring examples are code blocks, their output not read as Markdown links
     assert 'class="language-pycon' in html or "highlight" in html
-    with open(os.path.join(site, "api", "compiler.html"), encoding="utf-8") as f:
-        assert "refold.compiler.schedule_picture.draw_schedule" in f.read()
+    with open(os.path.join(site, "api", "pictures.html"), encoding="utf-8") as f:
+        html = f.read()
+    assert "Draws a block expression as an SVG diagram" in html
+    assert all(f'id="refold.{n}"' in html for n in ("plot_block", "draw_schedule"))
+    internal = internal_names()
+    assert {"FactoryCall", "IOBase", "batch_function"} <= internal
+    for page in api_pages():
+        with open(os.path.join(site, "api", f"{page}.html"), encoding="utf-8") as f:
+            anchors = re.findall(r'id="(refold[\w.]*)"', f.read())
+        roots = documented(page)
+        for anchor in anchors:
+            root = max((r for r in roots if anchor == r or anchor.startswith(r + ".")),
+                       key=len, default=None)
+            assert root is not None, (page, anchor)  # nothing but what the page names
+            member = anchor[len(root) + 1:].split(".")[0]
+            hidden = internal if inspect.ismodule(resolve(root)) else TYPE_INFERENCE_HOOKS
+            assert member not in hidden, (page, anchor)
 
 
 def test_the_pictures_are_drawn_by_the_library_at_build_time(site):
@@ -115,3 +196,27 @@ def test_the_readme_is_a_short_front_door():
         importlib.import_module("refold.examples").__path__) if m.ispkg}
     for name in examples:
         assert f"python -m refold.examples.{name}" in readme, name
+
+
+def test_the_design_page_maps_every_folder_and_module_of_the_layers():
+    with open(os.path.join(ROOT, "docs", "design.md"), encoding="utf-8") as f:
+        page = f.read()
+    tree = page.split("## Where each concern lives", 1)[1]
+    for layer in ("blocks", "compiler", "scheduler", "models", "serving", "examples"):
+        assert f"\n{layer}/" in tree, layer
+    for name in sorted(os.listdir(os.path.join(ROOT, "compiler"))):
+        if os.path.isfile(os.path.join(ROOT, "compiler", name, "__init__.py")):
+            assert f"  {name}/" in tree, f"compiler/{name}/"
+    for layer in ("blocks", "compiler", "scheduler"):
+        for name in sorted(os.listdir(os.path.join(ROOT, layer))):
+            if name.endswith(".py") and name != "__init__.py":
+                assert re.search(rf"\b{re.escape(name)}\b", tree), f"{layer}/{name}"
+
+
+def test_the_files_that_cite_the_design_page_point_at_it():
+    assert os.path.isfile(os.path.join(ROOT, "docs", "design.md"))
+    for path in ("pyproject.toml", "tests/test_layering.py", "docs/hooks.py",
+                 "src/refold/__init__.py"):
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            text = f.read()
+        assert "docs/design.md" in text and "DESIGN.md" not in text, path

@@ -1,4 +1,4 @@
-"""The layers import in one direction (DESIGN.md), and only under the `refold` namespace.
+"""The layers import in one direction (docs/design.md), and only under the `refold` namespace.
 
 `refold.blocks` imports nothing of the engine; `refold.scheduler` imports nothing else
 of Refold (it batches any op graph); `refold.compiler` takes blocks and the scheduler,

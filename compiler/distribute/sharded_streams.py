@@ -373,7 +373,8 @@ def _merged(raws: list[RawBatch]) -> RawBatch:
 
 
 class _Now:
-    """Items read in the caller's thread when asked, with `_Ahead`'s interface."""
+    """Items read in the caller's thread when asked, with `Prefetch`'s interface
+    (`compiler.feeding.prefetch`)."""
 
     def __init__(self, items):
         self._items, self._done = items, False

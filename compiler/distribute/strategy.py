@@ -65,6 +65,7 @@ import numpy as np
 import tensorflow as tf
 
 from refold import compat
+from refold.compiler.feeding.feeder import Feeder
 from refold.compiler.feeding.lists import Labels, as_inputs, check_batch_size
 from refold.compiler.training.steps import STEP_FINITE, STEP_LOSS, NonFiniteLossError, next_indices
 
@@ -155,7 +156,7 @@ class ReplicaShard:
         return self._order[self._ends[b]:self._ends[b + 1]]
 
 
-class ShardFeeder:
+class ShardFeeder(Feeder):
     """The per-replica batches of one call on this worker (a `BatchFeeder` for
     `strategy`): `batch(i)` is one `(arrays, y?, sample_weight?)` per local replica.
     """

@@ -1,5 +1,7 @@
 """Feeding a `Model`: Python inputs and labels into packed batches, ahead of the device.
 
+- `feeder`: the `Feeder` protocol every source of a call's batches implements.
+- `prefetch`: items made on a background thread, a bounded number ahead (`Prefetch`).
 - `lists`: inputs held in memory (lists, arrays), labels, validation splits (`InputPipeline`).
 - `streams`: generators, iterables, `PyDataset`s and files read line by line (`Lines`).
 - `shards`: which items of a stream a worker reads, and how they make its steps.

@@ -14,8 +14,9 @@ they are. The traced function takes the tensors as a flat list (`signature`),
 so one trace serves every batch of the same layout, as before.
 
 `call` then hands those tensors to the step's `ConcreteFunction` as they are: a
-plain call would first bind them to its signature again (checking and casting each,
-about 130 us a call at batch 1, which `tensors` has already made right).
+plain call would first bind them to its signature again, checking and casting each,
+which `tensors` has already made right, a cost felt at small batches (BENCHMARKS.md,
+"The hand-off outside the traced step").
 
 >>> import numpy as np, tensorflow as tf
 >>> spec = ({"index": tf.TensorSpec([None], tf.int32),

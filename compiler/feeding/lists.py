@@ -31,6 +31,7 @@ import tensorflow as tf
 from refold.blocks.errors import InputError
 from refold.blocks.types import TensorType
 from refold.compiler.feeding import packed
+from refold.compiler.feeding.feeder import Feeder
 from refold.compiler.graphs.batch_plan import BatchPlan
 
 if TYPE_CHECKING:  # annotations only: the compiler imports the pipeline's users
@@ -245,7 +246,7 @@ def _progress_bar(n: int, what: str, verbose) -> keras.utils.Progbar | None:
     return keras.utils.Progbar(n, verbose=2 if verbose == 2 else 1, unit_name="input")
 
 
-class BatchFeeder:
+class BatchFeeder(Feeder):
     """The batches of one `fit`, `evaluate` or `predict` call, packed on demand.
 
     Keras' loop iterates `dataset()`, the batch indices `0 .. n_batches - 1` (a
@@ -301,9 +302,9 @@ def batch_indices(n: int) -> tf.data.Dataset:
     """The range `0 .. n - 1` that Keras iterates for `n` batches.
 
     Without tf.data's graph optimizations and autotuning, which have nothing to do
-    on a range: they made creating its iterator, once per call of `fit` or `predict`
-    and per epoch, cost ~10 ms instead of ~1. Kept for the next call with as many
-    batches (a dataset is immutable): building it cost ~11 ms per call of `fit`
+    on a range but made creating its iterator (once per call of `fit` or `predict`
+    and per epoch) cost more than a small step. Kept for the next call with as many
+    batches (a dataset is immutable), since building one costs as much again
     (BENCHMARKS.md, "the hand-off")."""
     options = tf.data.Options()
     options.experimental_optimization.apply_default_optimizations = False

@@ -3,10 +3,11 @@ line by line, fed to `Model.fit`, `evaluate` and `predict` without holding them 
 
 A stream's items are read by a background thread that groups them into batches,
 expands and plans each batch, and hands the packed arrays to the training step over a
-bounded queue: at most `ahead` batches wait, so memory stays bounded however long
-the stream, and planning overlaps the device step (TensorFlow and the planning
-kernels release the GIL). The thread is stopped and joined when the call ends,
-early stop or not, so nothing is left to wait on at interpreter exit.
+bounded queue (`compiler.feeding.prefetch`): at most `ahead` batches wait, so memory
+stays bounded however long the stream, and planning overlaps the device step
+(TensorFlow and the planning kernels release the GIL). The thread is stopped and
+joined when the call ends, early stop or not, so nothing is left to wait on at
+interpreter exit.
 
 With `Model(workers=n)` the thread hands each batch's inputs (pickled) to one of n
 worker processes (`compiler.feeding.process_pool.StreamWorkers`, forked once per model), which
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -50,7 +50,8 @@ import numpy as np
 import tensorflow as tf
 
 from refold.blocks.errors import InputError
-from refold.blocks.evaluation.contexts import start_deep_thread
+from refold.compiler.feeding.feeder import Feeder
+from refold.compiler.feeding.prefetch import Prefetch
 from refold.compiler.feeding.shards import (
     LineRecord,
     Part,
@@ -170,7 +171,7 @@ class RawBatch:
                         _take(self.where, keep))
 
 
-class StreamFeeder:
+class StreamFeeder(Feeder):
     """The batches of one `fit`, `evaluate` or `predict` call over a stream.
 
     Keras' loop iterates `dataset()` (batch indices) and the model's step function
@@ -211,7 +212,7 @@ class StreamFeeder:
         self.shard = shard or Shard.single(batch_size)
         self._on_skip = on_skip
         self._resume = resume
-        self._ahead: _Ahead | None = None
+        self._ahead: Prefetch | None = None
         self._workers = None  # the worker processes this feeder has claimed
         self._once = None if not reads_once(source) else source
         self.n_batches = known_batches(source) if not endless else None
@@ -254,7 +255,8 @@ class StreamFeeder:
         self.close()
         workers = self._claim_workers()
         stop = threading.Event()
-        self._ahead = _Ahead(self._packed(raws, workers, stop.is_set), self.ahead, stop)
+        self._ahead = Prefetch(self._packed(raws, workers, stop.is_set), self.ahead, stop,
+                               name="refold-stream")
 
     def examples(self, i: int) -> np.ndarray:
         """The positions in the stream (of its pass) of the last batch's inputs."""
@@ -481,68 +483,6 @@ def plan_in_worker(compiler, payload: tuple) -> tuple:
         return None, batch.kept, batch.skipped, None
     plan = compiler.plan_batch(batch)
     return InputPipeline(compiler).arrays(plan), batch.kept, batch.skipped, None
-
-
-class _Ahead:
-    """Runs an iterator in a daemon thread, at most `size` items ahead of `next()`.
-
-    The end of the items gives None; an exception raised there is raised by `next()`.
-    `close()` stops the thread and waits for it: the thread checks for the stop
-    between items and while the queue is full, so it ends as soon as the item it is
-    computing (a user's generator step, a batch's planning) is done."""
-
-    def __init__(self, items: Iterator, size: int, stop: threading.Event | None = None):
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, size))
-        self._stop = stop or threading.Event()
-        self._done = False
-        self._items = items
-        # a deep stack: expansion runs right here, without a thread per batch
-        self._thread = start_deep_thread(self._produce, name="refold-stream", daemon=True)
-
-    def _produce(self) -> None:
-        try:
-            for item in self._items:
-                if not self._put(("item", item)):
-                    return
-            self._put(("end", None))
-        except BaseException as e:  # handed to the consumer, raised there
-            self._put(("error", e))
-        finally:
-            close = getattr(self._items, "close", None)
-            if close is not None:
-                close()  # the generators' own cleanup (files), in this thread
-
-    def _put(self, message) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(message, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def next(self):
-        if self._done:
-            return None
-        kind, value = self._queue.get()
-        if kind == "item":
-            return value
-        self._done = True
-        if kind == "error":
-            raise value
-        return None
-
-    def ended(self) -> bool:
-        return not self._thread.is_alive()
-
-    def close(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        while True:  # free the batches planned ahead
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-        self._thread.join(timeout)
 
 
 def _take(a, keep: list):

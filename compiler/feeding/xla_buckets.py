@@ -24,8 +24,7 @@ from refold.scheduler.xla import XlaExecutor
 # are cheap to pad).
 MIN_ROWS = 32
 # The loop's rows are not padded to MIN_ROWS: a row of a loop iteration costs
-# far more than the iteration's fixed cost under XLA (a TreeLSTM cell's row
-# ~50-100 us forward and backward, an iteration ~10-20 us).
+# far more than the iteration's fixed cost under XLA (BENCHMARKS.md, "XLA for the loop").
 MIN_WIDTH, ITERATION_COST_ROWS = 1, 1
 
 # The arrays of a converted batch that the program reads only the shape of.

@@ -9,9 +9,9 @@ hands the values back.
 How an example advances. Expansion is a recursive Python evaluation per example,
 which a plain function cannot leave in the middle and resume, so each example
 expands in a greenlet of its own (the `greenlet` library: a coroutine with its own
-Python stack, switched to and from in a microsecond in the same thread; OS threads
-handing over to each other cost 20 us each on a quiet machine and milliseconds on a
-loaded one, measured here). One example runs at a time. An `Unfold` does not pause
+Python stack, switched to and from in the same thread, where OS threads handing over
+to each other cost far more, most of all on a loaded machine: BENCHMARKS.md, "Greedy
+decoding"). One example runs at a time. An `Unfold` does not pause
 its example at every step, though: it hands its loop, written as a generator
 (`Unfold._walk`), to the round driver (`RoundContext.walk`), and its example waits
 until the walk ends. Every round the driver advances every walk by one step, in one

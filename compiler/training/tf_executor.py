@@ -34,10 +34,10 @@ class InferenceExecutorChoice:
     At such sizes a step is hundreds of small ops for one example, and the default
     executor hands each costly one to its thread pool and waits; the single-threaded
     one runs them in order on the calling thread. It measured faster for the BiLSTM
-    tagger's one-sentence inference and no slower for the TreeLSTM's, equal from
-    about 8 rows a launch and slower at 64 (BENCHMARKS.md, "The single-threaded
-    executor"); training steps keep the default executor, where it measured as
-    often slower as faster. It runs `tf.while_loop` and `tf.cond` as functional ops
+    tagger's one-sentence inference and no slower for the TreeLSTM's, and lost its
+    edge as launches grew; training steps keep the default executor, where it
+    measured as often slower as faster (BENCHMARKS.md, "The single-threaded
+    executor"). It runs `tf.while_loop` and `tf.cond` as functional ops
     (not lowered to `Switch`/`Merge`), so each choice is its own trace; a batch
     within a factor `NEAR` of `max_rows` takes the other choice's trace if only that
     one exists, as does any batch until `PATIENCE` batches have asked for a choice

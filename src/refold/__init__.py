@@ -3,7 +3,7 @@
 Import it as Fold users imported Fold: `import refold as td`. The top level holds the
 block language (`refold.blocks`: types, blocks, `InputError`) and what compiles and
 trains a block (`Model`, `Compiler`, `load_model`, `Lines`); the layers below are
-subpackages:
+subpackages, which import in one direction (docs/design.md):
 
 | subpackage | what it holds |
 |---|---|
@@ -30,6 +30,7 @@ TensorType((), 'float32')
 from __future__ import annotations
 
 import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 import keras as _keras
 
@@ -50,6 +51,14 @@ _LAZY = {
 }
 
 __all__ = [*_blocks_all, *_LAZY, "__version__"]
+
+if _TYPE_CHECKING:  # `_LAZY`'s names, seen by type checkers and the API pages (mkdocstrings)
+    from refold.compiler.compiler import Compiler  # noqa: F401
+    from refold.compiler.feeding.streams import Lines  # noqa: F401
+    from refold.compiler.model import Model  # noqa: F401
+    from refold.compiler.saving import ModelFileError, load_model  # noqa: F401
+    from refold.compiler.schedule_picture import describe_schedule, draw_schedule  # noqa: F401
+    from refold.compiler.training.steps import NonFiniteLossError  # noqa: F401
 
 # A saved block's class that moved is looked for in the zoo and the examples.
 _registry.search_packages("refold.models", "refold.examples")

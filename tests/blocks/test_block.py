@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import refold as td
-from refold.blocks.evaluation import ReferenceContext
+from refold.blocks.evaluation.contexts import ReferenceContext
 
 
 def make_double():

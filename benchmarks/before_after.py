@@ -15,6 +15,11 @@ model as `benchmarks.decoding` builds it, untrained, `--steps` steps a string),
 `Compiler.run` over the strings in batches of B, Python feeding the argmax back every
 round ("rounds") or the device in one round ("device"). The table gives after ÷
 before in items/s per round: median [min-max], > 1 when this tree is faster.
+
+A commit from before the `refold` namespace (its layers imported by their folders'
+names, `import blocks as td`, as 14cf31e) runs with those names: each worker finds
+its tree's layout (`layout`) and checks, after every request, that every module of
+the project it imported came from its own tree, never from an installed `refold`.
 """
 
 from __future__ import annotations
@@ -34,17 +39,46 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+# The top-level names of the project's modules, in either layout.
+PROJECT = frozenset({"refold", "blocks", "compiler", "scheduler", "models", "examples",
+                     "serving", "benchmarks"})
+
+
+def layout(root: str) -> str:
+    """The import prefix of the tree at `root`: "refold." for a tree with the
+    namespace, "" for one whose layers are imported by their folders' names."""
+    return "refold." if os.path.isfile(os.path.join(root, "refold", "__init__.py")) else ""
+
+
+def foreign_modules(root: str) -> list[str]:
+    """The project's modules imported in this process from outside the tree at
+    `root` (an installed `refold`, say): each side must run its own tree's code."""
+    inside = os.path.abspath(root) + os.sep
+    out = []
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] not in PROJECT:
+            continue
+        file = getattr(module, "__file__", None)
+        paths = [file] if file else list(getattr(module, "__path__", []))
+        if any(not os.path.abspath(f).startswith(inside) for f in paths):
+            out.append(name)
+    return sorted(out)
+
+
 class DecoderSide:
     """The decoder example's greedy decoding in both variants (`benchmarks.decoding`)."""
 
     def __init__(self, steps: int, n: int):
+        import importlib
+
         import numpy as np
 
         from benchmarks.decoding import blocks_for
-        from refold.compiler import Compiler
-        from refold.examples.decoder.decoder import reverse_task
+        prefix = layout(sys.path[0])
+        compiler_class = importlib.import_module(prefix + "compiler").Compiler
+        reverse_task = importlib.import_module(prefix + "examples.decoder.decoder").reverse_task
         blocks = blocks_for(steps)
-        self.compilers = {v: Compiler.create(blocks[v]) for v in ("rounds", "device")}
+        self.compilers = {v: compiler_class.create(blocks[v]) for v in ("rounds", "device")}
         self.strings = reverse_task(np.random.default_rng(0), n)
 
     def run(self, request: dict) -> dict:
@@ -76,7 +110,16 @@ def serve(argv) -> None:
         sides.update({w: side for w in peers})
     if "decoder" in workloads:
         sides["decoder"] = DecoderSide(args.steps, data["decoder_items"])
-    protocol.serve(lambda r: sides[r["workload"]].run(r), reply, {"root": sys.path[0]})
+    root = sys.path[0]
+
+    def run(request: dict) -> dict:
+        answer = sides[request["workload"]].run(request)
+        foreign = foreign_modules(root)
+        if foreign:
+            raise RuntimeError(f"modules from outside {root}: {', '.join(foreign[:5])}")
+        return answer
+
+    protocol.serve(run, reply, {"root": root, "layout": layout(root) or "folders"})
 
 
 def export(commit: str, into: str) -> str:
@@ -91,6 +134,14 @@ def export(commit: str, into: str) -> str:
 def _commit(ref: str) -> str:
     return subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout.strip()
+
+
+def _work_tree() -> str:
+    """What the "after" side runs: HEAD's commit, and whether files differ from it."""
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                             cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    return f"{_commit('HEAD')}" + (" with uncommitted changes" if changed.strip() else
+                                   " (the work tree has no changes)")
 
 
 def main(argv=None) -> dict:
@@ -123,6 +174,9 @@ def main(argv=None) -> dict:
         path = os.path.join(tmp, "data.json")
         protocol.save_data(path, data)
         old = export(args.base, os.path.join(tmp, "before") + os.sep)
+        if not os.path.isfile(os.path.join(old, "benchmarks", "peers", "refold_side.py")):
+            raise SystemExit(f"{args.base} has no benchmarks/peers/refold_side.py: its "
+                             "models cannot be built the same way")
         common = ["--data", path, "--workloads", args.workloads, "--steps", str(args.steps)]
         sides = {}
         try:
@@ -156,7 +210,7 @@ def main(argv=None) -> dict:
                 side.close()
     print(f"python -m benchmarks.before_after {' '.join(argv or sys.argv[1:])}")
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; before: {_commit(args.base)}, "
-          f"after: {_commit('HEAD')} and the work tree; load average "
+          f"after: {_work_tree()}; load average "
           f"{' '.join(f'{x:.2f}' for x in load_before)} before, "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} after")
     print("| workload | mode | B | before items/s | after items/s | after ÷ before |")

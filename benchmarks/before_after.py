@@ -2,6 +2,7 @@
 
     python -m benchmarks.before_after --workloads explore,parser --batch-sizes 16,64
     python -m benchmarks.before_after --base 9ff7fbd --workloads decoder,treelstm,bilstm
+    python -m benchmarks.before_after --base 14cf31e --workloads usertree --batch-sizes 16,64
 
 Each side is a worker process running one tree's code: the earlier commit's tree
 (`--base`, exported with `git archive` into a temporary folder) and this one. Both
@@ -13,8 +14,11 @@ user calls: `Model.fit(epochs=1)` ("train"), `Model.predict` ("infer"),
 `benchmarks.peers.refold_side.RefoldSide`; for the decoder (`examples.decoder`'s
 model as `benchmarks.decoding` builds it, untrained, `--steps` steps a string),
 `Compiler.run` over the strings in batches of B, Python feeding the argmax back every
-round ("rounds") or the device in one round ("device"). The table gives after ÷
-before in items/s per round: median [min-max], > 1 when this tree is faster.
+round ("rounds") or the device in one round ("device"); for "usertree" (the
+TreeLSTM in Keras layers of the user's own over nested dicts, `UserTreeSide`, built
+by this file with each side's code), `Model.fit(epochs=1)` and `Compiler.run` over
+slices of B. The table gives after ÷ before in items/s per round: median
+[min-max], > 1 when this tree is faster.
 
 A commit from before the `refold` namespace (its layers imported by their folders'
 names, `import blocks as td`, as 14cf31e) runs with those names: each worker finds
@@ -90,6 +94,79 @@ class DecoderSide:
         return {"seconds": time.perf_counter() - start, "loss": None}
 
 
+class UserTreeSide:
+    """The sst-synth TreeLSTM as the docs teach a user to write it: Keras layers of
+    their own in `td.Function`s, over trees as nested dicts (`{"children": [left,
+    right]}`, `{"word": i}`). "train" is one `Model.fit(epochs=1)`, "infer"
+    `Compiler.run` over consecutive slices of B trees (the model's layers)."""
+
+    def __init__(self, trees: list, labels: list, lr: float):
+        import importlib
+
+        import keras
+        import numpy as np
+        import tensorflow as tf
+
+        prefix = layout(sys.path[0])
+        td = importlib.import_module(prefix + "blocks")
+        compiler = importlib.import_module(prefix + "compiler")
+        hidden, embed, vocab = 150, 300, 16_000
+
+        class Leaf(keras.layers.Layer):
+            def __init__(self):
+                super().__init__(name="leaf")
+                self.gates = keras.layers.Dense(3 * hidden)  # i, o, u
+
+            def call(self, x):
+                i, o, u = tf.split(self.gates(x), 3, axis=1)
+                c = tf.sigmoid(i) * tf.tanh(u)
+                return tf.sigmoid(o) * tf.tanh(c), c
+
+        class Node(keras.layers.Layer):
+            def __init__(self):
+                super().__init__(name="node")
+                self.gates = keras.layers.Dense(5 * hidden)  # i, o, u, f_left, f_right
+
+            def call(self, left, right):
+                (h_l, c_l), (h_r, c_r) = left, right
+                z = self.gates(tf.concat([h_l, h_r], axis=1))
+                i, o, u, f_l, f_r = tf.split(z, 5, axis=1)
+                c = tf.sigmoid(i) * tf.tanh(u) + tf.sigmoid(f_l) * c_l + tf.sigmoid(f_r) * c_r
+                return tf.sigmoid(o) * tf.tanh(c), c
+
+        def as_dict(t):
+            return {"children": [as_dict(t[0]), as_dict(t[1])]} if isinstance(t, list) \
+                else {"word": t}
+
+        keras.utils.set_random_seed(0)
+        state = td.TupleType(td.TensorType((hidden,)), td.TensorType((hidden,)))
+        tree = td.ForwardDeclaration(td.PyObjectType(), state)
+        leaf = td.GetItem("word") >> td.Scalar("int32") >> td.Embedding(vocab, embed) \
+            >> td.Function(Leaf())
+        node = td.GetItem("children") >> td.Record((tree(), tree())) >> td.Function(Node())
+        tree.resolve_to(td.OneOf(lambda t: "word" in t, {True: leaf, False: node}))
+        block = tree() >> td.GetItem(0) >> td.Function(keras.layers.Dense(5))
+        self.model = compiler.Model(block)
+        self.model.compile(optimizer=keras.optimizers.SGD(lr), loss=keras.losses.
+                           SparseCategoricalCrossentropy(from_logits=True))
+        self.compiler = compiler.Compiler.create(block)
+        self.trees = [as_dict(t) for t in trees]
+        self.labels = np.asarray(labels)
+
+    def run(self, request: dict) -> dict:
+        b, n = request["batch"], request["items"]
+        x, y = self.trees[:n], self.labels[:n]
+        start = time.perf_counter()
+        loss = None
+        if request["op"] == "train":
+            loss = self.model.fit(x, y, batch_size=b, epochs=1, verbose=0,
+                                  shuffle=False).history["loss"][-1]
+        else:
+            for i in range(0, n, b):
+                self.compiler.run(x[i:i + b])
+        return {"seconds": time.perf_counter() - start, "loss": loss}
+
+
 def serve(argv) -> None:
     """A worker: answers the runner's requests with the code of the tree it runs in."""
     p = argparse.ArgumentParser()
@@ -103,13 +180,15 @@ def serve(argv) -> None:
     data = protocol.load_data(args.data, tuples=True)
     workloads = args.workloads.split(",")
     sides = {}
-    peers = [w for w in workloads if w != "decoder"]
+    peers = [w for w in workloads if w not in ("decoder", "usertree")]
     if peers:
         from benchmarks.peers.refold_side import RefoldSide
         side = RefoldSide(data, peers, args.lr)
         sides.update({w: side for w in peers})
     if "decoder" in workloads:
         sides["decoder"] = DecoderSide(args.steps, data["decoder_items"])
+    if "usertree" in workloads:
+        sides["usertree"] = UserTreeSide(**data["usertree"], lr=args.lr)
     root = sys.path[0]
 
     def run(request: dict) -> dict:
@@ -169,8 +248,10 @@ def main(argv=None) -> dict:
     load_before = os.getloadavg()
     rows: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        data = make_data([w for w in workloads if w != "decoder"], n)
+        data = make_data([w for w in workloads if w not in ("decoder", "usertree")], n)
         data["decoder_items"] = n
+        if "usertree" in workloads:  # the sst-synth trees, as nested lists
+            data["usertree"] = make_data(["treelstm"], n)["treelstm"]
         path = os.path.join(tmp, "data.json")
         protocol.save_data(path, data)
         old = export(args.base, os.path.join(tmp, "before") + os.sep)

@@ -30,10 +30,11 @@ def _has(commit: str) -> bool:
 
 @pytest.mark.skipif(not _has(OLD_LAYOUT), reason="a shallow clone without the old commit")
 def test_a_commit_from_before_the_namespace_runs_against_this_tree(capsys):
-    rows = before_after.main(["--base", OLD_LAYOUT, "--workloads", "treelstm",
+    rows = before_after.main(["--base", OLD_LAYOUT, "--workloads", "treelstm,usertree",
                               "--batch-sizes", "2", "--rounds", "1", "--items", "4",
                               "--modes", "infer"])
-    assert list(rows) == [("treelstm", "infer", 2)]
-    assert all(v > 0 for v in rows[("treelstm", "infer", 2)]["ratio"])
+    assert list(rows) == [("treelstm", "infer", 2), ("usertree", "infer", 2)]
+    for row in rows.values():
+        assert all(v > 0 for v in (*row["ratio"], *row["cpu ratio"]))
     out = capsys.readouterr().out
-    assert f"before: {OLD_LAYOUT}" in out and "| treelstm | infer | 2 |" in out
+    assert f"before: {OLD_LAYOUT}" in out and "| usertree | infer | 2 |" in out

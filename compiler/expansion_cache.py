@@ -4,10 +4,12 @@ An entry is found by the input object's identity and kept only while the input's
 content is what it was when it was expanded: each entry holds a fingerprint of the
 whole input (`fingerprint`), checked at every look-up, so an input changed in place
 (a sequence grown by one item, a leaf of a tree changed) is expanded again rather than
-answered from its old graph. The fingerprint is the input written out by the C pickler
-(a few microseconds for a tree of dicts), with every object that is not a plain
-container or number written as its content (`_Writer`); the walk in Python
+answered from its old graph. The fingerprint is the input written out by the C
+pickler (a few microseconds for a tree of dicts), with every object that is not a
+plain container or number written as its content (`_Writer`); the walk in Python
 (`walk_fingerprint`) is the fallback for inputs too deep for the pickler's recursion.
+An input that cannot change (nested tuples of numbers, `frozen`) needs no check: it
+is found by identity alone.
 
 >>> cache = ExpansionCache(capacity=10)
 >>> seq = [1.0, 2.0]
@@ -226,6 +228,37 @@ def walk_fingerprint(x: Any) -> int | None:
     return hash(tuple(parts))
 
 
+# An entry's key for an input that cannot change (`frozen`): found by identity alone.
+FROZEN = object()
+# Immutable values, and the containers that are immutable when all they hold is.
+_IMMUTABLE = _ATOMS | {np.float16, np.int8, np.int16, np.uint8, np.uint16, np.uint32,
+                       np.uint64}
+_IMMUTABLE_CONTAINERS = (tuple, frozenset)
+
+
+def frozen(x: Any) -> bool:
+    """Whether `x` cannot change: tuples and frozensets (of exactly those types) of
+    numbers, strings, bytes and None, nested to any depth. Its cache entry needs no
+    content check: the cache holds `x`, so its identity is never reused.
+
+    >>> frozen((1, ("a", 2.0))), frozen((1, [2])), frozen([1])
+    (True, False, False)
+    """
+    stack, parts = [x], 0
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t in _IMMUTABLE:
+            continue
+        if t not in _IMMUTABLE_CONTAINERS:
+            return False
+        parts += len(v)
+        if parts > MAX_PARTS:
+            return False
+        stack.extend(v)
+    return True
+
+
 class ExpansionCache:
     """Up to `capacity` inputs' expanded graphs, least recently used dropped first.
 
@@ -248,7 +281,7 @@ class ExpansionCache:
             hit = self._entries.get(id(x))
         if hit is None or hit[0] is not x:
             return None
-        if fingerprint(x) != hit[1]:
+        if hit[1] is not FROZEN and fingerprint(x) != hit[1]:
             with self._lock:
                 self._entries.pop(id(x), None)
             return None
@@ -261,7 +294,7 @@ class ExpansionCache:
         """Keeps `graph` as `x`'s (unless `x` is a number, a string or unseeable)."""
         if type(x) in _ATOMS:
             return
-        key = fingerprint(x)
+        key = FROZEN if frozen(x) else fingerprint(x)
         if key is None:
             return
         with self._lock:

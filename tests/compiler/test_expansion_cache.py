@@ -223,3 +223,19 @@ def test_fit_checks_each_input_once_an_epoch(monkeypatch):
     checked.clear()
     model.predict(xs, batch_size=2, verbose=0)
     assert sorted(checked) == sorted(map(id, xs))
+
+
+def test_inputs_that_cannot_change_are_found_by_identity_alone(monkeypatch):
+    from refold.compiler import expansion_cache
+    cache = ExpansionCache(4)
+    tree, holder = ((1, 2), (3, ("a", 4.5))), ((1, 2), [3])
+    cache.put(tree, "tree")
+    cache.put(holder, "holder")
+    checked = []
+    real = expansion_cache.fingerprint
+    monkeypatch.setattr(expansion_cache, "fingerprint",
+                        lambda x: checked.append(x) or real(x))
+    assert cache.get(tree) == "tree" and checked == []
+    assert cache.get(holder) == "holder" and checked == [holder]  # a list inside: checked
+    holder[1].append(4)
+    assert cache.get(holder) is None

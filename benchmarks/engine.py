@@ -16,8 +16,9 @@ Each section prints a markdown table (the figures in BENCHMARKS.md come from it)
 - `expansion`: op-graph nodes/s expanding unseen inputs, serial and with workers.
 - `plan`: merging + scheduling + packing cached graphs, as % of a training step,
   and its median time when each plan follows a training step (cold caches).
-- `cache`: what a look-up in the expansion cache costs (its fingerprint walks the
-  input, `compiler.expansion_cache`) against expanding the same inputs afresh.
+- `cache`: what a look-up in the expansion cache costs (its fingerprint writes the
+  input with the C pickler, `compiler.expansion_cache`) against expanding the same
+  inputs afresh, and the fingerprint against the Python walk it falls back on.
 
 The default runs every section but `cache`.
 """

@@ -16,8 +16,9 @@ Each section prints a markdown table (the figures in BENCHMARKS.md come from it)
 - `expansion`: op-graph nodes/s expanding unseen inputs, serial and with workers.
 - `plan`: merging + scheduling + packing cached graphs, as % of a training step,
   and its median time when each plan follows a training step (cold caches).
-- `cache`: what a look-up in the expansion cache costs (its fingerprint walks the
-  input, `compiler.graphs.expansion_cache`) against expanding the same inputs afresh.
+- `cache`: what a look-up in the expansion cache costs (its fingerprint writes the
+  input with the C pickler, `compiler.graphs.expansion_cache`) against expanding the same
+  inputs afresh, and the fingerprint against the Python walk it falls back on.
 
 The default runs every section but `cache`.
 """
@@ -357,17 +358,31 @@ def _best_ms(fn, seconds: float) -> float:
 
 def section_cache(n_trees: int, rounds: int = 5) -> dict:
     """µs per sst-synth tree: a cache hit (the fingerprint check included) against
-    expanding the tree afresh; alternating rounds, medians."""
+    expanding the tree afresh; the fingerprint alone of the trees as nested tuples
+    and as the nested dicts the docs teach (`{"children": [l, r]}`, `{"word": i}`),
+    and the Python walk it falls back on for inputs too deep for the pickler;
+    alternating rounds, medians."""
     from refold.compiler.graphs.expansion import expand_all
-    from refold.compiler.graphs.expansion_cache import ExpansionCache
+    from refold.compiler.graphs.expansion_cache import ExpansionCache, fingerprint, walk_fingerprint
     from refold.compiler.graphs.lowering import lower
     rng = np.random.default_rng(0)
     trees = [sst_synth_tree(rng) for _ in range(n_trees)]
+
+    def as_dict(t):
+        return {"children": [as_dict(t[0]), as_dict(t[1])]} if isinstance(t, tuple) \
+            else {"word": t}
+
+    dicts = [as_dict(t) for t in trees]
     program = lower(TreeLSTMModel(seed=0).block)
     cache = ExpansionCache(len(trees))
     for x, g in zip(trees, expand_all(program, trees)):
         cache.put(x, g)
-    times: dict[str, list[float]] = {"cache hit": [], "expansion": []}
+    prints = {"fingerprint, tuples": (fingerprint, trees),
+              "fingerprint, dicts": (fingerprint, dicts),
+              "Python walk, tuples": (walk_fingerprint, trees),
+              "Python walk, dicts": (walk_fingerprint, dicts)}
+    times: dict[str, list[float]] = {"cache hit": [], "expansion": [],
+                                     **{k: [] for k in prints}}
     for _ in range(rounds):
         t = time.perf_counter()
         hits = [cache.get(x) for x in trees]
@@ -375,6 +390,11 @@ def section_cache(n_trees: int, rounds: int = 5) -> dict:
         t = time.perf_counter()
         expand_all(program, trees)
         times["expansion"].append(time.perf_counter() - t)
+        for name, (f, xs) in prints.items():
+            t = time.perf_counter()
+            for x in xs:
+                f(x)
+            times[name].append(time.perf_counter() - t)
     assert all(h is not None for h in hits)
     out = {k: float(np.median(v)) / len(trees) * 1e6 for k, v in times.items()}
     out["ratio"] = out["cache hit"] / out["expansion"]
@@ -382,6 +402,8 @@ def section_cache(n_trees: int, rounds: int = 5) -> dict:
           f"| cache hit (fingerprint checked) | {out['cache hit']:.1f} |\n"
           f"| expansion afresh | {out['expansion']:.1f} |\n"
           f"| hit ÷ expansion | {out['ratio']:.3f} |", flush=True)
+    for name in prints:
+        print(f"| {name} | {out[name]:.1f} |", flush=True)
     return out
 
 

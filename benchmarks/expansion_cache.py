@@ -1,10 +1,11 @@
 """What checking the expansion cache against each input's content costs `Model.fit`.
 
 The cache (`refold.compiler.graphs.expansion_cache`) finds an input's expanded graph by the
-input object and checks a fingerprint of its whole content at every look-up, so an
-input changed in place is expanded again. A cached `fit` looks up every input of
-every batch, every epoch. This times whole `Model.fit` calls (3 epochs over a list
-of inputs, expanded and cached by a first call) with the check and with the look-up
+input object and checks a fingerprint of its whole content at every look-up (none
+for nested tuples, which cannot change), so an input changed in place is expanded
+again. A cached `fit` looks up every input once an epoch. This times whole
+`Model.fit` calls (3 epochs over a list of inputs, expanded and cached by a first
+call) with the check and with the look-up
 by identity alone (the cache before the check existed), in alternating order, on
 both standard workloads at the given batch sizes; and, with less noise, the
 fingerprints of the inputs against expanding them afresh.

@@ -558,21 +558,27 @@ class Model(keras.Model):
         `serving.Predictor(path).request(trees)`.
         """
         inputs = list(inputs)
-        self._expand(inputs, Labels(None, None), raise_errors=True)
-        return self.pipeline.pack(inputs)
+        _, _, graphs = self._expand(inputs, Labels(None, None), raise_errors=True)
+        return self.pipeline.pack(inputs, graphs)
 
     def _expand(self, inputs: list, labels: Labels, raise_errors: bool = False,
                 what: str = "x", offset: int = 0, verbose=0):
         """Expands every input once; drops (and records) or raises on bad ones.
-        With `verbose`, many inputs show a progress bar (`pipeline.PROGRESS_AFTER`)."""
+        With `verbose`, many inputs show a progress bar (`pipeline.PROGRESS_AFTER`).
+        Returns `(inputs, labels, graphs)`: `graphs` are the kept inputs' graphs
+        (None where one is not known) if a batch of them can be planned from its
+        graphs as it would from the inputs (a cache on: graphs of single inputs),
+        else None."""
         skip = self.on_bad_example == "skip" and not raise_errors
-        inputs, labels, bad = self.pipeline.expand(inputs, labels, skip, what, offset,
-                                                   verbose)
+        inputs, labels, bad, graphs = self.pipeline.expand_graphs(inputs, labels, skip,
+                                                                  what, offset, verbose)
         if what != "x":  # validation_data, or the validation split of x
             self._skipped.validation = bad
         else:
             self._skipped.x = bad
-        return inputs, labels
+        if self.compiler.cache_size == 0:  # batches are planned whole, or in rounds
+            graphs = None
+        return inputs, labels, graphs
 
     @property
     def skipped_examples(self) -> list[int]:
@@ -613,9 +619,10 @@ class Model(keras.Model):
             # and a bad input raises there, named by its index (not expanded twice)
             self._skipped.x, self._skipped.validation = \
                 ([], self._skipped.validation) if what == "x" else (self._skipped.x, [])
+            graphs = None
         else:
-            inputs, labels = self._expand(inputs, labels, raise_errors=raise_errors,
-                                          what=what, offset=offset, verbose=verbose)
+            inputs, labels, graphs = self._expand(inputs, labels, raise_errors=raise_errors,
+                                                  what=what, offset=offset, verbose=verbose)
         skipped = self.skipped_validation_examples if what != "x" else self.skipped_examples
         if not inputs:
             raise ValueError(f"no inputs in {what}" + (" (all were skipped)" if
@@ -626,7 +633,8 @@ class Model(keras.Model):
             return np.random.default_rng(self.seed + self._epoch).permutation(n) \
                 if shuffle else np.arange(n)
 
-        feeder = self.pipeline.feeder(inputs, labels, batch_size, order, with_labels, what)
+        feeder = self.pipeline.feeder(inputs, labels, batch_size, order, with_labels, what,
+                                      graphs)
         feeder.offset = offset  # errors name an input by offset + its index
         if skipped:
             feeder.positions = np.setdiff1d(np.arange(n_given), skipped)
@@ -822,8 +830,8 @@ class Model(keras.Model):
                                            callbacks=callbacks)
                 return predict_loop(self, feeder.n_batches, verbose, callbacks)
         check_batch_size(batch_size)
-        inputs, _ = self._expand(as_inputs(x), Labels(None, None), raise_errors=True,
-                                 verbose=verbose)
+        inputs, _, _ = self._expand(as_inputs(x), Labels(None, None), raise_errors=True,
+                                    verbose=verbose)
         results = []
         for b in range(0, len(inputs), batch_size):
             results.extend(self.compiler.run(inputs[b:b + batch_size]))

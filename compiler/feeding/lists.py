@@ -185,7 +185,14 @@ class InputPipeline:
         With `verbose` on (Keras' meaning) and more than `PROGRESS_AFTER` inputs, a
         Keras progress bar shows the inputs expanded so far.
         """
+        return self.expand_graphs(inputs, labels, skip, what, offset, verbose)[:3]
+
+    def expand_graphs(self, inputs: list, labels: Labels, skip: bool, what: str = "x",
+                      offset: int = 0, verbose=0) -> tuple[list, Labels, list[int], list]:
+        """`expand`, and the graphs of the inputs kept (None for an input whose
+        graph is not known: the good inputs before a skipped one in its chunk)."""
         bad: list[int] = []
+        graphs: list = [None] * len(inputs)
         first_error = None
         start, chunk = 0, 256
         bar = _progress_bar(len(inputs), what, verbose)
@@ -193,7 +200,7 @@ class InputPipeline:
             while start < len(inputs):
                 part = inputs[start:start + chunk]
                 try:
-                    self.compiler.expand(part, offset + start)
+                    graphs[start:start + len(part)] = self.compiler.expand(part, offset + start)
                     start += len(part)
                 except InputError as e:
                     if what != "x" and e.example_index is not None:
@@ -214,11 +221,14 @@ class InputPipeline:
                           f"not fit the block (on_bad_example='skip'); the first: "
                           f"{first_error}", stacklevel=4)
             keep = np.setdiff1d(np.arange(len(inputs)), bad)
-            return [inputs[i] for i in keep], labels.take(keep), bad
-        return inputs, labels, bad
+            return [inputs[i] for i in keep], labels.take(keep), bad, [graphs[i] for i in keep]
+        return inputs, labels, bad, graphs
 
-    def pack(self, batch: list) -> dict:
-        """The arrays (`signature()`'s keys) one batch of expanded inputs becomes."""
+    def pack(self, batch: list, graphs: list | None = None) -> dict:
+        """The arrays (`signature()`'s keys) one batch of inputs becomes; `graphs`,
+        their expanded graphs if they are known (and checked) already."""
+        if graphs is not None:
+            return self.arrays(self.compiler.plan_expanded(graphs, grouped=True))
         return self.arrays(self.compiler.plan(batch, grouped=True))
 
     def arrays(self, plan: BatchPlan) -> dict:
@@ -231,11 +241,13 @@ class InputPipeline:
 
     def feeder(self, inputs: list, labels: Labels, batch_size: int,
                order: Callable[[], np.ndarray], with_labels: bool = True,
-               what: str = "x") -> BatchFeeder:
+               what: str = "x", graphs: list | None = None) -> BatchFeeder:
         """A `BatchFeeder` of `(arrays, y?, sample_weight?)` batches of `inputs`, taken
         in the order `order()` gives at the start of every pass; `what` names them in
-        errors."""
-        return BatchFeeder(self, inputs, labels, batch_size, order, with_labels, what)
+        errors. `graphs`, the inputs' graphs as `expand_graphs` just found them,
+        serve the first pass."""
+        return BatchFeeder(self, inputs, labels, batch_size, order, with_labels, what,
+                           graphs)
 
 
 def _progress_bar(n: int, what: str, verbose) -> keras.utils.Progbar | None:
@@ -255,12 +267,19 @@ class BatchFeeder(Feeder):
     function asks for `batch(i)`. Batch 0 starts a pass: `order()` is read again, so each epoch
     has its own shuffle. Inputs not expanded up front (a model without cache) are
     expanded here; a bad one raises its `InputError` naming its index in `x`.
+
+    Each input's content is checked against the cache once a pass: the first pass
+    packs the graphs the call's up-front expansion just found and checked
+    (`graphs`), later passes look each input up again as they pack it, so a change
+    made during the call (by a callback) is seen from the next pass on.
     """
 
     def __init__(self, pipeline: InputPipeline, inputs: list, labels: Labels,
                  batch_size: int, order: Callable[[], np.ndarray], with_labels: bool,
-                 what: str = "x"):
+                 what: str = "x", graphs: list | None = None):
         self.pipeline, self.inputs, self.labels = pipeline, inputs, labels
+        self._graphs = graphs  # the first pass's; dropped as the second starts
+        self._passes = 0
         self.batch_size, self.with_labels, self.what = batch_size, with_labels, what
         self.n_batches = math.ceil(len(inputs) / batch_size)
         self._order_of_pass = order
@@ -279,9 +298,15 @@ class BatchFeeder(Feeder):
         """Batch i of the current pass: `(arrays, y?, sample_weight?)`, numpy."""
         if i == 0 or self._order is None:
             self._order = self._order_of_pass()
+            self._passes += 1
+            if self._passes > 1:
+                self._graphs = None
         idx = self._order[i * self.batch_size:(i + 1) * self.batch_size]
+        graphs = None if self._graphs is None else [self._graphs[j] for j in idx]
+        if graphs is not None and any(g is None for g in graphs):
+            graphs = None
         try:
-            arrays = self.pipeline.pack([self.inputs[j] for j in idx])
+            arrays = self.pipeline.pack([self.inputs[j] for j in idx], graphs)
         except InputError as e:
             if e.example_index is None:
                 raise

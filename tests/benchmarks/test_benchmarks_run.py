@@ -96,9 +96,12 @@ def test_engine_memory_expansion_and_plan_sections(capsys):
 
 def test_engine_cache_section_times_a_hit_against_expansion(capsys):
     out = engine.section_cache(n_trees=8, rounds=1)
-    assert sorted(out) == ["cache hit", "expansion", "ratio"] and all(map(_rate, out.values()))
+    prints = [f"{how}, {form}" for how in ("fingerprint", "Python walk")
+              for form in ("tuples", "dicts")]
+    assert sorted(out) == sorted(["cache hit", "expansion", "ratio", *prints])
+    assert all(map(_rate, out.values()))
     assert out["ratio"] == out["cache hit"] / out["expansion"]
-    assert len(_table(capsys.readouterr().out, "| per sst-synth tree | µs |")) == 3
+    assert len(_table(capsys.readouterr().out, "| per sst-synth tree | µs |")) == 7
 
 
 def test_fit_against_the_bare_engine():

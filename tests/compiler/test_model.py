@@ -527,9 +527,9 @@ def test_every_epoch_sees_its_own_order_and_a_resumed_run_sees_the_same():
         seen = []
         pack = model.pipeline.pack
 
-        def spy(batch):
+        def spy(batch, graphs=None):
             seen.append([trees.index(t) for t in batch])
-            return pack(batch)
+            return pack(batch, graphs)
         model.pipeline.pack = spy
         model.fit(trees, y, batch_size=24, epochs=epochs, initial_epoch=initial_epoch,
                   verbose=0)

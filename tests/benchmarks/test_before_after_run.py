@@ -1,0 +1,40 @@
+"""`benchmarks.before_after` runs each side on its own tree's code, including a commit
+from before the `refold` namespace, whose layers are imported by their folders' names."""
+
+import os
+import subprocess
+
+import pytest
+
+from benchmarks import before_after
+
+OLD_LAYOUT = "14cf31e"  # the last commits before `refold` were imported as folders
+
+
+def test_the_layout_is_read_from_the_tree(tmp_path):
+    assert before_after.layout(before_after.ROOT) == "refold."
+    (tmp_path / "compiler").mkdir()
+    assert before_after.layout(str(tmp_path)) == ""
+
+
+def test_modules_from_outside_a_tree_are_named():
+    import refold.compiler  # noqa: F401  (imported from this tree)
+    assert before_after.foreign_modules(before_after.ROOT) == []
+    assert "refold.compiler" in before_after.foreign_modules(os.path.join(os.sep, "elsewhere"))
+
+
+def _has(commit: str) -> bool:
+    return subprocess.run(["git", "cat-file", "-e", commit], cwd=before_after.ROOT,
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _has(OLD_LAYOUT), reason="a shallow clone without the old commit")
+def test_a_commit_from_before_the_namespace_runs_against_this_tree(capsys):
+    rows = before_after.main(["--base", OLD_LAYOUT, "--workloads", "treelstm,usertree",
+                              "--batch-sizes", "2", "--rounds", "1", "--items", "4",
+                              "--modes", "infer"])
+    assert list(rows) == [("treelstm", "infer", 2), ("usertree", "infer", 2)]
+    for row in rows.values():
+        assert all(v > 0 for v in (*row["ratio"], *row["cpu ratio"]))
+    out = capsys.readouterr().out
+    assert f"before: {OLD_LAYOUT}" in out and "| usertree | infer | 2 |" in out

@@ -10,7 +10,8 @@ header of its statement (the whole of a simple statement such as an assignment o
 of a `with`):
 
 * `swap`: a call with two or more positional arguments (none starred) whose first two
-  read differently in the tree (not two strings); the bug swaps them (`isinstance(x, int)` -> `isinstance(int, x)`);
+  read differently in the tree (not two strings); the bug swaps them
+  (`isinstance(x, int)` -> `isinstance(int, x)`);
 * `operator`: a binary operation, or a comparison with one operator; the bug is another
   operator of the same family (arithmetic `+ - * / // % **`, bitwise `& | ^ << >>`,
   order and equality `< <= > >= == !=`, `is`/`is not`, `in`/`not in`);

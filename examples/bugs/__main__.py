@@ -1,6 +1,6 @@
 """A bug detector for Python, trained on bugs seeded into the standard library.
 
-    python -m refold.examples.bugs [--train-sites 2500] [--epochs 5] [--models ...]
+    python -m refold.examples.bugs [--train-sites 6000] [--epochs 6] [--models ...]
 
 reads the shipped sites (`data/bugs.jsonl.gz`: expressions of CPython 3.11.7's standard
 library in their statements, split by file; regenerate with `python -m
@@ -39,7 +39,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m refold.examples.bugs", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=DEFAULT_PATH, help="sites written by .extract")
-    p.add_argument("--train-sites", type=int, default=2500,
+    p.add_argument("--train-sites", type=int, default=6000,
                    help="training sites drawn per kind (two examples each)")
     p.add_argument("--dev-sites", type=int, default=400, help="dev sites drawn per kind")
     p.add_argument("--test-sites", type=int, default=0,
@@ -53,7 +53,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dropout", type=float, default=0.0,
                    help="fraction of token vectors and of the classified vector dropped "
                         "in training")
-    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=0.003)
     p.add_argument("--seed", type=int, default=0,

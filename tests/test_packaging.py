@@ -52,6 +52,7 @@ def test_the_wheel_installs_one_top_level_name_and_the_examples_data(wheel):
                  "refold/examples/parser/data/train.conllu",
                  "refold/examples/molecules/data/solubility.train.sdf.gz",
                  "refold/examples/function_names/data/functions.jsonl.gz",
+                 "refold/examples/bugs/data/bugs.jsonl.gz",
                  "refold/blocks/__init__.py", "refold/compat.py"):
         assert data in names
     assert not any(n.startswith(("refold/tests/", "refold/benchmarks/")) for n in names)

@@ -8,7 +8,7 @@ PAGES = [p for p in code_pages() if p.startswith("tutorials/")]
 
 
 def test_the_tutorials_are_found():
-    assert set(PAGES) == {"tutorials/sentiment.md", "tutorials/parser.md"}
+    assert set(PAGES) == {"tutorials/sentiment.md", "tutorials/parser.md", "tutorials/bugs.md"}
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -7,10 +7,12 @@ the same; the sentiment example runs from the wheel on its shipped data."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
 import sys
+import sysconfig
 import zipfile
 
 import numpy as np
@@ -68,6 +70,20 @@ def imports_of(code: str) -> str:
                      if line.startswith(("import ", "from ")))
 
 
+def see_the_running_interpreters_packages(python: str) -> None:
+    """Lets the venv of `python` import what the interpreter running the tests can:
+    `--system-site-packages` shows it the *base* interpreter's packages only, and when
+    the suite runs from a venv its dependencies are in that venv's site-packages. A .pth
+    file in the new venv lists them after its own (its wheel of Refold comes first); a
+    .pth file in those folders (an editable install of this checkout) is not run."""
+    ours = list(dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")))
+    theirs = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                             "['purelib'])"], check=True, capture_output=True, text=True,
+                            timeout=300).stdout.strip()
+    with open(os.path.join(theirs, "_running_interpreter.pth"), "w") as f:
+        f.write("".join(f"{path}\n" for path in ours))
+
+
 @pytest.fixture(scope="module")
 def user(tmp_path_factory, wheel):
     """A fresh venv with the wheel, and a project folder whose own modules shadow every
@@ -77,6 +93,7 @@ def user(tmp_path_factory, wheel):
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                    check=True, timeout=300)
     python = str(venv / "bin" / "python")
+    see_the_running_interpreters_packages(python)
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed",
                     wheel], check=True, capture_output=True, timeout=600)
     folder = base / "project"
@@ -96,6 +113,15 @@ def run(user, code: str, *args: str) -> str:
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def test_the_user_venv_imports_the_dependencies_the_tests_run_with(user):
+    """The same files as this interpreter's, whether it is the system's Python or a venv
+    (where `--system-site-packages` alone would show the base interpreter's, or none)."""
+    names = ("tensorflow", "keras", "numpy", "numba", "greenlet", "matplotlib")
+    code = f"import importlib.util\nfor n in {names!r}: print(importlib.util.find_spec(n).origin)"
+    theirs = run(user, code).split()
+    assert theirs == [importlib.util.find_spec(n).origin for n in names]
 
 
 def test_the_quick_start_saves_and_a_fresh_process_loads_it_from_the_wheel(user):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import subprocess
 import sys
 import sysconfig
@@ -19,7 +18,7 @@ import numpy as np
 import pytest
 
 from tests.test_dependencies import project
-from tests.test_readme import readme
+from tests.test_readme import quick_start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = ("blocks", "compiler", "scheduler", "models", "serving", "examples")
@@ -57,12 +56,6 @@ def test_the_wheel_installs_one_top_level_name_and_the_examples_data(wheel):
                  "refold/blocks/__init__.py", "refold/compat.py"):
         assert data in names
     assert not any(n.startswith(("refold/tests/", "refold/benchmarks/")) for n in names)
-
-
-def quick_start() -> str:
-    code = re.search(r"## Quick start\n\n```python\n(.*?)```", readme(), re.S).group(1)
-    *body, _bad_line, _comment = code.rstrip("\n").split("\n")
-    return "\n".join(body)
 
 
 def imports_of(code: str) -> str:

@@ -62,6 +62,7 @@ from refold.blocks.serialization import deserialize, serialize
 from refold.blocks.training import training_mode
 from refold.blocks.types import TensorType
 from refold.blocks.validation import validate
+from refold.callsite import user_line, warn
 from refold.compiler import signature as packed
 from refold.compiler.blame import blaming
 from refold.compiler.compiler import Compiler
@@ -882,11 +883,12 @@ class Model(keras.Model):
         skipped = self._skipped.validation if what != "x" else self._skipped.x
         skipped.clear()
         seen: set = set()  # a stream read again (each epoch) skips its bad inputs again
+        caller = user_line()  # on_skip runs on the thread that reads the stream
 
         def on_skip(position: int, error: InputError) -> None:
             if not skipped:
-                warnings.warn(f"skipping the inputs of {what} that do not fit the block "
-                              f"(on_bad_example='skip'); the first: {error}")
+                warn(f"skipping the inputs of {what} that do not fit the block "
+                     f"(on_bad_example='skip'); the first: {error}", at=caller)
             if position not in seen:
                 seen.add(position)
                 skipped.append(position)

@@ -55,6 +55,7 @@ import numpy as np
 import tensorflow as tf
 
 from refold import compat
+from refold.blocks.block import Block
 from refold.blocks.errors import InputError
 from refold.blocks.layers import is_keras_layer
 from refold.blocks.precision import global_policy
@@ -126,6 +127,8 @@ class Model(keras.Model):
             processes (see `Compiler`), for machines with spare cores; 0 (default)
             expands in this process (streams in a background thread).
 
+    `model.block` is the block expression (after loading a saved model too).
+
     Weights are those of the layers the block uses (`td.FC`, `td.Embedding`,
     `td.ScopedLayer`, Keras layers in `td.Function`) and of `td.FromTensor`
     variables; they are shared with the blocks, so `block.eval` sees training.
@@ -170,7 +173,6 @@ class Model(keras.Model):
         self.weight_grads = WeightGradsChoice(self.compiler.executor)
         # which TensorFlow executor runs an inference batch (compiler.executor_choice)
         self.inference_executor = self.compiler.inference_executor
-        self.block = self.program.root
         self.scheduler = scheduler
         self.on_bad_example = on_bad_example
         self.seed = int(seed)
@@ -574,6 +576,23 @@ class Model(keras.Model):
         else:
             self._skipped.x = bad
         return inputs, labels
+
+    @property
+    def block(self) -> Block:
+        """The block expression the model runs: the one given to `Model(block)`, or,
+        for a model read by `td.load_model` or `keras.models.load_model`, the one
+        rebuilt from the file, sharing the model's weights. Read-only.
+
+        Its `input_type` and `output_type` say what the model takes and gives, and
+        `block.eval(x)` runs one input unbatched, as `predict` does batched:
+
+        ```python
+        model = td.load_model("tree.keras")
+        print(model.block.input_type, "->", model.block.output_type)
+        model.block.eval(tree)     # == model.predict([tree])[0]
+        ```
+        """
+        return self.program.root
 
     @property
     def skipped_examples(self) -> list[int]:

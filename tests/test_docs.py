@@ -71,7 +71,11 @@ def test_the_api_pages_hold_the_docstrings(site):
     # docstring examples are code blocks, their output not read as Markdown links
     assert 'class="language-pycon' in html or "highlight" in html
     with open(os.path.join(site, "api", "compiler.html"), encoding="utf-8") as f:
-        assert "refold.compiler.schedule_picture.draw_schedule" in f.read()
+        html = f.read()
+    assert "refold.compiler.schedule_picture.draw_schedule" in html
+    # a loaded model's block expression is a documented property
+    assert "refold.compiler.model.Model.block" in html
+    assert "rebuilt from the file" in html
 
 
 def test_the_pictures_are_drawn_by_the_library_at_build_time(site):

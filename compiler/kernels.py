@@ -22,10 +22,13 @@ from refold.scheduler.schedules import SCHEDULERS
 
 
 def _block():
-    """A small recursive block with a `td.Metric`: every kind of planning work."""
+    """A small recursive block with a `td.Metric`: every kind of planning work. It has
+    no weights, so building it makes no Keras layer (`refold.warm_kernels` builds it on
+    a thread of its own while the user builds a model)."""
+    import tensorflow as tf
     tree = td.ForwardDeclaration(td.PyObjectType(), td.TensorType((2,)))
-    leaf = td.Scalar() >> td.Function(lambda x: x[:, None]) >> td.FC(2)
-    pair = td.Record((tree(), tree())) >> td.Concat() >> td.FC(2)
+    leaf = td.Scalar() >> td.Function(lambda x: tf.stack([x, -x], axis=1))
+    pair = td.Record((tree(), tree())) >> td.Function(tf.add)
     tree.resolve_to(td.OneOf(lambda t: isinstance(t, tuple), {False: leaf, True: pair}))
     return td.Record((tree(), td.Scalar() >> td.Metric("value"))) >> td.GetItem(0)
 

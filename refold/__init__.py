@@ -36,6 +36,7 @@ if not _os.path.isdir(_os.path.join(_here, "blocks")) and _os.path.isfile(
         _os.path.join(_root, "blocks", "__init__.py")):
     __path__.append(_root)  # noqa: F821 (a package's __path__)
 
+from refold import warm_kernels as _warm_kernels  # noqa: E402
 from refold.blocks import *  # noqa: E402,F403  (the block language, as Fold's `td`)
 from refold.blocks import __all__ as _blocks_all  # noqa: E402
 from refold.compiler.compiler import Compiler  # noqa: E402
@@ -45,6 +46,8 @@ from refold.compiler.schedule_picture import describe_schedule, draw_schedule  #
 from refold.compiler.steps import NonFiniteLossError  # noqa: E402
 from refold.compiler.streaming import Lines  # noqa: E402
 from refold.version import __version__  # noqa: E402
+
+_warm_kernels.start()  # the planning kernels, loaded or compiled while the user's code runs
 
 __all__ = [*_blocks_all, "Model", "Compiler", "load_model", "ModelFileError",
            "NonFiniteLossError", "Lines", "describe_schedule", "draw_schedule", "__version__"]

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 
@@ -59,3 +61,16 @@ def test_a_new_install_compiles_the_kernels_after_import_and_says_so_once(cache)
 def test_the_thread_can_be_turned_off(cache):
     off = run(cache, REFOLD_WARM_KERNELS="0")
     assert off.stdout.startswith("thread: False"), off.stdout
+
+
+def test_a_fork_waits_for_the_thread(monkeypatch):
+    """A child forked while the kernels compile could not compile: the fork waits."""
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (time.sleep(0.5), done.set()))
+    monkeypatch.setattr(warm_kernels, "_thread", thread)
+    thread.start()
+    pid = os.fork()
+    if pid == 0:   # the child
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert done.is_set()   # the parent joined the thread before it forked

@@ -22,6 +22,7 @@ import numpy as np
 
 from refold.blocks.evaluation.precision import compute_dtype, held_program
 from refold.blocks.types import TensorType
+from refold.compiler import kernels
 from refold.compiler.feeding.prefetch import Prefetch
 from refold.compiler.graphs.batch_plan import BatchPlan
 from refold.compiler.graphs.dataflow import op_feeds
@@ -497,3 +498,8 @@ def _as_list(inputs) -> list:
 
 
 _CHECKED_RECORD = operator.attrgetter("_checked_record")
+
+
+# The planning kernels load (on a new install, compile) on a thread of their own from the
+# compiler's first import, while the user's code reads data and builds a model.
+kernels.start()

@@ -1,4 +1,4 @@
-"""Loading the scheduler's Numba planning kernels into this process: `warm_up`.
+"""Loading the scheduler's Numba planning kernels into this process: `warm_up`, `start`.
 
 The kernels are compiled with `cache=True`; the first process on a machine compiles
 them and later ones load them from Numba's on-disk cache. A process that forks workers
@@ -7,11 +7,28 @@ runs Numba's and LLVM's initialisation there, which is not safe after a fork; an
 `python -m refold.compiler.warmup` pays the compilation at install time. The
 `Compiler` class is passed in, so that this module (which the worker pools use) does
 not import the compiler that uses the pools.
+
+Importing the compiler (`td.Model`, `td.Compiler`, ... on first use) calls `start`: a
+daemon thread plans a small weightless block under every scheduler, which loads the
+kernels or, on a new install, compiles them while the program reads its data and builds
+its model; a wheel cannot carry Numba's cache, whose files are specific to the CPU that
+compiled them. A `fit` that plans before the thread is done waits only for the kernels
+it calls. While one of Refold's kernels compiles, in any thread, one line says so on the
+`refold` logger, once per process. `REFOLD_WARM_KERNELS=0` starts no thread. A fork
+waits for the thread: a child forked while Numba compiles could not compile.
+
+>>> from refold.compiler import kernels
+>>> kernels.wait()                      # the kernels are loaded (or it was not started)
+>>> kernels.wait() is None              # waiting again returns at once
+True
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
+import threading
 import time
 from collections.abc import Iterator
 
@@ -22,10 +39,13 @@ from refold.scheduler.schedules import SCHEDULERS
 
 
 def _block():
-    """A small recursive block with a `td.Metric`: every kind of planning work."""
+    """A small recursive block with a `td.Metric`: every kind of planning work. It has
+    no weights, so building it makes no Keras layer (`start` builds it on
+    a thread of its own while the user builds a model)."""
+    import tensorflow as tf
     tree = td.ForwardDeclaration(td.PyObjectType(), td.TensorType((2,)))
-    leaf = td.Scalar() >> td.Function(lambda x: x[:, None]) >> td.FC(2)
-    pair = td.Record((tree(), tree())) >> td.Concat() >> td.FC(2)
+    leaf = td.Scalar() >> td.Function(lambda x: tf.stack([x, -x], axis=1))
+    pair = td.Record((tree(), tree())) >> td.Function(tf.add)
     tree.resolve_to(td.OneOf(lambda t: isinstance(t, tuple), {False: leaf, True: pair}))
     return td.Record((tree(), td.Scalar() >> td.Metric("value"))) >> td.GetItem(0)
 
@@ -72,3 +92,56 @@ def warm_up(compiler_class, schedulers=None) -> dict:
 
 
 _WARM: set = set()  # the schedulers warm_up planned in this process
+
+
+MESSAGE = ("refold: compiling the planner's Numba kernels, once per installation (later "
+           "processes load them from Numba's cache); `python -m refold.compiler.warmup` "
+           "does it ahead of time")
+
+_thread: threading.Thread | None = None
+_lock = threading.Lock()
+_said = threading.Event()
+
+
+class _Announce(numba.core.event.Listener):
+    """Logs `MESSAGE` when the first of Refold's kernels starts compiling."""
+
+    def on_start(self, event):
+        func = getattr(event.data.get("dispatcher"), "py_func", None)
+        if func is not None and func.__module__.startswith("refold.") and not _said.is_set():
+            _said.set()
+            logging.getLogger("refold").warning(MESSAGE)
+
+    def on_end(self, event):
+        pass
+
+
+numba.core.event.register("numba:compile", _Announce())
+
+
+def _load() -> None:
+    from refold.compiler.compiler import Compiler
+    warm_up(Compiler)
+
+
+def start() -> threading.Thread | None:
+    """Starts loading (or compiling) the kernels on a daemon thread, once per process;
+    the thread, or None if `REFOLD_WARM_KERNELS=0`."""
+    global _thread
+    if os.environ.get("REFOLD_WARM_KERNELS", "1") == "0":
+        return None
+    with _lock:
+        if _thread is None:
+            _thread = threading.Thread(target=_load, name="refold-warm-kernels", daemon=True)
+            _thread.start()
+    return _thread
+
+
+def wait(timeout: float | None = None) -> None:
+    """Returns when the thread `start` started is done (at once if none was)."""
+    thread = _thread
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout)
+
+
+os.register_at_fork(before=wait)

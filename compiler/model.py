@@ -55,6 +55,7 @@ import numpy as np
 import tensorflow as tf
 
 from refold import compat
+from refold.blocks.block import Block
 from refold.blocks.errors import InputError
 from refold.blocks.evaluation.precision import global_policy
 from refold.blocks.evaluation.training_mode import training_mode
@@ -62,6 +63,7 @@ from refold.blocks.layers import is_keras_layer
 from refold.blocks.serialization.config import deserialize, serialize
 from refold.blocks.types import TensorType
 from refold.blocks.validation import validate
+from refold.callsite import user_line, warn
 from refold.compiler.compiler import Compiler
 from refold.compiler.distribute.sharded_streams import ShardedStreamFeeder
 from refold.compiler.distribute.strategy import ReplicaSteps, is_distributed, sharded_feeder
@@ -125,6 +127,8 @@ class Model(keras.Model):
             processes (see `Compiler`), for machines with spare cores; 0 (default)
             expands in this process (streams in a background thread).
 
+    `model.block` is the block expression (after loading a saved model too).
+
     Weights are those of the layers the block uses (`td.FC`, `td.Embedding`,
     `td.ScopedLayer`, Keras layers in `td.Function`) and of `td.FromTensor`
     variables; they are shared with the blocks, so `block.eval` sees training.
@@ -169,7 +173,6 @@ class Model(keras.Model):
         self.weight_grads = WeightGradsChoice(self.compiler.executor)
         # which TensorFlow executor runs an inference batch (compiler.training.tf_executor)
         self.inference_executor = self.compiler.inference_executor
-        self.block = self.program.root
         self.scheduler = scheduler
         self.on_bad_example = on_bad_example
         self.seed = int(seed)
@@ -581,6 +584,23 @@ class Model(keras.Model):
         return inputs, labels, graphs
 
     @property
+    def block(self) -> Block:
+        """The block expression the model runs: the one given to `Model(block)`, or,
+        for a model read by `td.load_model` or `keras.models.load_model`, the one
+        rebuilt from the file, sharing the model's weights. Read-only.
+
+        Its `input_type` and `output_type` say what the model takes and gives, and
+        `block.eval(x)` runs one input unbatched, as `predict` does batched:
+
+        ```python
+        model = td.load_model("tree.keras")
+        print(model.block.input_type, "->", model.block.output_type)
+        model.block.eval(tree)     # == model.predict([tree])[0]
+        ```
+        """
+        return self.program.root
+
+    @property
     def skipped_examples(self) -> list[int]:
         """The indices in `x` of the inputs the last call skipped."""
         return self._skipped.x
@@ -890,11 +910,12 @@ class Model(keras.Model):
         skipped = self._skipped.validation if what != "x" else self._skipped.x
         skipped.clear()
         seen: set = set()  # a stream read again (each epoch) skips its bad inputs again
+        caller = user_line()  # on_skip runs on the thread that reads the stream
 
         def on_skip(position: int, error: InputError) -> None:
             if not skipped:
-                warnings.warn(f"skipping the inputs of {what} that do not fit the block "
-                              f"(on_bad_example='skip'); the first: {error}")
+                warn(f"skipping the inputs of {what} that do not fit the block "
+                     f"(on_bad_example='skip'); the first: {error}", at=caller)
             if position not in seen:
                 seen.add(position)
                 skipped.append(position)

@@ -181,9 +181,10 @@ def _merge_records(records, starts, n_types):
         n, a, v = records[p], records[p + 1], records[p + 2]
         counts = records[p + 3:p + 3 + n_types]
         q = p + 3 + n_types
-        node_op[no:no + n] = records[q:q + n]
-        node_arity[no:no + n] = records[q + n:q + 2 * n]
-        sdepth[no:no + n] = records[q + 2 * n:q + 3 * n]
+        for i in range(n):  # not slices: see `planner._launch_order`
+            node_op[no + i] = records[q + i]
+            node_arity[no + i] = records[q + n + i]
+            sdepth[no + i] = records[q + 2 * n + i]
         q += 3 * n
         for i in range(a):
             node_args[ao + i] = records[q + i] + vo

@@ -201,7 +201,8 @@ def _segments(lo, hi, branch, loop_types, const_counts, group_size, group_start,
         pieces.append(gathered[type_base[k] + in_cum[lo, k]:type_base[k] + in_cum[hi, k]].copy())
         bounds = np.empty(n_loop + 2, np.int64)
         bounds[0] = const_counts[k] + out_cum[lo, k]
-        bounds[1:] = const_counts[k] + out_cum[lo:hi + 1, k]
+        for j in range(n_loop + 1):  # not a slice: see `planner._launch_order`
+            bounds[1 + j] = const_counts[k] + out_cum[lo + j, k]
         pieces.append(bounds)
     # results: per type, the rows asked for (in read order) and each read's position
     read_type = np.empty(len(read_values), np.int64)
@@ -282,6 +283,7 @@ def _segments(lo, hi, branch, loop_types, const_counts, group_size, group_start,
     index = np.empty(total, np.int32)
     at = 0
     for p in pieces:
-        index[at:at + len(p)] = p
+        for j in range(len(p)):  # not a slice: see `planner._launch_order`
+            index[at + j] = p[j]
         at += len(p)
     return index, lengths, read_type, read_pos

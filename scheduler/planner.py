@@ -368,8 +368,13 @@ def _launch_order(group_step, group_op, node_group, stage, outer_pos, tail_pos, 
         if stage[group_op[g]] == 1 and group_step[g] > 0:
             n_loop += 1
     launch_op = np.empty(n_outer + n_loop + n_tail, np.int64)
-    launch_op[:n_outer] = outer_ops
-    launch_op[n_outer + n_loop:] = tail_ops
+    # element by element: an array assigned to a slice makes Numba compile its
+    # shape-mismatch error message (string formatting), a large part of a new
+    # install's compilation (`refold.compiler.kernels.start`)
+    for i in range(n_outer):
+        launch_op[i] = outer_ops[i]
+    for i in range(n_tail):
+        launch_op[n_outer + n_loop + i] = tail_ops[i]
     launch_of_group = np.empty(len(group_op), np.int64)
     i = n_outer
     for g in range(len(group_op)):
@@ -456,6 +461,8 @@ def _pack_plan(node_op, node_arity, sdepth, node_args, value_type, value_node, v
     if layout[n_segments] >= 2 ** 31 or largest >= 2 ** 31:
         return empty, empty, read_type, read_pos, TOO_LARGE, -1
     full = np.empty(len(index) + n_types, np.int32)
-    full[:len(index)] = index
-    full[len(index):] = sizes
+    for i in range(len(index)):  # not slices: see `_launch_order`
+        full[i] = index[i]
+    for k in range(n_types):
+        full[len(index) + k] = sizes[k]
     return full, layout.astype(np.int32), read_type, read_pos, OK, -1

@@ -147,22 +147,23 @@ def _replay(launches, o: int, final: list, g_bufs: list, rows: dict, written: di
     out_parts = {k: row_parts(written[k], outs.count(k)) for k in set(outs)}
     args = [tf.gather(final[slot[k]], in_parts[k][int(lay.arg_typepos[o, a])])
             for a, k in enumerate(ins)]
+    g_slot = {i: s for s, i in enumerate(floats)}
+    diff = [a for a, k in enumerate(ins) if slot[k] in g_slot]
     # under a tape, as when TensorFlow differentiates the loop: ops that carry their
     # own gradient under one (`models.gates.lstm_memory`) use it. Weight products keep
     # TensorFlow's gradient here: taking it with the weight transposed before this
     # loop (`scheduler.loop_products`) measured slower (BENCHMARKS.md, "A second
-    # machine")
+    # machine"). Only the float arguments are watched: an integer one (an id, a
+    # label) has no gradient, and watching it makes TensorFlow log a warning.
     with tf.GradientTape(watch_accessed_variables=False) as tape:
-        tape.watch(args)
+        tape.watch([args[a] for a in diff])
         ys = launches.call(o, args, n)
-    g_slot = {i: s for s, i in enumerate(floats)}
     diff_ys, g_ys = [], []
     for s, k in enumerate(outs):
         if slot[k] in g_slot:
             diff_ys.append(ys[s])
             g_ys.append(tf.gather(g_bufs[g_slot[slot[k]]],
                                   out_parts[k][int(lay.slot_typepos[o, s])]))
-    diff = [a for a, k in enumerate(ins) if slot[k] in g_slot]
     got = tape.gradient(diff_ys, [args[a] for a in diff], output_gradients=g_ys) \
         if diff_ys else [None] * len(diff)
     g_args = {a: None if g is None else tf.convert_to_tensor(g) for a, g in zip(diff, got)}

@@ -154,6 +154,10 @@ def test_the_api_pages_hold_the_docstrings_and_no_internal_name(site):
             member = anchor[len(root) + 1:].split(".")[0]
             hidden = internal if inspect.ismodule(resolve(root)) else TYPE_INFERENCE_HOOKS
             assert member not in hidden, (page, anchor)
+    with open(os.path.join(site, "api", "model.html"), encoding="utf-8") as f:
+        html = f.read()
+    # a loaded model's block expression is a documented property
+    assert 'id="refold.Model.block"' in html and "rebuilt from the file" in html
 
 
 def test_the_pictures_are_drawn_by_the_library_at_build_time(site):

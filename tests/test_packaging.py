@@ -7,17 +7,18 @@ the same; the sentiment example runs from the wheel on its shipped data."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import re
 import subprocess
 import sys
+import sysconfig
 import zipfile
 
 import numpy as np
 import pytest
 
 from tests.test_dependencies import project
-from tests.test_readme import readme
+from tests.test_readme import quick_start
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = ("blocks", "compiler", "scheduler", "models", "serving", "examples")
@@ -58,15 +59,23 @@ def test_the_wheel_installs_one_top_level_name_and_the_examples_data(wheel):
     assert not any(n.startswith(("refold/tests/", "refold/benchmarks/")) for n in names)
 
 
-def quick_start() -> str:
-    code = re.search(r"## Quick start\n\n```python\n(.*?)```", readme(), re.S).group(1)
-    *body, _bad_line, _comment = code.rstrip("\n").split("\n")
-    return "\n".join(body)
-
-
 def imports_of(code: str) -> str:
     return "\n".join(line for line in code.splitlines()
                      if line.startswith(("import ", "from ")))
+
+
+def see_the_running_interpreters_packages(python: str) -> None:
+    """Lets the venv of `python` import what the interpreter running the tests can:
+    `--system-site-packages` shows it the *base* interpreter's packages only, and when
+    the suite runs from a venv its dependencies are in that venv's site-packages. A .pth
+    file in the new venv lists them after its own (its wheel of Refold comes first); a
+    .pth file in those folders (an editable install of this checkout) is not run."""
+    ours = list(dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")))
+    theirs = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                             "['purelib'])"], check=True, capture_output=True, text=True,
+                            timeout=300).stdout.strip()
+    with open(os.path.join(theirs, "_running_interpreter.pth"), "w") as f:
+        f.write("".join(f"{path}\n" for path in ours))
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +87,7 @@ def user(tmp_path_factory, wheel):
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                    check=True, timeout=300)
     python = str(venv / "bin" / "python")
+    see_the_running_interpreters_packages(python)
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed",
                     wheel], check=True, capture_output=True, timeout=600)
     folder = base / "project"
@@ -97,6 +107,15 @@ def run(user, code: str, *args: str) -> str:
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def test_the_user_venv_imports_the_dependencies_the_tests_run_with(user):
+    """The same files as this interpreter's, whether it is the system's Python or a venv
+    (where `--system-site-packages` alone would show the base interpreter's, or none)."""
+    names = ("tensorflow", "keras", "numpy", "numba", "greenlet", "matplotlib")
+    code = f"import importlib.util\nfor n in {names!r}: print(importlib.util.find_spec(n).origin)"
+    theirs = run(user, code).split()
+    assert theirs == [importlib.util.find_spec(n).origin for n in names]
 
 
 def test_the_quick_start_saves_and_a_fresh_process_loads_it_from_the_wheel(user):

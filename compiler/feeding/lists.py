@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ import tensorflow as tf
 
 from refold.blocks.errors import InputError
 from refold.blocks.types import TensorType
+from refold.callsite import warn
 from refold.compiler.feeding import packed
 from refold.compiler.feeding.feeder import Feeder
 from refold.compiler.graphs.batch_plan import BatchPlan
@@ -216,10 +216,8 @@ class InputPipeline:
             if bar is not None and start < len(inputs):
                 print()  # end the unfinished bar's line before the error
         if bad:
-            # stacklevel 4: the caller of the caller of Model._expand
-            warnings.warn(f"skipped {len(bad)} of {len(inputs)} examples of {what} that do "
-                          f"not fit the block (on_bad_example='skip'); the first: "
-                          f"{first_error}", stacklevel=4)
+            warn(f"skipped {len(bad)} of {len(inputs)} examples of {what} that do not fit "
+                 f"the block (on_bad_example='skip'); the first: {first_error}")
             keep = np.setdiff1d(np.arange(len(inputs)), bad)
             return [inputs[i] for i in keep], labels.take(keep), bad, [graphs[i] for i in keep]
         return inputs, labels, bad, graphs

@@ -80,7 +80,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
                 for d in np.unique(depths)}
     majority = majority_accuracy(train_y, test_y)
     guess = CLASSES[np.bincount(train_y, minlength=3).argmax()]
-    print(f"\ntest accuracy {100 * accuracy:.1f}% (always '{guess}': {100 * majority:.1f}%)")
+    kept = stop.best_epoch + 1   # early stopping restored its weights
+    print(f"\nkept epoch {kept} of {len(history.history['loss'])} (best dev accuracy)")
+    print(f"test accuracy {100 * accuracy:.1f}% (always '{guess}': {100 * majority:.1f}%)")
     print("by depth: " + ", ".join(f"{d}: {100 * a:.1f}% ({int(np.sum(depths == d))})"
                                    for d, a in by_depth.items()))
     shortest = sorted(range(len(test_x)), key=lambda i: len(to_infix(test_x[i])))
@@ -89,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         print(f"  {to_infix(e)}  ->  {CLASSES[p]}" + ("" if p == y else
                                                         f"  (wrong: {CLASSES[y]})"))
     return {"history": history.history, "accuracy": accuracy, "by_depth": by_depth,
-            "majority": majority, "logits": logits}
+            "majority": majority, "logits": logits, "kept_epoch": kept}
 
 
 if __name__ == "__main__":

@@ -179,12 +179,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
     majority = int(np.argmax(np.bincount(y["train"], minlength=k)))
     rows = {f"most frequent ({task.classes[majority]})":
             {s: scores(np.full_like(y[s], majority), y[s], k) for s in ("dev", "test")}}
-    histories, report_rows = {}, {}
+    histories, report_rows, kept = {}, {}, {}
     for kind in args.models:
         print(f"\n== {kind} ==")
         pred, history, best, params, seconds = train(kind, task, data, args)
         rows[kind] = {s: scores(pred[s], y[s], k) for s in ("dev", "test")}
-        histories[kind] = history
+        histories[kind], kept[kind] = history, best
         report_rows[kind] = {"params": params, "train_seconds": round(seconds, 1),
                              "best_epoch": None if best is None else best + 1}
         print(f"{kind}: {params} weights, trained in {seconds:.0f} s, kept epoch "
@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if not args.no_plot:
         from refold.examples.training import plot_curves
         plot_curves(histories, [("loss", "cross-entropy"), ("accuracy", "accuracy")],
-                    os.path.join(args.out, "curves.png"))
+                    os.path.join(args.out, "curves.png"), kept=kept)
     total = time.perf_counter() - start
     print(f"\nfirst word of the function name, {k} classes (%):")
     print(format_table(rows))

@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> dict:
         from refold.examples.training import plot_curves
         plot_curves({"weave": history}, [("loss", f"MSE (standardised {target})"),
                                          ("rmse", f"RMSE (standardised {target})")],
-                    os.path.join(args.out, "curves.png"))
+                    os.path.join(args.out, "curves.png"), kept={"weave": best})
     print(f"\n{target}, {args.data}: ridge alpha {alpha:g} (5-fold CV); weave kept epoch "
           f"{best + 1 if best is not None else '-'} of {args.epochs} (lowest validation RMSE)")
     print(format_table(rows))

@@ -33,7 +33,7 @@ from refold.examples.sentiment.model import (  # noqa: E402
     prepare,
 )
 from refold.examples.sentiment.treebank import Vocabulary, read_glove, read_treebank  # noqa: E402
-from refold.examples.training import keep_best, plot_curves  # noqa: E402
+from refold.examples.training import describe_kept, keep_best, plot_curves  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 SPLITS = ("train", "dev", "test")
@@ -186,11 +186,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
     print(f"data: {args.data}: " + ", ".join(f"{len(data[s])} {s}" for s in SPLITS)
           + f" trees; vocabulary {len(vocab)} words"
           + (f"; word vectors from {args.glove}" if args.glove else ""))
-    results, histories, report = {}, {}, {}
+    results, histories, report, kept = {}, {}, {}, {}
     for encoder in args.models:
         print(f"\n== {encoder} ==")
         model, history, best, seconds = train(encoder, data, len(vocab), embeddings, args)
-        histories[encoder] = history.history
+        histories[encoder], kept[encoder] = history.history, best
         results[encoder] = {split: evaluate(model, data[split], scheduler=args.scheduler)
                             for split in ("dev", "test")}
         report[encoder] = {"train_seconds": round(seconds, 1), "best_epoch": best + 1
@@ -198,10 +198,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
         print(f"{encoder}: trained in {seconds:.0f} s; kept epoch {report[encoder]['best_epoch']}"
               " (best dev root accuracy)")
     if not args.no_plot:
-        plot_curves(histories, list(CURVES), os.path.join(args.out, "curves.png"))
+        plot_curves(histories, list(CURVES), os.path.join(args.out, "curves.png"), kept=kept)
     total = time.perf_counter() - start
     print("\naccuracy (%): root and all nodes, fine-grained (5 classes) and binary")
     print(format_table(results))
+    print(describe_kept(kept, args.epochs, "best dev root accuracy"))
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"args": {k: v for k, v in vars(args).items()}, "accuracy": results,
                    "training": report, "seconds": round(total, 1)}, f, indent=2)

@@ -261,7 +261,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     accuracy = {name: accuracies(tags, test, vocab.counts) for name, tags in predicted.items()}
     if histories and not args.no_plot:
         from refold.examples.training import plot_curves
-        plot_curves(histories, CURVES, os.path.join(args.out, "curves.png"))
+        plot_curves(histories, CURVES, os.path.join(args.out, "curves.png"),
+                    kept={MODELS[n]: e - 1 for n, e in kept.items()})
     total = time.perf_counter() - start
     print("\ntest part-of-speech accuracy (" + ", ".join(
         f"{MODELS[n]}: epoch {e} of {args.epochs}" for n, e in kept.items()) + "):")

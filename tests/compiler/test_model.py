@@ -400,6 +400,23 @@ def test_bad_examples_can_be_skipped_and_counted():
     assert np.isfinite(history.history["loss"][0])
 
 
+@pytest.mark.parametrize("call", ["fit", "fit_validation", "evaluate", "fit_stream"])
+def test_the_skip_warning_names_the_users_line(call):
+    """Not a line of Refold or Keras: the call in the user's code that met the inputs."""
+    trees, y = sign_data(12, seed=10)
+    trees[3] = "three"
+    model = compiled(Model(factories.tree_sign(), on_bad_example="skip"))
+    run = {"fit": lambda: model.fit(trees, y, batch_size=4, verbose=0),
+           "fit_validation": lambda: model.fit(trees[4:], y[4:], batch_size=4, verbose=0,
+                                               validation_data=(trees, y)),
+           "evaluate": lambda: model.evaluate(trees, y, batch_size=4, verbose=0),
+           "fit_stream": lambda: model.fit(iter(list(zip(trees, y))), batch_size=4,
+                                           verbose=0)}[call]
+    with pytest.warns(UserWarning, match="not fit the block") as w:
+        run()
+    assert [(x.filename, x.lineno) for x in w] == [(__file__, run.__code__.co_firstlineno)]
+
+
 def test_a_nan_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
     keras.utils.set_random_seed(0)
     # a NaN feature on purpose: allowed in, to reach the loss

@@ -4,6 +4,7 @@ files), `ModelCheckpoint`, `BackupAndRestore`, in this process and in fresh ones
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import pickle
@@ -141,6 +142,24 @@ def test_the_quick_start_model_round_trips_and_safe_mode_explains(tmp_path, trai
         with pytest.raises(UnsafeConfigError, match=r"^ForwardDeclaration > OneOf "
                                                     r"\(argument key_fn\): .*safe_mode=False"):
             load(path)
+
+
+@pytest.mark.parametrize("load", [load_model, keras.models.load_model])
+def test_a_loaded_models_block_is_its_documented_property(tmp_path, trained_quickstart, load):
+    path = tmp_path / "m.keras"
+    trained_quickstart.save(path)
+    loaded = load(path, safe_mode=False)
+    block = loaded.block   # rebuilt from the file, with the loaded weights
+    assert isinstance(block, td.Block) and block is not trained_quickstart.block
+    assert (block.input_type, block.output_type) == (
+        trained_quickstart.block.input_type, trained_quickstart.block.output_type)
+    xs, _ = saving_jobs.trees(6, seed=5)
+    np.testing.assert_allclose(np.stack([block.eval(x) for x in xs]),
+                               loaded.predict(xs, verbose=0), rtol=1e-5, atol=1e-6)
+    documented = inspect.getattr_static(Model, "block")
+    assert isinstance(documented, property) and "load_model" in documented.__doc__
+    with pytest.raises(AttributeError):
+        loaded.block = td.Scalar()   # read-only: the model was compiled from its block
 
 
 def test_a_block_with_named_functions_loads_in_safe_mode(tmp_path):

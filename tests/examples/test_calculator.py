@@ -72,4 +72,9 @@ def test_main_learns_on_a_small_set(capsys):
     assert all(math.isfinite(v) for v in losses) and losses[-1] < 0.5 * losses[0]
     assert result["logits"].shape == (16, 3)
     assert 0 <= result["accuracy"] <= 1 and set(result["by_depth"]) <= {1, 2}
-    assert "test accuracy" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "test accuracy" in printed
+    # the epoch whose weights early stopping restored: the first best dev accuracy
+    dev = result["history"]["val_accuracy"]
+    assert result["kept_epoch"] == int(np.argmax(dev)) + 1
+    assert f"kept epoch {result['kept_epoch']} of {len(losses)} (best dev accuracy)" in printed

@@ -113,6 +113,20 @@ def test_keep_best_restores_the_weights_of_the_best_epoch():
     assert callback.best_epoch == 1 and model.get_weights()[0][0, 0] == 2.0
 
 
+def test_the_curves_mark_the_kept_epoch_of_each_model(tmp_path):
+    histories = {"a": {"loss": [3.0, 2.0, 1.0], "val_loss": [2.5, 2.0, 2.2]},
+                 "b": {"loss": [4.0, 3.0, 2.0]}}   # no validation: its training curve
+    figure = sentiment.plot_curves(histories, [("loss", "loss")], str(tmp_path / "c.png"),
+                                   kept={"a": 1, "b": None})
+    (ax,) = figure.axes
+    marks = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+             for line in ax.get_lines() if "kept" in line.get_label()}
+    assert marks == {"a kept (epoch 2)": ([2], [2.0]), "b kept (epoch 3)": ([3], [2.0])}
+    assert "a kept (epoch 2)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    vertical = [list(line.get_xdata()) for line in ax.get_lines() if line.get_linestyle() == ":"]
+    assert vertical == [[2, 2], [3, 3]]
+
+
 def test_lowercase_and_frozen_embeddings_options():
     args = sentiment.parse_args(["--lowercase", "--freeze-embeddings", "--min-count", "2"])
     splits = {"train": [parse_tree("(3 (2 The) (3 good))"), parse_tree("(2 (2 the) (2 a))"),
@@ -172,6 +186,8 @@ def test_main_trains_on_a_treebank_folder_with_glove_and_writes_its_outputs(tmp_
     printed = capsys.readouterr().out
     assert "32 train, 8 dev, 8 test trees" in printed and "glove.txt" in printed
     assert "tree_lstm" in printed and "dev root" in printed
+    best = int(np.argmax(history["val_root_accuracy"])) + 1
+    assert f"kept epochs (best dev root accuracy): tree_lstm {best} of 2" in printed
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     saved = json.loads((out / "results.json").read_text())
     assert saved["accuracy"]["tree_lstm"] == acc

@@ -21,8 +21,8 @@ True
 from __future__ import annotations
 
 import functools
+import inspect
 import os
-import sys
 import threading
 import warnings
 
@@ -71,14 +71,14 @@ def user_stacklevel() -> int:
     """The `stacklevel` that makes a `warnings.warn` in the caller of this function name
     the first frame outside Refold's library, Keras and TensorFlow (1, the caller itself,
     if there is none)."""
-    found = _first_user_frame(sys._getframe(1))
+    found = _first_user_frame(inspect.currentframe().f_back)
     return 1 if found is None else found[0]
 
 
 def user_line() -> tuple[str, int, dict] | None:
     """The user's line that led to the caller of this function: `(filename, line
     number, the module's globals)`, or None if there is none (on a library's thread)."""
-    found = _first_user_frame(sys._getframe(1))
+    found = _first_user_frame(inspect.currentframe().f_back)
     if found is None:
         return None
     frame = found[1]

@@ -53,7 +53,8 @@ PROJECT = frozenset({"refold", "blocks", "compiler", "scheduler", "models", "exa
 def layout(root: str) -> str:
     """The import prefix of the tree at `root`: "refold." for a tree with the
     namespace, "" for one whose layers are imported by their folders' names."""
-    return "refold." if os.path.isfile(os.path.join(root, "refold", "__init__.py")) else ""
+    return "refold." if any(os.path.isfile(os.path.join(root, *where, "__init__.py"))
+                            for where in (("src", "refold"), ("refold",))) else ""
 
 
 def foreign_modules(root: str) -> list[str]:

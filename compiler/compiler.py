@@ -502,4 +502,4 @@ _CHECKED_RECORD = operator.attrgetter("_checked_record")
 
 # The planning kernels load (on a new install, compile) on a thread of their own from the
 # compiler's first import, while the user's code reads data and builds a model.
-kernels.start()
+kernels.start(Compiler)

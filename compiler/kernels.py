@@ -119,20 +119,25 @@ class _Announce(numba.core.event.Listener):
 numba.core.event.register("numba:compile", _Announce())
 
 
-def _load() -> None:
-    from refold.compiler.compiler import Compiler
-    warm_up(Compiler)
+_compiler_class = None  # the `Compiler` the thread plans with, given by its module
 
 
-def start() -> threading.Thread | None:
+def start(compiler_class=None) -> threading.Thread | None:
     """Starts loading (or compiling) the kernels on a daemon thread, once per process;
-    the thread, or None if `REFOLD_WARM_KERNELS=0`."""
-    global _thread
+    the thread, or None if `REFOLD_WARM_KERNELS=0`. The compiler's module passes its
+    `Compiler` class when it is imported (this module does not import the compiler,
+    which imports it); later calls need none."""
+    global _thread, _compiler_class
+    if compiler_class is not None:
+        _compiler_class = compiler_class
     if os.environ.get("REFOLD_WARM_KERNELS", "1") == "0":
         return None
+    if _compiler_class is None:
+        raise ValueError("kernels.start: no Compiler class yet (import refold.compiler.compiler)")
     with _lock:
         if _thread is None:
-            _thread = threading.Thread(target=_load, name="refold-warm-kernels", daemon=True)
+            _thread = threading.Thread(target=warm_up, args=(_compiler_class,),
+                                       name="refold-warm-kernels", daemon=True)
             _thread.start()
     return _thread
 

@@ -40,11 +40,12 @@ def _library() -> tuple[tuple[str, ...], frozenset[str]]:
     import tensorflow
 
     import refold
+    import refold.blocks
     here = os.path.dirname(os.path.abspath(refold.__file__))
     files = frozenset(os.path.join(here, f) for f in os.listdir(here) if f.endswith(".py"))
-    # in a clone, refold's path reaches the repository's root (refold/__init__.py)
-    folders = [os.path.join(os.path.abspath(p), layer, "") for p in refold.__path__
-               for layer in LAYERS if os.path.isdir(os.path.join(p, layer))]
+    # the layers are siblings: under refold/ in a wheel, at the repository's root in a clone
+    top = os.path.dirname(os.path.abspath(refold.blocks.__path__[0]))
+    folders = [os.path.join(top, layer, "") for layer in LAYERS]
     folders += [os.path.join(os.path.abspath(p), "")
                 for package in (keras, tensorflow) for p in package.__path__]
     return tuple(dict.fromkeys(folders)), files

@@ -98,7 +98,7 @@ from refold.scheduler.gradient_mode import GradientMode
 
 
 @keras.saving.register_keras_serializable(package="refold")
-class Model(keras.Model):
+class Model(compat.AutoJitOff, keras.Model):
     """A block expression compiled for batched training and inference with Keras.
 
     Args:
@@ -194,7 +194,7 @@ class Model(keras.Model):
         if unknown:
             raise ValueError(f"loss_metrics {unknown} are not metrics of the block; its "
                              f"metrics are {names}")
-        self._loss_ids = [names.index(n) for n in loss_metrics]
+        self._loss_metric_ids = [names.index(n) for n in loss_metrics]
         self.loss_metrics = list(loss_metrics)
         # every block metric is reported, except one named "loss" (that is Keras' total)
         self.block_metric_trackers = [keras.metrics.Mean(name=n) for n in names if n != "loss"]
@@ -335,7 +335,7 @@ class Model(keras.Model):
                 terms.append(tf.add_n([tf.cast(v, tf.float32) for v in self.losses])
                              / replicas)
         counts = tf.cast(x["global_metric_counts"], tf.float32) if part else None
-        for m in self._loss_ids:
+        for m in self._loss_metric_ids:
             v = tf.cast(values[m], tf.float32)
             count = counts[m] if part else tf.reduce_sum(metric_weights(x, m, tf.reshape(
                 v, [-1]))) if "metric_counts" in x else tf.cast(tf.size(v), tf.float32)
@@ -416,7 +416,7 @@ class Model(keras.Model):
             replicas = float(tf.distribute.get_strategy().num_replicas_in_sync)
             loss = loss * replicas
             n = tf.cast(x["global_batch_size"][0], tf.float32) / replicas
-        self._loss_tracker.update_state(loss, sample_weight=n)
+        compat.loss_tracker(self).update_state(loss, sample_weight=n)
         if y is not None and compat.compiled_metrics(self) is not None:
             compat.compiled_metrics(self).update_state(y, y_pred, sample_weight)
         for tracker, m in zip(self.block_metric_trackers, self._tracked_ids):
@@ -465,32 +465,22 @@ class Model(keras.Model):
     def jit_compile(self) -> bool:
         """Whether the steps run under XLA (`compile(jit_compile=...)`, or per call
         `fit(..., jit_compile=True)`): each batch padded to buckets and each bucket
-        compiled once (`compiler.feeding.xla_buckets`, `scheduler.xla`). False by default."""
+        compiled once (`compiler.feeding.xla_buckets`, `scheduler.xla`). False by default.
+
+        Keras' "auto" (its default) turns XLA on when a GPU is visible; here it stays
+        off (`compat.AutoJitOff`), since XLA repays its compilations (seconds per
+        bucket) only over many epochs at small batches, and "auto" cannot know the
+        number of epochs (BENCHMARKS.md, "XLA for the loop"). Pass `jit_compile=True`
+        for long runs at batch 1."""
         return getattr(self, "_xla_on", False)
 
     @jit_compile.setter
     def jit_compile(self, value) -> None:
         if value == "auto":
-            value = self._resolve_auto_jit_compile()
+            value = False  # compat.AutoJitOff says why
         if value not in (True, False):
             raise ValueError(f"jit_compile must be True, False or 'auto', got {value!r}")
         self._xla_on = bool(value)
-
-    def _resolve_auto_jit_compile(self) -> bool:
-        """Keras' "auto" (its default) turns XLA on when a GPU is visible; Model keeps
-        it off. On this CPU the XLA step now trains about as fast as the graph step
-        or faster at batch 1 (1-2x the TreeLSTM, 1.8x the BiLSTM tagger, whole `fit`
-        calls on a loaded machine) but slower at 16, inference is not clearly
-        faster at any batch size, and each bucket costs seconds of
-        compilation (5-10 buckets for a few dozen trees at batch 1), which a user
-        pays on the first epoch: at batch 1 the TreeLSTM saves 0-6 ms a tree, so a
-        64-tree epoch repays its ~30 s of compilations after tens to hundreds of
-        epochs, or never. "auto"
-        cannot know the number of epochs, so it does not choose it (BENCHMARKS.md,
-        "XLA for the loop"); pass `jit_compile=True` for long runs at batch 1. On
-        a GPU the XLA step would run wholly on the device (`scheduler.xla`), but it
-        has not been measured there."""
-        return False
 
     @contextlib.contextmanager
     def _jit_for_call(self, jit_compile):
@@ -742,7 +732,7 @@ class Model(keras.Model):
             return self._dataset(vx, vy, vw, batch_size, False, "validation", what=what,
                                  offset=split_at or 0, verbose=verbose), False
         if validation_steps is None and reads_once(vx) \
-                and sum(self._should_eval(e, validation_freq) for e in epochs) > 1:
+                and sum(_validates(e, validation_freq) for e in epochs) > 1:
             raise ValueError(
                 f"validation_data is a {type(vx).__name__}, which can be read only once, "
                 "and fit validates more than once: give validation_steps, or a stream "
@@ -943,15 +933,15 @@ class Model(keras.Model):
 
     def _logs(self, logs: dict, return_dict: bool):
         logs = {k: float(v) for k, v in logs.items()}
-        return logs if return_dict else self._flatten_metrics_in_order(logs)
+        return logs if return_dict else compat.logs_in_order(self, logs)
 
     def _check_loss(self, y, labels_in_x: bool = False):
         if labels_in_x and compat.compiled_loss(self) is not None:
             return  # a stream of (input, label) tuples
-        if y is not None and compat.compiled_loss(self) is None and self._loss_ids:
+        if y is not None and compat.compiled_loss(self) is None and self._loss_metric_ids:
             warnings.warn("labels y are given but the model was compiled without a loss; "
                           "only the td.Metric losses train it", stacklevel=3)
-        if not self._loss_ids and (y is None or compat.compiled_loss(self) is None):
+        if not self._loss_metric_ids and (y is None or compat.compiled_loss(self) is None):
             raise ValueError(
                 "nothing to train on: give labels y and compile(loss=...), or emit losses "
                 "from the block with td.Metric blocks whose names end with 'loss' (its "
@@ -1089,6 +1079,14 @@ def _end_of_stream_is_end_of_epoch(on: bool):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Your input ran out of data")
         yield
+
+
+def _validates(epoch: int, validation_freq) -> bool:
+    """Whether `fit` validates after epoch `epoch` (from 0): every `validation_freq`-th
+    epoch (an int), or the epochs (from 1) it lists, as Keras documents the argument."""
+    if isinstance(validation_freq, int):
+        return (epoch + 1) % validation_freq == 0
+    return epoch + 1 in validation_freq
 
 
 def _rows(a, rows: slice):

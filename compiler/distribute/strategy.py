@@ -311,7 +311,7 @@ class ReplicaSteps:
     def _gather(self, y_pred):
         """The outputs of every replica, in replica order (all workers')."""
         if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy) \
-                and self.strategy.extended._in_multi_worker_mode():
+                and compat.in_multi_worker_mode(self.strategy):
             return self.strategy.gather(y_pred, axis=0)
         return tf.concat(self.strategy.experimental_local_results(y_pred), 0)
 

@@ -11,7 +11,8 @@ import tensorflow as tf
 import refold as td
 from refold.blocks.errors import InputError
 from refold.blocks.evaluation import reference_eval
-from refold.compiler import Compiler, expansion
+from refold.compiler import Compiler
+from refold.compiler.graphs import expansion
 from refold.models import tree_lstm
 
 

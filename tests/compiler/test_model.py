@@ -15,7 +15,8 @@ import tensorflow as tf
 
 import refold as td
 from refold.blocks.errors import InputError
-from refold.compiler import Compiler, Model, NonFiniteLossError, pipeline
+from refold.compiler import Compiler, Model, NonFiniteLossError
+from refold.compiler.feeding import lists as pipeline
 from tests.compiler import factories
 
 

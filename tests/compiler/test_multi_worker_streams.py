@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 import refold as td
-from refold.compiler import Model, streaming
+from refold.compiler import Model
+from refold.compiler.feeding import streams as streaming
 from refold.compiler.feeding.shards import steps_in_order
 from tests.compiler import factories
 from tests.compiler.test_model import compiled, sign_data

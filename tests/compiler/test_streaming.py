@@ -20,7 +20,8 @@ import tensorflow as tf
 
 import refold as td
 from refold.blocks.errors import InputError
-from refold.compiler import Compiler, Lines, Model, streaming
+from refold.compiler import Compiler, Lines, Model
+from refold.compiler.feeding import streams as streaming
 from tests.compiler import factories
 from tests.compiler.test_model import compiled, sign_data
 

@@ -74,9 +74,10 @@ class Workload:
 
     def _old_functions(self, model):
         """The train and predict functions of the old step module on `model`."""
-        train = self.old.StepFunction(model.train_step, lambda: model._feeders["train"],
-                                      lambda: False, lambda: model._epoch)
-        predict = self.old.StepFunction(model.predict_step, lambda: model._feeders["predict"],
+        feed = model.feed
+        train = self.old.StepFunction(model.train_step, lambda: feed.of_role("train"),
+                                      lambda: False, lambda: feed.epoch)
+        predict = self.old.StepFunction(model.predict_step, lambda: feed.of_role("predict"),
                                         lambda: False)
         return (lambda it: train.on_iterator(it, 1)), predict.on_data
 
@@ -99,11 +100,11 @@ class Workload:
 
         def predict_old():
             m = self.infer
-            if m._out_type is None:  # Compiler.run per slice, as it ran there
+            if m.output_type_id is None:  # Compiler.run per slice, as it ran there
                 return old_run(m.compiler, self.x, b)
             m.predict_function = old_predict
-            data = m._dataset(self.x, None, None, b, False, "predict", with_labels=False,
-                              raise_errors=True)
+            data = m.feed.lists(self.x, None, None, b, False, "predict", with_labels=False,
+                                raise_errors=True).dataset()
             return keras.Model.predict(m, data, verbose=0)
 
         def predict_new():

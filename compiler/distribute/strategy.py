@@ -23,9 +23,10 @@ inputs as on one device (`x[b*B:(b+1)*B]`, `B` the global batch size); it is cut
 into one contiguous part per replica (`replica_parts`), and each replica expands,
 schedules and packs its own part and runs `Model.train_step` on it
 (`strategy.run`). Each replica's loss is its share of the whole batch's loss (see
-`Model._total_loss`; the global counts it needs are summed across replicas in the
-step), so the gradients the optimizer sums across replicas are those of the whole
-batch on one device, and the weights follow single-device training. The loss
+`compiler.training.metrics.LossAndMetrics.total`; the global counts it needs are
+summed across replicas in the step), so the gradients the optimizer sums across
+replicas are those of the whole batch on one device, and the weights follow
+single-device training. The loss
 metric is weighed so that Keras' summed (sync-on-read) metric variables give the
 single-device figure. The non-finite guard holds on every replica: replicas agree
 (an all-reduce) on whether the step is finite and all apply the update or none does.
@@ -183,7 +184,7 @@ class ShardFeeder:
     def batch(self, i: int) -> list[tuple]:
         if i == 0 and self.shuffle:
             for s in self.shards:
-                s.shuffle(self.model.seed, self.model._epoch)
+                s.shuffle(self.model.seed, self.model.feed.epoch)
         out = []
         for s in self.shards:
             idx = s.part(i)
@@ -199,8 +200,9 @@ class ShardFeeder:
 def sharded_feeder(model, x, y, sample_weight, batch_size: int, shuffle: bool,
                    with_labels: bool, what: str, raise_errors: bool, offset: int,
                    verbose) -> ShardFeeder:
-    """This worker's `ShardFeeder` for one call (what `Model._dataset` makes on
-    one device): labels checked whole, then only this worker's shard expanded."""
+    """This worker's `ShardFeeder` for one call (what
+    `compiler.feeding.model_feed.ModelFeed.lists` makes on one device): labels checked
+    whole, then only this worker's shard expanded."""
     strategy = model.distribute_strategy
     check_batch_size(batch_size)
     inputs = as_inputs(x, what)
@@ -216,10 +218,7 @@ def sharded_feeder(model, x, y, sample_weight, batch_size: int, shuffle: bool,
         shard = ReplicaShard(r, [parts[r] for parts in plan])
         bad.extend(shard.expand(model, inputs, labels, skip, what, offset, verbose))
         shards.append(shard)
-    if what != "x":
-        model._skipped.validation = sorted(bad)
-    else:
-        model._skipped.x = sorted(bad)
+    model.feed.skipped.record(what, sorted(bad))
     signature = (model.pipeline.signature(), *labels.signature())
     feeder = ShardFeeder(model, shards, len(plan), shuffle, with_labels,
                          signature if with_labels else signature[:1])
@@ -246,7 +245,7 @@ def build_state(model, arrays: Callable[[], dict], y: np.ndarray | None) -> None
     metrics = compiled_metrics is not None and not compiled_metrics.built
     loss = compiled_loss is not None and not compiled_loss.built
     with model.distribute_strategy.scope():
-        y_pred, _ = model._forward({k: tf.constant(v) for k, v in arrays().items()})
+        y_pred, _ = model.tracer.forward({k: tf.constant(v) for k, v in arrays().items()})
         if y is not None and (metrics or loss):
             y = tf.constant(y)
             if metrics:
@@ -328,13 +327,14 @@ class ReplicaSteps:
                 fn = self._traced[key] = tf.function(
                     self._step, input_signature=[[feeder.signature] * len(parts)],
                     autograph=False).get_concrete_function()
-                self.model._traced_weights(fn)  # compiler.training.weights
+                self.model.tracer.after_trace(fn)  # compiler.training.weights
             outputs = fn(parts)
         if self.kind == "train":
             outputs = dict(outputs)
             finite, loss = outputs.pop(STEP_FINITE), outputs.pop(STEP_LOSS)
             if not bool(finite):
-                raise NonFiniteLossError(feeder.examples(i), float(loss), self.model._epoch, i)
+                raise NonFiniteLossError(feeder.examples(i), float(loss),
+                                         self.model.feed.epoch, i)
         return outputs
 
     def _next_batch(self, source) -> int:

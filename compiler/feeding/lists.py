@@ -209,7 +209,7 @@ class InputPipeline:
             if bar is not None and start < len(inputs):
                 print()  # end the unfinished bar's line before the error
         if bad:
-            # stacklevel 4: the caller of the caller of Model._expand
+            # stacklevel 4: the caller of `ModelFeed.lists` (through `ModelFeed.expand`)
             warnings.warn(f"skipped {len(bad)} of {len(inputs)} examples of {what} that do "
                           f"not fit the block (on_bad_example='skip'); the first: "
                           f"{first_error}", stacklevel=4)

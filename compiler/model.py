@@ -12,6 +12,15 @@ reads back; it is atomic (`compiler.saving`). A TensorFlow error in a step
 names the input that caused it (`compiler.training.blame`); a step whose loss or gradients
 are not finite is not applied and stops `fit` with `NonFiniteLossError`.
 
+`Model` holds the Keras hooks (`compile`, `fit`, `train_step`, `get_config`,
+`save`, ...) and hands each concern to an object with a small public interface, so
+that a reader finds each in one place: `model.feed` (`compiler.feeding.model_feed.
+ModelFeed`: the feeders of each call, the epoch, the skipped inputs),
+`model.loss_and_metrics` (`compiler.training.metrics.LossAndMetrics`), `model.tracer`
+(`compiler.training.tracing.StepTracer`: the forward pass, the training update, the
+step functions) and `model.files` (`compiler.saving.ModelFiles`: atomic writes,
+none after a NaN loss, `export`).
+
 Two ways to give the loss:
 
 - Keras style: `y` labels and `compile(loss=...)`; the block's output (one tensor
@@ -238,6 +247,8 @@ class Model(compat.AutoJitOff, keras.Model):
                                 *args, **kwargs)
 
     def call(self, inputs: dict, training: bool = False):
+        """Keras' forward pass on a batch's packed arrays: the block's output per input
+        (in training mode with `training=True`, its random draws seeded per step)."""
         with training_mode(training is True,
                            self.tracer.seed() if training is True else None):
             y_pred, _ = self.tracer.forward(inputs)
@@ -261,9 +272,11 @@ class Model(compat.AutoJitOff, keras.Model):
         return lambda data: tracer.train_step(data, gradient_mode)
 
     def test_step(self, data):
+        """Keras' evaluation step on a packed batch: the logs of its loss and metrics."""
         return self.tracer.test_step(data)
 
     def predict_step(self, data):
+        """Keras' prediction step on a packed batch: the block's output per input."""
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         y_pred, _ = self.tracer.forward(x)
         return y_pred

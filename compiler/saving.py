@@ -49,9 +49,10 @@ def refuse_after_nan(nan_seen: bool, filepath, stacklevel: int = 3) -> bool:
 
 
 class ModelFiles:
-    """What a `Model` writes (`save`, `save_weights`, `export`): atomically, and
-    nothing once a training loss was NaN (`diverged`), so that the last good
-    checkpoint survives a diverged run.
+    """What a `Model` writes (`save`, `save_weights`, `export`), and when it refuses.
+
+    Atomically, and nothing once a training loss was NaN (`diverged`), so that the
+    last good checkpoint survives a diverged run.
 
     Apart from `Model` so that the Keras class holds the Keras hooks and this one
     the writing; loaded weights count as good again (`loaded`).

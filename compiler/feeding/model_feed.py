@@ -36,10 +36,11 @@ from refold.compiler.feeding.streams import StreamFeeder, is_stream, reads_once
 
 
 class Skipped:
-    """The inputs the last call skipped, kept out of Keras' attribute tracking: a list
-    assigned to a Keras model's attribute is wrapped, and its name appended to the
-    model's tracked list, on every assignment, so assigning one per `predict` call
-    grew the model without bound (BENCHMARKS.md, memory over repeated calls)."""
+    """The inputs the last call skipped, kept out of Keras' attribute tracking.
+
+    A list assigned to a Keras model's attribute is wrapped, and its name appended
+    to the model's tracked list, on every assignment, so assigning one per `predict`
+    call grew the model without bound (BENCHMARKS.md, memory over repeated calls)."""
 
     def __init__(self):
         self.x: list[int] = []

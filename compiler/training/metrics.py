@@ -94,8 +94,9 @@ class LossAndMetrics:
         return tf.add_n(terms) if len(terms) > 1 else terms[0]
 
     def update(self, x: dict, y, y_pred, sample_weight, values: dict, loss) -> dict:
-        """Updates Keras' loss metric, the compiled metrics and the block's metrics
-        with one packed batch; the model's metric results."""
+        """Updates every metric with one packed batch; the model's metric results.
+
+        Keras' loss metric, the compiled metrics and the block's metrics."""
         model = self.model
         n = tf.cast(x["batch_size"][0], tf.float32)
         if "global_batch_size" in x:

@@ -132,10 +132,11 @@ def default_graph() -> Any:
 
 
 def graph_store(graph: Any, key: str) -> dict:
-    """A dict kept on `graph` (a Python attribute of the `tf.Graph`, made on first use),
-    for values made once per graph, which go when the graph goes. Where graphs take
-    no attributes, a new dict each call (the values are then made again: slower, the
-    same results)."""
+    """A dict kept on `graph` under `key`, for values made once per graph.
+
+    A Python attribute of the `tf.Graph`, made on first use, so the values go when
+    the graph goes. Where graphs take no attributes, a new dict each call (the
+    values are then made again: slower, the same results)."""
     name = f"_refold_{key}"
     store = getattr(graph, name, None)
     if store is None:
@@ -148,7 +149,8 @@ def graph_store(graph: Any, key: str) -> dict:
 
 
 def in_multi_worker_mode(strategy: Any) -> bool:
-    """Whether `strategy` (a `MultiWorkerMirroredStrategy`) spans several workers:
+    """Whether `strategy` (a `MultiWorkerMirroredStrategy`) spans several workers.
+
     `strategy.extended._in_multi_worker_mode()`. Without it, whether its cluster
     resolver names a task (a cluster of one worker then counts as several, which
     only costs a gather where a concatenation would do)."""
@@ -199,19 +201,21 @@ def compiled_metrics(model: Any) -> Any:
 
 
 def loss_tracker(model: Any) -> Any:
-    """The `keras.metrics.Mean` that `compile` makes for the logged "loss"
-    (`model._loss_tracker`), which a custom `train_step` updates, or None before
-    `compile`."""
+    """The `keras.metrics.Mean` of the logged "loss", or None before `compile`.
+
+    `model._loss_tracker`, which Keras' own steps update and a custom `train_step`
+    must too."""
     if not hasattr(model, "_loss_tracker"):
         raise _missing("Trainer._loss_tracker (the loss metric)", "keras")
     return model._loss_tracker  # noqa: SLF001
 
 
 def logs_in_order(model: Any, logs: dict) -> Any:
-    """`logs` as `train_on_batch(return_dict=False)` gives them: the loss then the
-    metrics in Keras' order (`model._flatten_metrics_in_order`), one value alone as a
-    scalar. Without it, the values in the order of `logs`, which Keras' own steps
-    fill loss first."""
+    """`logs` as `train_on_batch(return_dict=False)` gives them.
+
+    The loss then the metrics in Keras' order (`model._flatten_metrics_in_order`),
+    one value alone as a scalar. Without it, the values in the order of `logs`,
+    which Keras' own steps fill loss first."""
     flatten = getattr(model, "_flatten_metrics_in_order", None)
     if flatten is not None:
         return flatten(logs)
@@ -220,17 +224,19 @@ def logs_in_order(model: Any, logs: dict) -> Any:
 
 
 def loss_keywords(loss: Any) -> dict:
-    """The keyword arguments a Keras built-in `keras.losses.Loss` passes to its loss
-    function (`from_logits`, ...: `LossFunctionWrapper._fn_kwargs`). Without it,
-    `{}` (labels are then checked as for the function's defaults)."""
+    """The keyword arguments a Keras built-in loss passes to its function.
+
+    `from_logits` and the like: `LossFunctionWrapper._fn_kwargs`. Without it, `{}`
+    (labels are then checked as for the function's defaults)."""
     return dict(getattr(loss, "_fn_kwargs", None) or {})
 
 
 class AutoJitOff:
-    """Mixin for a `keras.Model`: `compile(jit_compile="auto")` (Keras' default) leaves
-    XLA off, where Keras turns it on whenever a GPU is visible. A mixin because Keras
-    asks the model itself (`Trainer._resolve_auto_jit_compile`, private); if a Keras
-    release stops asking, "auto" falls to Keras' own choice.
+    """Mixin for a `keras.Model` whose `jit_compile="auto"` leaves XLA off.
+
+    Keras' "auto" (its default) turns XLA on whenever a GPU is visible. A mixin
+    because Keras asks the model itself (`Trainer._resolve_auto_jit_compile`,
+    private); if a Keras release stops asking, "auto" falls to Keras' own choice.
 
     Refold's `Model` uses it: "auto" cannot know how many epochs will repay XLA's
     compilations (BENCHMARKS.md, "XLA for the loop")."""

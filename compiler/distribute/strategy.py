@@ -26,10 +26,10 @@ schedules and packs its own part and runs `Model.train_step` on it
 `compiler.training.metrics.LossAndMetrics.total`; the global counts it needs are
 summed across replicas in the step), so the gradients the optimizer sums across
 replicas are those of the whole batch on one device, and the weights follow
-single-device training. The loss
-metric is weighed so that Keras' summed (sync-on-read) metric variables give the
-single-device figure. The non-finite guard holds on every replica: replicas agree
-(an all-reduce) on whether the step is finite and all apply the update or none does.
+single-device training. The loss metric is weighed so that Keras' summed
+(sync-on-read) metric variables give the single-device figure. The non-finite
+guard holds on every replica: replicas agree (an all-reduce) on whether the step is
+finite and all apply the update or none does.
 
 Why Keras' loop rather than a loop of our own: parity with Keras (every callback,
 `validation_freq`, `initial_epoch`, `BackupAndRestore`, `stop_training`) comes for

@@ -4,7 +4,7 @@
 Whole calls are timed, as a user pays for them: `Model.fit(epochs=1)` and
 `Model.predict` over the same sst-synth trees (TreeLSTM, loss at the root) or
 sentences (BiLSTM tagger, a loss at every word), per step. The earlier path runs in
-the same process on the same model: `compiler/training/steps.py` of `--base` (read with
+the same process on the same model: `compiler/steps.py` of `--base` (read with
 `git show`) gives the train and predict functions, and its predict goes through
 Keras' predict loop over the feeder's `tf.data` range, as it did there. The traced
 step is the same in both, so the difference is the hand-off: Keras' loop, the
@@ -30,15 +30,22 @@ import time
 import numpy as np
 
 BASE = "52bcfdc"  # main before the hand-off work (issue 14)
+# modules the old steps.py imports that compiler/'s split by concern moved
+MOVED = {"refold.compiler.pipeline": "refold.compiler.feeding.lists",
+         "refold.compiler.handoff": "refold.compiler.feeding.handoff"}
 
 
 def old_steps(base: str):
-    """`compiler/training/steps.py` of commit `base`, imported as a module of its own (its
-    imports of the layers, from before they moved under `refold`, moved there too)."""
-    text = subprocess.run(["git", "show", f"{base}:compiler/training/steps.py"], check=True,
+    """`compiler/steps.py` of commit `base` (before compiler/ was split by concern),
+    imported as a module of its own: its imports of the layers, from before they moved
+    under `refold`, moved there too, and those of modules that moved since."""
+    text = subprocess.run(["git", "show", f"{base}:compiler/steps.py"], check=True,
                           capture_output=True, text=True).stdout
     text = re.sub(r"^(\s*)(from|import) (blocks|compiler|scheduler|models)\b",
                   r"\1\2 refold.\3", text, flags=re.M)
+    for old, new in MOVED.items():
+        text = re.sub(rf"^(\s*)from {re.escape(old)} import", rf"\1from {new} import", text,
+                      flags=re.M)
     path = tempfile.NamedTemporaryFile("w", suffix="_steps.py", delete=False)
     path.write(text)
     path.close()

@@ -606,7 +606,7 @@ def fit_weightgrads(batch_sizes: list, rounds: int, instances: int = 2,
                     # read when the steps are traced
                     model.weight_grads.max_rows = float("inf") if variants[name] else 0
                     if jit:
-                        model._xla_batches().xla.batched_weight_grads = variants[name]
+                        model.tracer.xla().xla.batched_weight_grads = variants[name]
                     fns[(work, name, i)] = fit
         # the first calls (untimed) trace (and compile)
         _once_every_rows(_rounds(fns, rounds), list(variants), instances, b, n, out)

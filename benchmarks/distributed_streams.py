@@ -135,13 +135,13 @@ def gradient_bytes(model, items: list, labelled: bool) -> dict:
     arrays = {k: tf.constant(v) for k, v in model.pipeline.pack(xs).items()}
     weights = model.trainable_weights
     with tf.GradientTape() as tape:
-        y_pred, values = model._forward(arrays)
+        y_pred, values = model.tracer.forward(arrays)
         if labelled:
             y = tf.constant([y for _, y in items[:PER_REPLICA]])
             loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
                 y, y_pred, from_logits=True))
         else:
-            loss = tf.add_n([tf.reduce_mean(values[m]) for m in model._loss_ids])
+            loss = tf.add_n([tf.reduce_mean(values[m]) for m in model.loss_and_metrics.loss_ids])
     out = {"dense": 0, "sparse": 0, "sparse as dense": 0, "weights": 0}
     for g, w in zip(tape.gradient(loss, weights), weights):
         size = int(np.prod(w.shape)) * 4

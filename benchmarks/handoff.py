@@ -30,17 +30,22 @@ import time
 import numpy as np
 
 BASE = "52bcfdc"  # main before the hand-off work (issue 14)
+# modules the old steps.py imports that compiler/'s split by concern moved
+MOVED = {"refold.compiler.pipeline": "refold.compiler.feeding.lists",
+         "refold.compiler.handoff": "refold.compiler.feeding.handoff"}
 
 
 def old_steps(base: str):
-    """`compiler/steps.py` of commit `base`, imported as a module of its own (its
-    imports of the layers, from before they moved under `refold`, moved there too, and
-    of the compiler's modules, from before they moved into subpackages)."""
+    """`compiler/steps.py` of commit `base` (before compiler/ was split by concern),
+    imported as a module of its own: its imports of the layers, from before they moved
+    under `refold`, moved there too, and those of modules that moved since."""
     text = subprocess.run(["git", "show", f"{base}:compiler/steps.py"], check=True,
                           capture_output=True, text=True).stdout
     text = re.sub(r"^(\s*)(from|import) (blocks|compiler|scheduler|models)\b",
                   r"\1\2 refold.\3", text, flags=re.M)
-    text = re.sub(r"\brefold\.compiler\.pipeline\b", "refold.compiler.feeding.lists", text)
+    for old, new in MOVED.items():
+        text = re.sub(rf"^(\s*)from {re.escape(old)} import", rf"\1from {new} import", text,
+                      flags=re.M)
     path = tempfile.NamedTemporaryFile("w", suffix="_steps.py", delete=False)
     path.write(text)
     path.close()
@@ -76,9 +81,10 @@ class Workload:
 
     def _old_functions(self, model):
         """The train and predict functions of the old step module on `model`."""
-        train = self.old.StepFunction(model.train_step, lambda: model._feeders["train"],
-                                      lambda: False, lambda: model._epoch)
-        predict = self.old.StepFunction(model.predict_step, lambda: model._feeders["predict"],
+        feed = model.feed
+        train = self.old.StepFunction(model.train_step, lambda: feed.of_role("train"),
+                                      lambda: False, lambda: feed.epoch)
+        predict = self.old.StepFunction(model.predict_step, lambda: feed.of_role("predict"),
                                         lambda: False)
         return (lambda it: train.on_iterator(it, 1)), predict.on_data
 
@@ -101,11 +107,11 @@ class Workload:
 
         def predict_old():
             m = self.infer
-            if m._out_type is None:  # Compiler.run per slice, as it ran there
+            if m.output_type_id is None:  # Compiler.run per slice, as it ran there
                 return old_run(m.compiler, self.x, b)
             m.predict_function = old_predict
-            data = m._dataset(self.x, None, None, b, False, "predict", with_labels=False,
-                              raise_errors=True)
+            data = m.feed.lists(self.x, None, None, b, False, "predict", with_labels=False,
+                                raise_errors=True).dataset()
             return keras.Model.predict(m, data, verbose=0)
 
         def predict_new():

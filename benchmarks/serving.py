@@ -97,7 +97,7 @@ def check_cost(pairs: int = 300) -> dict:
     with tempfile.TemporaryDirectory() as work:
         model.export(os.path.join(work, "checked"), verbose=False)
         write_saved_model(os.path.join(work, "bare"), model.weights, model.pipeline.signature(),
-                          lambda arrays: model._forward(arrays)[0])
+                          lambda arrays: model.tracer.forward(arrays)[0])
         fns = [tf.saved_model.load(os.path.join(work, k)).signatures["serving_default"]
                for k in ("checked", "bare")]
         for n in (1, 64):

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from refold import compat
 from refold.blocks.evaluation.training_mode import current
 from refold.blocks.tensors import Function
 from refold.blocks.types import TensorType
@@ -84,7 +85,7 @@ def _next_draw(what: str):
             "random numbers must say so, td.Function(fn, random=True) (or a layer's "
             "`random` attribute), so that each of its nodes gets a key")
     tf = _tf()
-    graph = tf.compat.v1.get_default_graph()
+    graph = compat.default_graph()
     if state[2] is None or state[2][0] is not graph:  # once per call (and graph)
         example, node = tf.unstack(_u32(state[0]), 2, axis=1)
         rows = _mix(example * _const(_M2) + node)  # distinct for distinct keys
@@ -116,11 +117,7 @@ def _const(value: int):
     if tf.executing_eagerly():
         consts = _eager_consts
     else:
-        graph = tf.compat.v1.get_default_graph()
-        consts = getattr(graph, "_refold_noise_consts", None)
-        if consts is None:
-            consts = {}
-            graph._refold_noise_consts = consts
+        consts = compat.graph_store(compat.default_graph(), "noise_consts")
     got = consts.get(value)
     if got is None:
         got = consts[value] = tf.constant(value, tf.uint32)

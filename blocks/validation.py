@@ -102,12 +102,13 @@ def check_per_node(block: Block) -> None:
     keras = sys.modules.get("keras")
     if keras is None:
         return
+    from refold import compat
     from refold.blocks.layers import is_keras_layer
     from refold.blocks.noise import is_keras_noise
     for w in block.weights():
         if not is_keras_layer(w):
             continue
-        for layer in w._flatten_layers(include_self=True):
+        for layer in compat.inner_layers(w):
             kind = type(layer).__name__
             if isinstance(layer, keras.layers.BatchNormalization):
                 raise ValueError(

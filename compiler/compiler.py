@@ -239,8 +239,10 @@ class Compiler:
         plans = (self.plan(batch, grouped) for batch in batches)
         yield from (Prefetch(plans, ahead, name="refold-planner") if ahead > 0 else plans)
 
-    def _plan_serial(self, inputs: list, grouped: bool) -> BatchPlan:
-        # In a worker: the parent's cache is not shared, so expand afresh.
+    def plan_in_process(self, inputs: list, grouped: bool) -> BatchPlan:
+        """`plan` of `inputs` in this process, expanded afresh, never by the worker
+        processes: what each worker of `compiler.feeding.process_pool` runs (the
+        parent's cache is not shared with it)."""
         if grouped and not self.program.reads_values:
             return self.plan_batch(expand_batch(self.program, inputs))
         examples = expand_all(self.program, inputs, 0)

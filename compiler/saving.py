@@ -19,6 +19,7 @@ import zipfile
 from collections.abc import Callable
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 
@@ -37,14 +38,71 @@ def atomic_write(filepath, overwrite: bool, write: Callable[[str], None]) -> Non
             os.remove(tmp)
 
 
-def refuse_after_nan(nan_seen: bool, filepath) -> bool:
+def refuse_after_nan(nan_seen: bool, filepath, stacklevel: int = 3) -> bool:
     """True (with a warning to the caller's caller) if a training loss was NaN."""
     if nan_seen:
         warnings.warn(f"not writing {filepath}: a training loss was NaN, so the weights "
                       "are not trustworthy; the last checkpoint is left as it was",
-                      stacklevel=3)
+                      stacklevel=stacklevel)
         return True
     return False
+
+
+class ModelFiles:
+    """What a `Model` writes (`save`, `save_weights`, `export`), and when it refuses.
+
+    Atomically, and nothing once a training loss was NaN (`diverged`), so that the
+    last good checkpoint survives a diverged run.
+
+    Apart from `Model` so that the Keras class holds the Keras hooks and this one
+    the writing; loaded weights count as good again (`loaded`).
+
+    Args:
+        model: the `Model` (`export` reads its program, pipeline, forward pass and
+            config).
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.diverged = False
+
+    def noticed_loss(self, loss) -> None:
+        """Takes note of a training batch's logged loss (None: none logged)."""
+        if loss is not None and not np.isfinite(float(loss)):
+            self.diverged = True
+
+    def loaded(self) -> None:
+        """Weights were loaded: they count as good again."""
+        self.diverged = False
+
+    def write(self, filepath, overwrite: bool, write: Callable[[str], None]) -> None:
+        """`write(tmp)` then renamed to `filepath` (`atomic_write`), unless a training
+        loss was NaN (a warning to the caller of the model's method instead)."""
+        if refuse_after_nan(self.diverged, filepath, stacklevel=4):
+            return
+        atomic_write(filepath, overwrite, write)
+
+    def export(self, filepath, verbose: bool = True) -> None:
+        """`Model.export`: a SavedModel for serving (`write_saved_model`) with the
+        block expression beside it (`compiler.feeding.packed.EXPORT_CONFIG`)."""
+        from refold.compiler.feeding import packed
+        model = self.model
+        if refuse_after_nan(self.diverged, filepath, stacklevel=4):
+            return
+        if model.output_type_id is None:
+            raise ValueError("export needs a block whose output is one tensor per input, "
+                             f"got {model.block.output_type}")
+        executor, n_metrics = model.compiler.executor, len(model.program.metric_names)
+        forward = model.tracer.forward
+
+        def serve(arrays):
+            arrays = packed.checked(arrays, executor, n_metrics)
+            return packed.check_output_rows(forward(arrays)[0], arrays["batch_size"])
+        config = packed.export_config(model.get_config(), executor, model.program)
+        write_saved_model(filepath, model.weights, model.pipeline.signature(), serve,
+                          {packed.EXPORT_CONFIG: json.dumps(config)})
+        if verbose:
+            print(f"Saved a SavedModel for serving at {filepath}")
 
 
 def write_saved_model(filepath, weights: list, signature: dict,

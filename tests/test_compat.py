@@ -136,3 +136,90 @@ def test_missing_interfaces_fall_back_or_name_the_version(monkeypatch):
     found = compat.inner_layers(holder)
     assert found[0] is holder and len(found) == 3
     assert {id(x) for x in found} == {id(holder), id(holder.dense), id(holder.more[0])}
+
+
+# Every private name compat reaches, as (module or object, attribute): each must still
+# exist, or compat runs its fallback; a release that drops one fails here by name
+# rather than slowing Refold down silently.
+def _private_names():
+    from keras.src.saving import serialization_lib
+    from tensorflow.python.eager import record
+    from tensorflow.python.framework import func_graph
+    from tensorflow.python.ops import control_flow_v2_func_graphs, gradients_util, math_grad
+    multi_worker = tf.distribute.MultiWorkerMirroredStrategy
+    return [
+        (record, "could_possibly_record"), (gradients_util, "_GradientsHelper"),
+        (func_graph, "FuncGraph"), (control_flow_v2_func_graphs, "WhileBodyFuncGraph"),
+        (math_grad, "_MatMulGrad"), (serialization_lib, "in_safe_mode"),
+        (tf.function(lambda: tf.constant(1.0)).get_concrete_function(), "_call_flat"),
+        (keras.Model, "_flatten_metrics_in_order"), (keras.Model, "_resolve_auto_jit_compile"),
+        (keras.layers.Layer, "_flatten_layers"),
+        (type(multi_worker().extended), "_in_multi_worker_mode"),
+    ]
+
+
+def test_every_private_name_compat_uses_exists_in_the_installed_versions():
+    missing = [f"{getattr(owner, '__name__', type(owner).__name__)}.{name}"
+               for owner, name in _private_names() if not hasattr(owner, name)]
+    assert missing == []
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(loss="mse")
+    for name in ("_loss_tracker", "_compile_loss", "_compile_metrics"):
+        assert hasattr(model, name), name
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    assert getattr(loss, "_fn_kwargs", None) == compat.loss_keywords(loss)
+    # the one private override (compat.AutoJitOff): Keras still asks the model itself
+    asked = []
+
+    class Asks(keras.Sequential):
+        def _resolve_auto_jit_compile(self):
+            asked.append(True)
+            return True
+
+    Asks([keras.Input((1,)), keras.layers.Dense(1)]).compile(loss="mse", jit_compile="auto")
+    assert asked
+
+
+def test_the_loss_tracker_logs_in_order_and_loss_keywords_are_keras():
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(loss="mse", metrics=["mae"])
+    tracker = compat.loss_tracker(model)
+    assert isinstance(tracker, keras.metrics.Mean) and tracker.name == "loss"
+    assert compat.logs_in_order(model, {"loss": 1.0, "mae": 2.0}) == [1.0, 2.0]
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    assert compat.loss_keywords(loss)["from_logits"] is True
+    assert compat.loss_keywords(keras.losses.MeanSquaredError()) == {}
+
+
+def test_auto_jit_off_keeps_keras_auto_from_choosing_xla():
+    class Auto(compat.AutoJitOff, keras.Sequential):
+        pass
+
+    model = Auto([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(loss="mse", jit_compile="auto")
+    assert model.jit_compile is False
+
+
+def test_graph_stores_and_multi_worker_mode():
+    with tf.Graph().as_default() as g:
+        store = compat.graph_store(g, "test")
+        store["x"] = 1
+        assert compat.graph_store(g, "test") is store
+        assert compat.graph_store(tf.Graph(), "test") == {}
+    assert not compat.in_multi_worker_mode(tf.distribute.MultiWorkerMirroredStrategy())
+
+
+def test_missing_keras_interfaces_fall_back(monkeypatch):
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(loss="mse")
+    for cls in type(model).__mro__:
+        if "_flatten_metrics_in_order" in vars(cls):
+            monkeypatch.delattr(cls, "_flatten_metrics_in_order")
+    assert compat.logs_in_order(model, {"loss": 3.0}) == 3.0
+    assert compat.logs_in_order(model, {"loss": 3.0, "mae": 1.0}) == [3.0, 1.0]
+    with pytest.raises(compat.VersionError, match="_loss_tracker"):
+        compat.loss_tracker(object())
+    assert compat.loss_keywords(object()) == {}
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    monkeypatch.delattr(type(strategy.extended), "_in_multi_worker_mode")
+    assert not compat.in_multi_worker_mode(strategy)

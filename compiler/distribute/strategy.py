@@ -23,12 +23,13 @@ inputs as on one device (`x[b*B:(b+1)*B]`, `B` the global batch size); it is cut
 into one contiguous part per replica (`replica_parts`), and each replica expands,
 schedules and packs its own part and runs `Model.train_step` on it
 (`strategy.run`). Each replica's loss is its share of the whole batch's loss (see
-`Model._total_loss`; the global counts it needs are summed across replicas in the
-step), so the gradients the optimizer sums across replicas are those of the whole
-batch on one device, and the weights follow single-device training. The loss
-metric is weighed so that Keras' summed (sync-on-read) metric variables give the
-single-device figure. The non-finite guard holds on every replica: replicas agree
-(an all-reduce) on whether the step is finite and all apply the update or none does.
+`compiler.training.metrics.LossAndMetrics.total`; the global counts it needs are
+summed across replicas in the step), so the gradients the optimizer sums across
+replicas are those of the whole batch on one device, and the weights follow
+single-device training. The loss metric is weighed so that Keras' summed
+(sync-on-read) metric variables give the single-device figure. The non-finite
+guard holds on every replica: replicas agree (an all-reduce) on whether the step is
+finite and all apply the update or none does.
 
 Why Keras' loop rather than a loop of our own: parity with Keras (every callback,
 `validation_freq`, `initial_epoch`, `BackupAndRestore`, `stop_training`) comes for
@@ -184,7 +185,7 @@ class ShardFeeder(Feeder):
     def batch(self, i: int) -> list[tuple]:
         if i == 0 and self.shuffle:
             for s in self.shards:
-                s.shuffle(self.model.seed, self.model._epoch)
+                s.shuffle(self.model.seed, self.model.feed.epoch)
         out = []
         for s in self.shards:
             idx = s.part(i)
@@ -200,8 +201,9 @@ class ShardFeeder(Feeder):
 def sharded_feeder(model, x, y, sample_weight, batch_size: int, shuffle: bool,
                    with_labels: bool, what: str, raise_errors: bool, offset: int,
                    verbose) -> ShardFeeder:
-    """This worker's `ShardFeeder` for one call (what `Model._dataset` makes on
-    one device): labels checked whole, then only this worker's shard expanded."""
+    """This worker's `ShardFeeder` for one call (what
+    `compiler.feeding.model_feed.ModelFeed.lists` makes on one device): labels checked
+    whole, then only this worker's shard expanded."""
     strategy = model.distribute_strategy
     check_batch_size(batch_size)
     inputs = as_inputs(x, what)
@@ -217,10 +219,7 @@ def sharded_feeder(model, x, y, sample_weight, batch_size: int, shuffle: bool,
         shard = ReplicaShard(r, [parts[r] for parts in plan])
         bad.extend(shard.expand(model, inputs, labels, skip, what, offset, verbose))
         shards.append(shard)
-    if what != "x":
-        model._skipped.validation = sorted(bad)
-    else:
-        model._skipped.x = sorted(bad)
+    model.feed.skipped.record(what, sorted(bad))
     signature = (model.pipeline.signature(), *labels.signature())
     feeder = ShardFeeder(model, shards, len(plan), shuffle, with_labels,
                          signature if with_labels else signature[:1])
@@ -247,7 +246,7 @@ def build_state(model, arrays: Callable[[], dict], y: np.ndarray | None) -> None
     metrics = compiled_metrics is not None and not compiled_metrics.built
     loss = compiled_loss is not None and not compiled_loss.built
     with model.distribute_strategy.scope():
-        y_pred, _ = model._forward({k: tf.constant(v) for k, v in arrays().items()})
+        y_pred, _ = model.tracer.forward({k: tf.constant(v) for k, v in arrays().items()})
         if y is not None and (metrics or loss):
             y = tf.constant(y)
             if metrics:
@@ -312,7 +311,7 @@ class ReplicaSteps:
     def _gather(self, y_pred):
         """The outputs of every replica, in replica order (all workers')."""
         if isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy) \
-                and self.strategy.extended._in_multi_worker_mode():
+                and compat.in_multi_worker_mode(self.strategy):
             return self.strategy.gather(y_pred, axis=0)
         return tf.concat(self.strategy.experimental_local_results(y_pred), 0)
 
@@ -329,13 +328,14 @@ class ReplicaSteps:
                 fn = self._traced[key] = tf.function(
                     self._step, input_signature=[[feeder.signature] * len(parts)],
                     autograph=False).get_concrete_function()
-                self.model._traced_weights(fn)  # compiler.training.weights
+                self.model.tracer.after_trace(fn)  # compiler.training.weights
             outputs = fn(parts)
         if self.kind == "train":
             outputs = dict(outputs)
             finite, loss = outputs.pop(STEP_FINITE), outputs.pop(STEP_LOSS)
             if not bool(finite):
-                raise NonFiniteLossError(feeder.examples(i), float(loss), self.model._epoch, i)
+                raise NonFiniteLossError(feeder.examples(i), float(loss),
+                                         self.model.feed.epoch, i)
         return outputs
 
     def _next_batch(self, source) -> int:

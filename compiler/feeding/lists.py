@@ -27,6 +27,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from refold import compat
 from refold.blocks.errors import InputError
 from refold.blocks.types import TensorType
 from refold.callsite import warn
@@ -349,7 +350,7 @@ def _builtin_loss(loss) -> tuple[str | None, dict]:
     if isinstance(loss, keras.losses.Loss):
         if type(loss).__module__.split(".")[0] != "keras":
             return None, {}
-        kwargs = dict(getattr(loss, "_fn_kwargs", None) or {})
+        kwargs = compat.loss_keywords(loss)
         loss = getattr(loss, "fn", None)
     if not callable(loss) or getattr(loss, "__module__", "").split(".")[0] != "keras":
         return None, {}

@@ -62,7 +62,7 @@ def _plan_chunk(key: int, inputs: list, grouped: bool) -> tuple:
     """Runs in a worker: a whole `BatchPlan` (expansion, merging, scheduling, packing)."""
     compiler = _PROGRAMS[key]
     try:
-        return ("ok", compiler._plan_serial(inputs, grouped))
+        return ("ok", compiler.plan_in_process(inputs, grouped))
     except InputError as e:
         return ("input_error", e.example_index, type(e).__name__, e.block_path, e.reason,
                 e.data_path)

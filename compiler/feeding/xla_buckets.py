@@ -37,7 +37,7 @@ class XlaBatches:
     def __init__(self, model, min_rows: int = MIN_ROWS, min_width: int = MIN_WIDTH,
                  iteration_cost: float = ITERATION_COST_ROWS):
         self.program = model.program
-        self.out_type = model._out_type
+        self.out_type = model.output_type_id
         self.xla = XlaExecutor(model.compiler.executor, min_rows,
                                variables=lambda: model.trainable_weights,
                                min_width=min_width, iteration_cost=iteration_cost)

@@ -75,10 +75,16 @@ def check_functions(root, layers: list, variables: list) -> set[int]:
             warned |= {id(v) for v in missed}
             names = ", ".join(sorted({v.name for v in missed}))
             warnings.warn(
-                f"{b.path}: {b._fn_name()} reads weights that no block declares, so Model "
-                f"will neither train nor save them: {names}. {ADVICE}", UserWarning,
+                f"{b.path}: {_function_name(b.tf_fn)} reads weights that no block declares, "
+                f"so Model will neither train nor save them: {names}. {ADVICE}", UserWarning,
                 stacklevel=3)
     return warned
+
+
+def _function_name(fn) -> str:
+    """How a warning names a `td.Function`'s function: its name, else its repr."""
+    name = getattr(fn, "__name__", None) or getattr(fn, "name", None)
+    return name if isinstance(name, str) else repr(fn)
 
 
 class TracedWeights:

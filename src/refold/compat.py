@@ -4,7 +4,7 @@ Refold's hot paths need a few things TensorFlow and Keras do not export: whether
 gradient tape is recording, a concrete function's flat call, the gradient helper
 `tf.while_loop` itself uses, TensorFlow's own `MatMul` gradient, the class of a loop
 body's graph, and Keras' compiled loss and metrics. Each is reached only through a
-function here, which names what it wraps and what happens on a version without it: a
+function (or mixin) here, which names what it wraps and what happens on a version without it: a
 fallback that keeps results right (perhaps slower), or a `VersionError` naming the
 installed version and the tested range. `pyproject.toml` declares that range
 (`TESTED`), and `tests/test_compat.py` runs every function on the installed versions.
@@ -131,6 +131,36 @@ def default_graph() -> Any:
     return tf.compat.v1.get_default_graph()
 
 
+def graph_store(graph: Any, key: str) -> dict:
+    """A dict kept on `graph` under `key`, for values made once per graph.
+
+    A Python attribute of the `tf.Graph`, made on first use, so the values go when
+    the graph goes. Where graphs take no attributes, a new dict each call (the
+    values are then made again: slower, the same results)."""
+    name = f"_refold_{key}"
+    store = getattr(graph, name, None)
+    if store is None:
+        store = {}
+        try:
+            setattr(graph, name, store)
+        except (AttributeError, TypeError):
+            pass
+    return store
+
+
+def in_multi_worker_mode(strategy: Any) -> bool:
+    """Whether `strategy` (a `MultiWorkerMirroredStrategy`) spans several workers.
+
+    `strategy.extended._in_multi_worker_mode()`. Without it, whether its cluster
+    resolver names a task (a cluster of one worker then counts as several, which
+    only costs a gather where a concatenation would do)."""
+    check = getattr(strategy.extended, "_in_multi_worker_mode", None)
+    if check is not None:
+        return bool(check())
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return bool(resolver is not None and resolver.task_type)
+
+
 def register_gradient(name: str) -> Callable:
     """`tf.RegisterGradient(name)`, as a decorator."""
     import tensorflow as tf
@@ -168,6 +198,51 @@ def compiled_metrics(model: Any) -> Any:
     if not hasattr(model, "_compile_metrics"):
         raise _missing("Model._compile_metrics (the compiled metrics)", "keras")
     return model._compile_metrics  # noqa: SLF001
+
+
+def loss_tracker(model: Any) -> Any:
+    """The `keras.metrics.Mean` of the logged "loss", or None before `compile`.
+
+    `model._loss_tracker`, which Keras' own steps update and a custom `train_step`
+    must too."""
+    if not hasattr(model, "_loss_tracker"):
+        raise _missing("Trainer._loss_tracker (the loss metric)", "keras")
+    return model._loss_tracker  # noqa: SLF001
+
+
+def logs_in_order(model: Any, logs: dict) -> Any:
+    """`logs` as `train_on_batch(return_dict=False)` gives them.
+
+    The loss then the metrics in Keras' order (`model._flatten_metrics_in_order`),
+    one value alone as a scalar. Without it, the values in the order of `logs`,
+    which Keras' own steps fill loss first."""
+    flatten = getattr(model, "_flatten_metrics_in_order", None)
+    if flatten is not None:
+        return flatten(logs)
+    values = list(logs.values())
+    return values[0] if len(values) == 1 else values
+
+
+def loss_keywords(loss: Any) -> dict:
+    """The keyword arguments a Keras built-in loss passes to its function.
+
+    `from_logits` and the like: `LossFunctionWrapper._fn_kwargs`. Without it, `{}`
+    (labels are then checked as for the function's defaults)."""
+    return dict(getattr(loss, "_fn_kwargs", None) or {})
+
+
+class AutoJitOff:
+    """Mixin for a `keras.Model` whose `jit_compile="auto"` leaves XLA off.
+
+    Keras' "auto" (its default) turns XLA on whenever a GPU is visible. A mixin
+    because Keras asks the model itself (`Trainer._resolve_auto_jit_compile`,
+    private); if a Keras release stops asking, "auto" falls to Keras' own choice.
+
+    Refold's `Model` uses it: "auto" cannot know how many epochs will repay XLA's
+    compilations (BENCHMARKS.md, "XLA for the loop")."""
+
+    def _resolve_auto_jit_compile(self) -> bool:
+        return False
 
 
 def inner_layers(layer: Any) -> list:

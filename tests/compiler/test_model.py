@@ -20,6 +20,23 @@ from refold.compiler.feeding import lists as pipeline
 from tests.compiler import factories
 
 
+class ForwardSpy(Model):
+    """A `Model` that calls its `forward_traced(x, gradient_mode)` at each run of its
+    forward pass (`StepTracer.forward`), in Python: while a step is traced."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        forward = self.tracer.forward
+
+        def spy(x, gradient_mode=None):
+            self.forward_traced(x, gradient_mode)
+            return forward(x, gradient_mode)
+        self.tracer.forward = spy
+
+    def forward_traced(self, x, gradient_mode) -> None:
+        pass
+
+
 def random_tree(rng, n_leaves: int):
     if n_leaves == 1:
         return float(np.round(rng.normal(), 2))
@@ -134,16 +151,15 @@ def test_predict_of_structured_outputs_gives_eval_results():
 def test_training_is_traced_once_for_every_batch_shape_and_weight_gradient_choice():
     from refold.scheduler import GradientMode
 
-    class Counting(Model):
+    class Counting(ForwardSpy):
         traces: dict = {}
         settings: set = set()
 
-        def _forward(self, x, gradient_mode=None):  # Python runs only while tracing
+        def forward_traced(self, x, gradient_mode=None):  # Python runs only while tracing
             once = gradient_mode is not None and gradient_mode.weights_once_per_step
             Counting.traces[once] = Counting.traces.get(once, 0) + 1
             # the choice reaches the executor as an argument: its settings stay
             Counting.settings.add(self.compiler.executor.gradient_mode)
-            return super()._forward(x, gradient_mode)
 
     trees, y = sign_data(45, seed=4)
     model = compiled(Counting(factories.tree_sign()))
@@ -168,15 +184,14 @@ def test_training_is_traced_once_for_every_batch_shape_and_weight_gradient_choic
 def test_a_train_step_overridden_without_the_gradient_mode_trains_with_the_executors():
     # Keras' habit: train_step(self, data) calling super(); traced as it is (the
     # choice's GradientMode goes to Model's own step, `Model.training_step`)
-    class Overriding(Model):
+    class Overriding(ForwardSpy):
         modes: list = []
 
         def train_step(self, data):
             return super().train_step(data)
 
-        def _forward(self, x, gradient_mode=None):  # Python runs only while tracing
+        def forward_traced(self, x, gradient_mode=None):  # Python runs only while tracing
             Overriding.modes.append(gradient_mode)
-            return super()._forward(x, gradient_mode)
 
     trees, y = sign_data(8, seed=5)
     model = compiled(Overriding(factories.tree_sign()))
@@ -212,12 +227,11 @@ def test_a_batch_near_the_threshold_runs_on_the_other_choices_trace():
     assert default.key({"index": np.array([0, 9, 8]), "layout": np.array([0, 1, 3])})
     assert not default.key({"index": np.array([0, 14, 14]), "layout": np.array([0, 1, 3])})
 
-    class Counting(Model):
+    class Counting(ForwardSpy):
         traces: list = []
 
-        def _forward(self, x, gradient_mode=None):  # Python runs only while tracing
+        def forward_traced(self, x, gradient_mode=None):  # Python runs only while tracing
             Counting.traces.append(gradient_mode.weights_once_per_step)
-            return super()._forward(x, gradient_mode)
 
     trees, y = sign_data(24, seed=7)
     model = compiled(Counting(factories.tree_sign()))
@@ -760,7 +774,7 @@ def test_the_train_and_test_steps_count_the_batches_of_a_pass_themselves():
     trees, labels = [(1.0, 2.0), -1.0, 0.5, (2.0, -3.0), 1.5], np.array([1, 0, 1, 0, 1])
     model.fit(trees, labels, batch_size=2, epochs=1, verbose=0)
     seen = []
-    feeder = model._feeders["train"]
+    feeder = model.feed.of_role("train")
     batch = feeder.batch
     feeder.batch = lambda i: seen.append(i) or batch(i)
     first, second = _NeverRead(), _NeverRead()
@@ -843,14 +857,15 @@ def test_predict_shows_keras_progress_bar(capsys):
 def test_the_feeders_range_skips_tf_datas_optimizations():
     # creating an optimized iterator cost ~10 ms per fit/predict call and per epoch
     model = _on_batch_model()
-    ds = model._dataset([1.0, (2.0, 3.0)], None, None, 1, False, "predict",
-                        with_labels=False)
+    ds = model.feed.lists([1.0, (2.0, 3.0)], None, None, 1, False, "predict",
+                          with_labels=False).dataset()
     assert list(ds.as_numpy_iterator()) == [0, 1]
     options = ds.options()
     assert options.experimental_optimization.apply_default_optimizations is False
     assert options.autotune.enabled is False
     # building it cost ~11 ms per call: the next call with as many batches reuses it
-    again = model._dataset([3.0, 4.0], None, None, 1, False, "predict", with_labels=False)
+    again = model.feed.lists([3.0, 4.0], None, None, 1, False, "predict",
+                             with_labels=False).dataset()
     assert again is ds
     assert list(again.as_numpy_iterator()) == [0, 1]
 

@@ -47,7 +47,7 @@ WORKER = textwrap.dedent("""
     if stop:
         class Kill(keras.callbacks.Callback):   # mid-epoch, after epoch 0's backup
             def on_train_batch_end(self, batch, logs=None):
-                if self.model._epoch == 1 and batch == 1:
+                if self.model.feed.epoch == 1 and batch == 1:
                     os._exit(3)
         callbacks.append(Kill())
     history = t.train(model, out, callbacks)

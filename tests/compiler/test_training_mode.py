@@ -133,7 +133,7 @@ def test_a_function_taking_training_gets_the_flag():
 def test_no_randomness_costs_nothing():
     # without a random op the program has no key type, constants or seed
     model = bag_model(keras.layers.Dropout(0.0), td.Function)
-    assert model.program.key_type is None and model._step_seed() is None
+    assert model.program.key_type is None and model.tracer.seed() is None
     assert td.TensorType((2,), "int32") not in model.program.value_types
     noisy = bag_model(keras.layers.Dropout(0.1), td.Function)
     assert noisy.program.key_type is not None

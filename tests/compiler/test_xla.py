@@ -27,7 +27,7 @@ from tests.compiler.test_batched_equals_reference import (
     case,
     reference_loss_and_grads,
 )
-from tests.compiler.test_model import SCCE, sign_data
+from tests.compiler.test_model import SCCE, ForwardSpy, sign_data
 
 # --- the engine's XLA program against the reference evaluator ----------------------------
 
@@ -200,12 +200,11 @@ def test_fold_style_losses_and_metrics_under_xla_equal_the_graph_step():
 
 def test_each_bucket_is_traced_once_deep_inputs_run_and_a_bad_input_is_named():
     # one model for the three (each XLA compilation costs ~10-30 s here)
-    class Counting(Model):
+    class Counting(ForwardSpy):
         traces = 0
 
-        def _forward(self, x, gradient_mode=None):
+        def forward_traced(self, x, gradient_mode=None):
             Counting.traces += "metric_counts" in x  # Python runs only while tracing
-            return super()._forward(x, gradient_mode)
 
     trees, y = sign_data(32, seed=3)
     model = Counting(factories.tree_sign())
@@ -288,8 +287,8 @@ def test_flattened_batches_expand_to_the_converted_arrays():
     rng = np.random.default_rng(5)
     model = _tree_lstm_model()
     model.fit([random_tree(rng) for _ in range(3)], [0, 1, 2], jit_compile=True, verbose=0)
-    xla = model._xla_batches()
-    batch = xla.convert(model._feeders["train"].batch(0))
+    xla = model.tracer.xla()
+    batch = xla.convert(model.feed.of_role("train").batch(0))
     layout, flat = XlaBatches.flatten(batch)
     assert hash(layout) == hash(XlaBatches.flatten(batch)[0])  # a key
     arrays, labels = XlaBatches.expand(tf.nest.map_structure(tf.constant, flat), layout)

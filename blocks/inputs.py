@@ -155,7 +155,13 @@ class InputTransform(Block):
 
 
 class GetItem(Block):
-    """`x[key]`: an item of a Python object, tuple or sequence (a slice keeps the kind)."""
+    """`x[key]`: an item of a Python object, tuple or sequence (a slice keeps the kind).
+
+    The key is written in the block expression, so it has Python's meaning:
+    `GetItem(-1)` is the last item, `Slice(start=-2)` the last two. An index that
+    falls outside the input is an `InputKeyError` naming the block path. An index
+    that comes from the data is `Nth`'s, which refuses negative ones.
+    """
 
     _expected_input_types = (PyObjectType, TupleType, SequenceType)
 

@@ -18,6 +18,7 @@ value forever; `Zip` truncates to the shortest finite input.
 from __future__ import annotations
 
 import itertools
+import numbers
 from typing import Any
 
 from refold.blocks.block import PY, Block, bad_input, block_factory
@@ -459,7 +460,25 @@ class NGrams(Block):
 
 
 class Nth(Block):
-    """`(sequence, n) -> sequence[n]`."""
+    """`(sequence, n) -> sequence[n]`, for an int `n` in `[0, len(sequence))`.
+
+    `n` comes from the data, where a negative number is most often a marker ("no
+    such item") rather than a count from the end, so anything but an index in
+    range is an input error naming the block path (`InputKeyError` for one out of
+    range). A count from the end is `len(sequence) + n`, said in the data or in
+    an `InputTransform`. (`GetItem(-1)` and `Slice` keep Python's meaning: their
+    key is written in the block expression.)
+
+    >>> import refold as td
+    >>> nth = (td.Map(td.Scalar()), td.Identity()) >> td.Nth()
+    >>> nth.eval(([1.0, 2.0, 3.0], 1)).tolist()
+    2.0
+    >>> nth.eval(([1.0, 2.0, 3.0], -1))
+    Traceback (most recent call last):
+    ...
+    refold.blocks.errors.InputKeyError: Pipe[1] > Nth: index -1 is out of range for a sequence
+    of length 3 (Nth takes indices from 0, not from the end)
+    """
 
     _expected_input_types = (TupleType,)
 
@@ -479,14 +498,14 @@ class Nth(Block):
 
     def _evaluate(self, ctx, x):
         seq, n = x
-        try:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise bad_input(self, f"index must be an integer, got {n!r}")
+        if 0 <= n < len(seq):
             return seq[n]
-        except IndexError:
-            from refold.blocks.errors import InputKeyError
-            raise InputKeyError(self.path, f"index {n!r} is out of range for a sequence of "
-                                           f"length {len(seq)}") from None
-        except TypeError:
-            raise bad_input(self, f"index must be an integer, got {n!r}") from None
+        from refold.blocks.errors import InputKeyError
+        hint = " (Nth takes indices from 0, not from the end)" if n < 0 else ""
+        raise InputKeyError(self.path, f"index {n!r} is out of range for a sequence of "
+                                       f"length {len(seq)}{hint}")
 
 
 class Stack(Block):

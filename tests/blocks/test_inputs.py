@@ -321,6 +321,15 @@ def test_get_item_index_out_of_range_is_an_input_key_error():
     assert str(err) == "Pipe[0] > GetItem: missing key 5; the input has length 1"
 
 
+def test_get_item_and_slice_keys_written_in_the_expression_count_from_the_end():
+    # a key in the block expression is Python's (Nth's index, from the data, is not)
+    assert td.GetItem(-1).eval([1, 2, 3]) == 3
+    assert (td.Map(td.Scalar()) >> td.GetItem(-1)).eval([1, 2, 3]) == 3.0
+    assert td.Slice(start=-2).eval([1, 2, 3]) == [2, 3]
+    err = raises_key_error(td.GetItem(-4) >> td.Scalar(), [1, 2, 3])
+    assert str(err) == "Pipe[0] > GetItem: missing key -4; the input has length 3"
+
+
 def test_get_item_of_a_sequence_out_of_range_is_an_input_key_error():
     err = raises_key_error(seq_of_scalars() >> td.GetItem(5), [1, 2])
     assert str(err).startswith("Pipe[2] > GetItem: missing key 5")

@@ -577,10 +577,18 @@ def test_ngrams_of_non_sequence_is_an_input_error():
 
 @tf_settings
 @given(st.lists(small_ints, min_size=1, max_size=6), st.data())
-def test_nth_picks_the_item(xs, data):
+def test_nth_picks_the_item_and_refuses_a_negative_index(xs, data):
     n = data.draw(st.integers(min_value=-len(xs), max_value=len(xs) - 1))
     block = (td.Map(td.Scalar()), td.Identity()) >> td.Nth()
-    assert_allclose(block.eval((xs, n)), float(xs[n]))
+    if n >= 0:
+        assert_allclose(block.eval((xs, n)), float(xs[n]))
+        assert_allclose(block.eval((xs, np.int64(n))), float(xs[n]))
+        return
+    with pytest.raises(td.InputKeyError) as info:  # seq[-1] would silently be the last
+        block.eval((xs, n))
+    assert info.value.block_path == "Pipe[1] > Nth"
+    assert info.value.reason == (f"index {n} is out of range for a sequence of length "
+                                 f"{len(xs)} (Nth takes indices from 0, not from the end)")
 
 
 def test_nth_output_type_is_element_type():
@@ -602,6 +610,9 @@ def test_nth_non_integer_index_is_an_input_error():
     block = (td.Map(td.Scalar()), td.Identity()) >> td.Nth()
     with pytest.raises(td.InputError, match=r"Pipe\[1\] > Nth: index must be an integer"):
         block.eval(([1, 2, 3], "a"))
+    for bad in (True, 1.0, np.float64(2.0)):  # seq[True] would be seq[1]; no truncation
+        with pytest.raises(td.InputError, match=r"Nth: index must be an integer, got"):
+            block.eval(([1, 2, 3], bad))
 
 
 def test_nth_type_errors_name_the_path():

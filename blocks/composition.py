@@ -626,6 +626,12 @@ class AllOf(Block):
             self.set_output_type(TupleType(*outs))
 
     def _evaluate(self, ctx, x):
-        return tuple(c._eval(ctx, None if isinstance(c.input_type, VoidType) else x)
-                     for c in self._children)
+        # A loop, not a generator expression: a generator running on every level of a
+        # recursion makes each exception raised below it (TensorFlow and Keras raise
+        # and catch some in every op call) walk all of them, quadratic in the depth
+        # (CPython's search for the exception being handled, `_PyErr_GetTopmostException`).
+        out = []
+        for c in self._children:
+            out.append(c._eval(ctx, None if isinstance(c.input_type, VoidType) else x))
+        return tuple(out)
 

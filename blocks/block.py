@@ -33,6 +33,7 @@ from refold.blocks.types import (
     TupleType,
     canonicalize_type,
     convert_to_type,
+    first_difference,
 )
 
 
@@ -236,8 +237,9 @@ class IOBase:
         old = getattr(self, f"_{which}_type")
         if old is not None:
             if old != t:
-                raise TypeError(
-                    f"{self.path}: {which} type mismatch: expected {old}, got {t}")
+                raise TypeError(f"{self.path}: {which} type mismatch: "
+                                f"{first_difference(old, t)}; the whole types: expected "
+                                f"{old}, got {t}")
             return self
         allowed = getattr(self, f"_{which}_classes")
         if not isinstance(t, allowed):

@@ -100,8 +100,11 @@ class OneOf(Block):
         for c in cases:
             if c.output_type is not None and self.output_type is not None \
                     and c.output_type != self.output_type:
-                raise TypeError(f"{c.path}: output type mismatch: the other cases output "
-                                f"{self.output_type}, this one {c.output_type}")
+                from refold.blocks.types import first_difference
+                raise TypeError(f"{c.path}: output type mismatch with the other cases: "
+                                f"{first_difference(self.output_type, c.output_type)}; the "
+                                f"other cases output {self.output_type}, this one "
+                                f"{c.output_type}")
             c.set_output_type(self.output_type)
             self.set_output_type(c.output_type)
 

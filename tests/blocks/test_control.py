@@ -89,7 +89,8 @@ def test_oneof_key_fn_sees_the_raw_input_not_the_pre_block_output():
 
 
 def test_oneof_case_output_types_must_agree():
-    with raises(TypeError, "OneOf[1] > Scalar", "the other cases output TensorType((), "
+    with raises(TypeError, "OneOf[1] > Scalar", "output type mismatch with the other cases: "
+                "expected float32, got int32; the other cases output TensorType((), "
                 "'float32'), this one TensorType((), 'int32')"):
         td.OneOf(lambda x: x, {0: td.Scalar(), 1: td.Scalar("int32")})
 

@@ -137,12 +137,14 @@ def test_tensor_input_error_names_its_place_in_a_pipe():
 
 
 def test_tensor_input_and_output_types_are_fixed():
-    with pytest.raises(TypeError, match=r"Scalar: input type mismatch: expected PyObjectType\(\)"
-                                        r", got TensorType\(\(\), 'float32'\)"):
+    with pytest.raises(TypeError, match=r"Scalar: input type mismatch: expected a Python object"
+                                        r", got a tensor \(\) float32; the whole types: "
+                                        r"expected PyObjectType\(\), got TensorType"):
         td.Scalar().set_input_type(F32)
-    with pytest.raises(TypeError, match=r"Vector: output type mismatch: expected "
-                                        r"TensorType\(\(3,\), 'float32'\), got TensorType"
-                                        r"\(\(2,\), 'float32'\)"):
+    with pytest.raises(TypeError, match=r"^Vector: output type mismatch: expected \(3,\), got "
+                                        r"\(2,\); the whole types: expected TensorType"
+                                        r"\(\(3,\), 'float32'\), got TensorType"
+                                        r"\(\(2,\), 'float32'\)$"):
         td.Vector(3).set_output_type([2])
 
 
@@ -264,7 +266,7 @@ def test_input_transform_failure_is_an_input_error_naming_the_block():
 
 def test_input_transform_cannot_follow_a_tensor():
     with pytest.raises(TypeError, match=r"Pipe\[1\] > InputTransform: input type mismatch: "
-                                        r"expected PyObjectType\(\), got TensorType"):
+                                        r"expected a Python object, got a tensor"):
         td.Scalar() >> td.InputTransform(str)
 
 
@@ -534,13 +536,15 @@ def test_void_takes_the_type_of_what_it_follows():
 
 def test_void_cannot_feed_a_block_that_needs_input():
     with pytest.raises(TypeError, match=r"Pipe\[1\] > Scalar: input type mismatch: expected "
-                                        r"PyObjectType\(\), got VoidType\(\)"):
+                                        r"a Python object, got no value \(void\); the whole "
+                                        r"types: expected PyObjectType\(\), got VoidType\(\)"):
         td.Void() >> td.Scalar()
 
 
 def test_void_output_type_is_fixed():
-    with pytest.raises(TypeError, match=r"^Void: output type mismatch: expected VoidType\(\), "
-                                        r"got TensorType\(\(\), 'float32'\)"):
+    with pytest.raises(TypeError, match=r"^Void: output type mismatch: expected no value "
+                                        r"\(void\), got a tensor \(\) float32; the whole types: "
+                                        r"expected VoidType\(\), got TensorType"):
         td.Void().set_output_type(F32)
 
 

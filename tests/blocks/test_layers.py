@@ -92,6 +92,7 @@ def test_fc_input_size_fixed_by_first_use():
     fc = td.FC(3)
     td.Vector(2) >> fc
     with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: input type mismatch: expected "
+                                        r"\(2,\), got \(4,\); the whole types: expected "
                                         r"TensorType\(\(2,\), 'float32'\), got "
                                         r"TensorType\(\(4,\), 'float32'\)"):
         td.Vector(4) >> fc

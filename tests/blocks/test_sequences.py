@@ -82,7 +82,9 @@ def test_map_over_mixed_tuple_is_a_type_error_naming_the_path():
 
 def test_map_element_type_mismatch_is_a_type_error_naming_the_path():
     with pytest.raises(TypeError, match=r"Pipe\[2\] > Map > Vector: input type mismatch: "
-                                        r"expected PyObjectType\(\), got TensorType"):
+                                        r"expected a Python object, got a tensor \(\) "
+                                        r"float32; the whole types: expected PyObjectType"
+                                        r"\(\), got TensorType"):
         td.InputTransform(list) >> td.Map(td.Scalar()) >> td.Map(td.Vector(2))
 
 
@@ -347,7 +349,8 @@ def test_reduce_mixed_tuple_is_a_type_error():
 
 def test_reduce_output_type_mismatch_is_a_type_error():
     reduce = td.Sum().set_input_type(SequenceType(F32))
-    with pytest.raises(TypeError, match=r"Sum: output type mismatch: expected TensorType\(\(\), "
+    with pytest.raises(TypeError, match=r"Sum: output type mismatch: expected \(\), got \(2,\); "
+                                        r"the whole types: expected TensorType\(\(\), "
                                         r"'float32'\), got TensorType\(\(2,\), 'float32'\)"):
         reduce.set_output_type(TensorType((2,)))
 

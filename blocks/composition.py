@@ -383,6 +383,8 @@ class Pipe(Composition):
         top = self
         while top._merges_into_parent():
             top = top._parent
+        if child._named() and top._name is None:  # `Function 'cell'`, not `Pipe[1] > ...`
+            return top, None
         return top, f"[{top._flat_members().index(child)}]"
 
     def _merges_into_parent(self) -> bool:

@@ -224,6 +224,9 @@ class _ForwardDeclarationRef(Block):
     def _label(self) -> str:
         return self._decl._label() + "()"
 
+    def _named(self) -> bool:
+        return self._decl.name is not None
+
     def __repr__(self) -> str:
         name = "" if self._decl.name is None else f" {self._decl.name!r}"
         return f"<td.ForwardDeclaration(){name}>"

@@ -176,6 +176,20 @@ class GetItem(Block):
     def _repr_args(self):
         return {"key": self._key}
 
+    def _label(self) -> str:
+        """`GetItem('upos')`, `Slice(start=1)`: the key is what tells it apart."""
+        key = self._key
+        if isinstance(key, slice):
+            args = ", ".join(f"{k}={v!r}" for k, v in zip(("start", "stop", "step"), (
+                key.start, key.stop, key.step)) if v is not None)
+            label = f"Slice({args})"
+        else:
+            label = f"GetItem({key!r})"
+        return label if self._name is None else f"{label} {self._name!r}"
+
+    def _named(self) -> bool:
+        return True
+
     def _infer(self):
         t = self.input_type
         if t is None:

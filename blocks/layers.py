@@ -215,8 +215,8 @@ class Embedding(Layer):
     >>> e.eval(13)
     Traceback (most recent call last):
     ...
-    refold.blocks.errors.InputError: Pipe[1] > Function: Embedding: id 13 is not in
-    [0, 10) (Embedding(..., mod_inputs=True) wraps ids into range)
+    refold.blocks.errors.InputError: Pipe[1] > Embedding: id 13 is not in [0, 10)
+    (Embedding(..., mod_inputs=True) wraps ids into range)
     >>> wrapped = td.Scalar("int32") >> td.Embedding(10, 3, mod_inputs=True)
     >>> bool((wrapped.eval(13) == wrapped.eval(3)).all())
     True

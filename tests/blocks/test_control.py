@@ -130,7 +130,7 @@ def test_oneof_error_in_the_key_block_names_it():
     block = td.OneOf(td.GetItem("kind"), {"a": td.GetItem("a") >> td.Scalar()})
     with raises(td.InputError, "missing key 'kind'") as info:
         block.eval({"a": 1})
-    assert info.value.block_path == "OneOf.key_fn > GetItem"
+    assert info.value.block_path == "OneOf.key_fn > GetItem('kind')"
 
 
 def test_oneof_error_in_a_case_names_the_case_key():

@@ -295,32 +295,32 @@ def test_get_item_of_a_sequence_type_has_the_element_type():
 
 
 def test_get_item_tuple_index_out_of_range_is_a_type_error():
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > GetItem: cannot take item 2 of "
+    with pytest.raises(TypeError, match=r"^GetItem\(2\): cannot take item 2 of "
                                         r"TupleType\("):
         (td.Scalar(), td.Vector(2)) >> td.GetItem(2)
 
 
 def test_get_item_of_an_infinite_sequence_is_a_type_error():
-    with pytest.raises(TypeError, match=r"Pipe\[2\] > GetItem: cannot get an item from an "
+    with pytest.raises(TypeError, match=r"^GetItem\(0\): cannot get an item from an "
                                         r"infinite sequence: BroadcastSequenceType"):
         td.Scalar() >> td.Broadcast() >> td.GetItem(0)
 
 
 def test_get_item_cannot_read_a_tensor():
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > GetItem: bad input type TensorType"):
+    with pytest.raises(TypeError, match=r"^GetItem\(0\): bad input type TensorType"):
         td.Scalar() >> td.GetItem(0)
 
 
 def test_get_item_missing_dict_key_is_an_input_key_error_naming_the_path():
     err = raises_key_error(td.GetItem("a") >> td.Scalar(), {"b": 1})
-    assert err.block_path == "Pipe[0] > GetItem"
-    assert str(err).startswith("Pipe[0] > GetItem: missing key 'a'")
+    assert err.block_path == "GetItem('a')"
+    assert str(err).startswith("GetItem('a'): missing key 'a'")
     assert "'b'" in str(err)
 
 
 def test_get_item_index_out_of_range_is_an_input_key_error():
     err = raises_key_error(td.GetItem(5) >> td.Scalar(), [1])
-    assert str(err) == "Pipe[0] > GetItem: missing key 5; the input has length 1"
+    assert str(err) == "GetItem(5): missing key 5; the input has length 1"
 
 
 def test_get_item_and_slice_keys_written_in_the_expression_count_from_the_end():
@@ -329,22 +329,22 @@ def test_get_item_and_slice_keys_written_in_the_expression_count_from_the_end():
     assert (td.Map(td.Scalar()) >> td.GetItem(-1)).eval([1, 2, 3]) == 3.0
     assert td.Slice(start=-2).eval([1, 2, 3]) == [2, 3]
     err = raises_key_error(td.GetItem(-4) >> td.Scalar(), [1, 2, 3])
-    assert str(err) == "Pipe[0] > GetItem: missing key -4; the input has length 3"
+    assert str(err) == "GetItem(-4): missing key -4; the input has length 3"
 
 
 def test_get_item_of_a_sequence_out_of_range_is_an_input_key_error():
     err = raises_key_error(seq_of_scalars() >> td.GetItem(5), [1, 2])
-    assert str(err).startswith("Pipe[2] > GetItem: missing key 5")
+    assert str(err).startswith("GetItem(5): missing key 5")
 
 
 def test_get_item_of_something_unindexable_is_an_input_error():
-    with pytest.raises(td.InputError, match=r"^Pipe\[0\] > GetItem: cannot take item 0 of 5"):
+    with pytest.raises(td.InputError, match=r"^GetItem\(0\): cannot take item 0 of 5"):
         (td.GetItem(0) >> td.Scalar()).eval(5)
 
 
 def test_get_item_path_inside_a_record():
     err = raises_key_error(td.Record({"x": td.GetItem(0) >> td.Scalar()}), {"x": []})
-    assert err.block_path == "Record['x'] > Pipe[0] > GetItem"
+    assert err.block_path == "Record['x'] > GetItem(0)"
 
 
 def test_slice_takes_keyword_arguments_only():
@@ -381,7 +381,7 @@ def test_slice_of_an_infinite_sequence_is_a_type_error():
 
 
 def test_slice_of_an_unsliceable_input_is_an_input_error():
-    with pytest.raises(td.InputError, match=r"^Slice: cannot take item slice"):
+    with pytest.raises(td.InputError, match=r"^Slice\(start=1\): cannot take item slice"):
         td.Slice(start=1).eval(3)
 
 

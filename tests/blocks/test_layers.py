@@ -91,7 +91,7 @@ def test_fc_shared_within_one_expression_gives_equal_outputs():
 def test_fc_input_size_fixed_by_first_use():
     fc = td.FC(3)
     td.Vector(2) >> fc
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: input type mismatch: expected "
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > FC: input type mismatch: expected "
                                         r"\(2,\), got \(4,\); the whole types: expected "
                                         r"TensorType\(\(2,\), 'float32'\), got "
                                         r"TensorType\(\(4,\), 'float32'\)"):
@@ -99,14 +99,14 @@ def test_fc_input_size_fixed_by_first_use():
 
 
 def test_fc_input_dtype_error_names_the_block_path():
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: .*float32.*int32"):
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > FC: FC input dtype must be float32.*int32"):
         td.Vector(2, "int32") >> td.FC(2)
 
 
 def test_fc_input_rank_error_names_the_block_path():
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: .*1D.*\(2, 2\)"):
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > FC: FC input shape must be 1D.*\(2, 2\)"):
         td.Tensor([2, 2]) >> td.FC(2)
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: .*1D"):
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > FC: FC input shape must be 1D"):
         td.Scalar() >> td.FC(2)
 
 
@@ -140,8 +140,8 @@ def test_an_embedding_takes_ids_in_range_and_refuses_others_naming_them(i):
         return
     with pytest.raises(td.InputError) as info:
         block.eval(i)
-    assert info.value.block_path == "Pipe[1] > Function"
-    assert info.value.reason.startswith(f"emb_5_3: id {i} is not in [0, 5) (")
+    assert info.value.block_path == "Embedding 'emb_5_3'"  # its name, not its position
+    assert info.value.reason.startswith(f"id {i} is not in [0, 5) (")
     assert "mod_inputs=True" in info.value.reason
 
 
@@ -188,7 +188,7 @@ def test_embedding_accepts_ids_in_range_and_fails_outside():
     emb = td.Embedding(5, 2, initializer=init)
     block = td.Scalar("int32") >> emb
     assert_allclose(block.eval(4), [8.0, 9.0])
-    with pytest.raises(td.InputError, match=r"Pipe\[1\] > Function"):
+    with pytest.raises(td.InputError, match=r"^Pipe\[1\] > Embedding: id 7 is not in"):
         block.eval(7)
 
 
@@ -200,7 +200,7 @@ def test_embedding_op_checks_ids_only_when_they_are_not_wrapped():
     ops = [b.op() for b in (wrapped, checked) for b in b.children if hasattr(b, "op")]
     assert [op.check is None for op in ops] == [True, False]
     from refold.compiler import Compiler
-    with pytest.raises(td.InputError, match=r"Pipe\[1\] > Function.*not in \[0, 5\)"):
+    with pytest.raises(td.InputError, match=r"Pipe\[1\] > Embedding: id 7 is not in \[0, 5\)"):
         Compiler.create(checked).plan([7])
     assert Compiler.create(wrapped).plan([7]).stats.launches >= 1
 
@@ -208,7 +208,7 @@ def test_embedding_op_checks_ids_only_when_they_are_not_wrapped():
 def test_embedding_fed_by_another_op_is_refused_by_eval_as_by_the_engine():
     # the engine runs sparse lookups before its loop, on input data only; eval agrees
     block = td.Scalar("int32") >> td.Function(lambda x: x + 1) >> td.Embedding(5, 2)
-    with pytest.raises(td.InputError, match=r"Pipe\[2\] > Function: .*Embedding.* must come "
+    with pytest.raises(td.InputError, match=r"Pipe\[2\] > Embedding: .*Embedding.* must come "
                                             r"from the input data"):
         block.eval(3)
     assert (td.Scalar("int32") >> td.Embedding(5, 2)).eval(3).shape == (2,)
@@ -232,12 +232,12 @@ def test_embedding_properties():
 
 
 def test_embedding_float_ids_are_a_type_error_naming_the_path():
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: .*integer.*float32"):
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > Embedding: .*integer.*float32"):
         td.Scalar() >> td.Embedding(4, 2)
 
 
 def test_embedding_vector_ids_are_a_type_error_naming_the_path():
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: .*scalar.*\(2,\)"):
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > Embedding: .*scalar.*\(2,\)"):
         td.Vector(2, "int32") >> td.Embedding(4, 2)
 
 
@@ -373,7 +373,7 @@ def test_scoped_dense_layer_types_values_and_sharing():
 def test_scoped_dense_layer_input_mismatch_is_a_type_error():
     layer = td.ScopedLayer(keras.layers.Dense(2))
     td.Vector(3) >> layer
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: input type mismatch"):
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > ScopedLayer: input type mismatch"):
         td.Vector(4) >> layer
 
 

@@ -105,8 +105,8 @@ def test_the_engine_refuses_an_embedding_id_outside_its_table(cache, grouped):
         c.plan(batch, grouped=grouped)
     assert err.value.example_index == 2
     assert err.value.data_path == "['words'][1]"
-    assert err.value.block_path == "Pipe[0] > Record['words'] > Map > Pipe[1] > Function"
-    assert err.value.reason.startswith("words: id 13 is not in [0, 10) (")
+    assert err.value.block_path == "Pipe[0] > Record['words'] > Map > Embedding 'words'"
+    assert err.value.reason.startswith("id 13 is not in [0, 10) (")
     with pytest.raises(InputError, match=r"^example 0 at \['words'\]\[0\]: .*id -3 is not in"):
         c.run(batch[3:])
     assert len(c.run(batch[:2])) == 2

@@ -118,7 +118,7 @@ def test_an_input_check_runs_once_per_graph_and_again_per_node_to_name_a_bad_inp
         expand_batch(c.program, [[1.0], [2.0, 300.0]])
     assert fn.calls == [3, 1, 1, 1]  # the batch fails; again node by node, to say where
     assert (err.value.example_index, err.value.data_path) == (1, "[1]")
-    assert err.value.block_path == "Pipe[0] > Map > Pipe[1] > Function 'scaled'"
+    assert err.value.block_path == "Pipe[0] > Map > Function 'scaled'"
     assert err.value.reason.endswith(": 300.0 is over 100")
     skipped = expand_batch(c.program, [[1.0], [2.0, 300.0], [5.0]], skip=True)
     assert skipped.kept == [0, 2] and [i for i, _ in skipped.skipped] == [1]

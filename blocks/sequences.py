@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import numbers
+from collections.abc import Mapping
 from typing import Any
 
 from refold.blocks.block import PY, Block, bad_input, block_factory
@@ -56,11 +57,30 @@ def _element_type(block: Block, t, what: str, allow_broadcast: bool = True):
 def _as_list(block: Block, x: Any) -> list:
     if isinstance(x, itertools.repeat):
         raise bad_input(block, "got an infinite sequence")
+    unordered = _unordered(x)
+    if unordered:
+        raise bad_input(block, unordered)
     try:
         return list(x)
     except TypeError:
         raise bad_input(block, f"expected a sequence, got {type(x).__name__}: {x!r:.60}") \
             from None
+
+
+def _unordered(x: Any) -> str | None:
+    """Why `x` is not taken as a sequence though Python iterates it (None if it is):
+    a dict iterates its keys, so children given as `{"a": node, ...}` would be the
+    keys `"a", ...`, and a set has no order."""
+    if isinstance(x, Mapping):
+        keys = ", ".join(repr(k) for k in itertools.islice(x, 3)) + (", ..." if len(x) > 3
+                                                                    else "")
+        return (f"expected a sequence, got a {type(x).__name__} (keys {keys}), whose items "
+                "Python would iterate as its keys: give a list, or read the values with "
+                "td.InputTransform(lambda d: list(d.values()))")
+    if isinstance(x, (set, frozenset)):
+        return (f"expected a sequence, got a {type(x).__name__}, which has no order: give a "
+                "list (e.g. td.InputTransform(sorted))")
+    return None
 
 
 class Map(Block):
@@ -414,6 +434,9 @@ class Zip(Block):
             return itertools.repeat(tuple(next(s) for s in x))
         for k, s in enumerate(x):
             if not isinstance(s, itertools.repeat):
+                unordered = _unordered(s)
+                if unordered:
+                    raise bad_input(self, f"item {k}: {unordered}")
                 try:
                     iter(s)
                 except TypeError:

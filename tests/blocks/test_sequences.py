@@ -3,6 +3,7 @@ ZipWith, NGrams, Nth, Stack."""
 
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -653,3 +654,46 @@ def test_stack_takes_tensors_and_a_positive_length():
         td.Stack(0)
     with pytest.raises(TypeError, match="sequence of tensors"):
         td.Map(td.Map(td.Scalar())) >> td.Stack(2)
+
+
+# --- sequences given as dicts or sets ----------------------------------------------------------
+
+
+def _word_tree():
+    tree = td.ForwardDeclaration(td.PyObjectType(), td.TensorType(()), name="tree")
+    tree.resolve_to(td.AllOf(td.GetItem("w") >> td.Scalar(),
+                             td.GetItem("children") >> td.Map(tree()) >> td.Sum())
+                    >> td.Function(tf.add))
+    return tree()
+
+
+def test_children_given_as_a_dict_are_refused_not_iterated_by_their_keys():
+    # Python iterates a dict by its keys: Map would have read "a" as a node, and failed
+    # with "cannot take item 'w' of 'a'"
+    leaf = {"w": 1.0, "children": []}
+    node = {"w": 2.0, "children": {"a": leaf, "b": leaf}}
+    with pytest.raises(td.InputError) as info:
+        _word_tree().eval(node)
+    assert info.value.data_path == "['children']"
+    assert info.value.block_path.endswith("> Map")
+    assert info.value.reason.startswith(
+        "expected a sequence, got a dict (keys 'a', 'b'), whose items Python would iterate "
+        "as its keys: give a list, or read the values with td.InputTransform(")
+    assert float(_word_tree().eval({"w": 2.0, "children": [leaf, leaf]})) == 4.0
+
+
+@pytest.mark.parametrize("block", [
+    td.Map(td.Scalar()),
+    td.Map(td.Scalar()) >> td.Sum(),
+    td.Map(td.Scalar()) >> td.Fold(td.Function(tf.add), td.Zeros(td.TensorType(()))),
+    td.NGrams(2),
+    td.AllOf(td.Identity(), td.Identity()) >> td.Zip(),
+])
+@pytest.mark.parametrize("value, says", [
+    ({"x": 1.0, "y": 2.0, "z": 3.0, "t": 4.0}, "got a dict (keys 'x', 'y', 'z', ...)"),
+    ({1.0, 2.0}, "got a set, which has no order: give a list"),
+    (frozenset({1.0}), "got a frozenset, which has no order"),
+])
+def test_a_dict_or_a_set_is_not_a_sequence(block, value, says):
+    with pytest.raises(td.InputError, match=re.escape(says)):
+        block.eval(value)

@@ -134,6 +134,35 @@ def test_any_bad_id_in_a_batch_is_named_by_eval_and_the_engine_alike(batch, data
         assert f"id {bad} is not in [0, 10)" in batched.value.reason
 
 
+def _deep_chain(depth: int, bad_at: int | None = None, bad=None):
+    """A chain of pairs `depth` deep, `((leaf, 1.0), 1.0)...`; with `bad_at`, the right
+    leaf of the pair at that depth (from the root, 0) is `bad`."""
+    tree = 0.5
+    for d in reversed(range(depth)):
+        tree = (tree, bad if d == bad_at else 1.0)
+    return tree
+
+
+@settings(max_examples=3, deadline=None)
+@given(st.integers(200, 800), st.data())
+def test_a_bad_leaf_deep_in_a_deep_input_is_named_by_eval_and_the_engine_alike(depth, data):
+    # deep inputs evaluate (no recursion limit) and a bad leaf anywhere in them is named
+    block = factories.tree_sign()
+    at = data.draw(st.integers(0, depth - 1))
+    bad = data.draw(st.sampled_from([float("nan"), "x", 1e39]))
+    tree = _deep_chain(depth, at, bad)
+    with pytest.raises(InputError) as one:
+        block.eval(tree)
+    assert one.value.data_path == "[0]" * at + "[1]"
+    c = Compiler.create(block)
+    with pytest.raises(InputError) as batched:
+        c.run([_deep_chain(3), tree])
+    assert batched.value.example_index == 1
+    assert (batched.value.block_path, batched.value.reason, batched.value.data_path) == (
+        one.value.block_path, one.value.reason, one.value.data_path)
+    assert c.run([_deep_chain(depth)])[0].shape == (2,)
+
+
 def test_fit_and_predict_refuse_a_bad_embedding_id_before_any_step():
     x = [{"words": [i % 10, (3 * i) % 10]} for i in range(40)]
     y = np.array([i % 2 for i in range(40)])

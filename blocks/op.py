@@ -67,7 +67,7 @@ class IdRange:
     """An `Op.check` for an op whose first input is a scalar id into a table of
     `num_rows` rows (an embedding's lookup): it refuses ids outside `[0, num_rows)`.
     The engine checks all of a graph's ids at once in compiled code
-    (`compiler.expansion.checks_pass`).
+    (`checks_pass`, in the compiler's expansion).
 
     >>> import numpy as np
     >>> IdRange(5, hint="wrap them instead")(np.array([0, 4, 5]))

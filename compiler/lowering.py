@@ -77,7 +77,7 @@ class Program:
     def input_checks(self) -> list:
         """`(op id, check)` of the ops with an input check (`Op.check`), which
         expansion runs on all of a graph's nodes of the op at once
-        (`compiler.expansion.checks_pass`)."""
+        (the expansion's `checks_pass`)."""
         return [(o, op.check) for o, op in enumerate(self.ops) if op.check is not None]
 
     @functools.cached_property

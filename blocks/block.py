@@ -34,6 +34,7 @@ from refold.blocks.types import (
     TupleType,
     canonicalize_type,
     convert_to_type,
+    first_difference,
 )
 
 
@@ -239,9 +240,15 @@ class IOBase:
         label = getattr(self, "_constructor_name", type(self).__name__)
         return label if self._name is None else f"{label} {self._name!r}"
 
-    def _path_parent(self) -> tuple[IOBase, str] | None:
-        """The container this block sits in and the key under which it sits there."""
+    def _path_parent(self) -> tuple[IOBase, str | None] | None:
+        """The container this block sits in and the key under which it sits there
+        (None: the container is not shown, the block's own name says where it is)."""
         return None
+
+    def _named(self) -> bool:
+        """Whether this block's label carries a name the user gave (`Function 'cell'`,
+        `GetItem('upos')`): then a pipe it sits in need not show its position."""
+        return self._name is not None
 
     @property
     def path(self) -> str:
@@ -253,7 +260,8 @@ class IOBase:
             if id(node) in seen:  # a recursive definition: stop at the cycle
                 break
             seen.add(id(node))
-            parts.append(node._label() + key)
+            if key is not None:
+                parts.append(node._label() + key)
         return " > ".join(p for p in reversed(parts) if p)  # placeholders have no label
 
     # --- types ---------------------------------------------------------------------------
@@ -289,8 +297,9 @@ class IOBase:
         old = getattr(self, f"_{which}_type")
         if old is not None:
             if old != t:
-                raise TypeError(
-                    f"{self.path}: {which} type mismatch: expected {old}, got {t}")
+                raise TypeError(f"{self.path}: {which} type mismatch: "
+                                f"{first_difference(old, t)}; the whole types: expected "
+                                f"{old}, got {t}")
             return self
         allowed = getattr(self, f"_{which}_classes")
         if not isinstance(t, allowed):
@@ -429,7 +438,7 @@ class Block(IOBase):
             return self._owner, ""
         return None
 
-    def _locate_child(self, child: Block) -> tuple[IOBase, str]:
+    def _locate_child(self, child: Block) -> tuple[IOBase, str | None]:
         """The container shown in `child`'s path and the key that tells it apart there."""
         return self, self._child_key(child)
 

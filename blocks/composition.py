@@ -401,6 +401,8 @@ class Pipe(Composition):
         top = self
         while top._merges_into_parent():
             top = top.parent
+        if child._named() and top.name is None:  # `Function 'cell'`, not `Pipe[1] > ...`
+            return top, None
         return top, f"[{top.members.index(child)}]"
 
     def _merges_into_parent(self) -> bool:
@@ -656,8 +658,14 @@ class AllOf(Block):
             self.set_output_type(TupleType(*outs))
 
     def evaluate(self, ctx, x):
-        return tuple(c.eval_in(ctx, None if isinstance(c.input_type, VoidType) else x)
-                     for c in self._children)
+        # A loop, not a generator expression: a generator running on every level of a
+        # recursion makes each exception raised below it (TensorFlow and Keras raise
+        # and catch some in every op call) walk all of them, quadratic in the depth
+        # (CPython's search for the exception being handled, `_PyErr_GetTopmostException`).
+        out = []
+        for c in self._children:
+            out.append(c.eval_in(ctx, None if isinstance(c.input_type, VoidType) else x))
+        return tuple(out)
 
     def dataflow(self) -> DataFlow:
         """Every child reads the input; the output is theirs."""

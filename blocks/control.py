@@ -101,8 +101,11 @@ class OneOf(Block):
         for c in cases:
             if c.output_type is not None and self.output_type is not None \
                     and c.output_type != self.output_type:
-                raise TypeError(f"{c.path}: output type mismatch: the other cases output "
-                                f"{self.output_type}, this one {c.output_type}")
+                from refold.blocks.types import first_difference
+                raise TypeError(f"{c.path}: output type mismatch with the other cases: "
+                                f"{first_difference(self.output_type, c.output_type)}; the "
+                                f"other cases output {self.output_type}, this one "
+                                f"{c.output_type}")
             c.set_output_type(self.output_type)
             self.set_output_type(c.output_type)
 
@@ -235,6 +238,9 @@ class _ForwardDeclarationRef(Block):
 
     def _label(self) -> str:
         return self._decl._label() + "()"
+
+    def _named(self) -> bool:
+        return self._decl.name is not None
 
     def __repr__(self) -> str:
         name = "" if self._decl.name is None else f" {self._decl.name!r}"

@@ -250,7 +250,18 @@ class BlockDiagram:
 
     svg: str
 
-    def save(self, path: str) -> str:
+    def save(self, path: str | os.PathLike) -> str:
+        """Writes the SVG text to `path`, a `.svg` file (or one with no extension).
+
+        Another extension (`.png`, `.pdf`) is refused before anything is written:
+        the diagram is SVG only, and SVG text in a `.png` file is not a PNG. A
+        browser, Inkscape or `cairosvg` converts the SVG."""
+        path = os.fspath(path)
+        suffix = os.path.splitext(path)[1]
+        if suffix and suffix.lower() != ".svg":
+            raise ValueError(f"plot_block draws SVG only, and {path!r} asks for "
+                             f"{suffix[1:]!r}: save it as a .svg file (a browser, Inkscape "
+                             f"or cairosvg converts it to {suffix[1:]})")
         with open(path, "w", encoding="utf-8") as f:
             f.write(self.svg)
         return path
@@ -270,13 +281,18 @@ def plot_block(block, to_file: str | os.PathLike | None = None) -> BlockDiagram:
 
     Args:
         block: a block, or a block-like value (`td.convert_to_block` takes it).
-        to_file: where to write the SVG (a `.svg` path), if anywhere.
+        to_file: where to write the SVG (a `.svg` path), if anywhere. Another
+            extension (`.png`, `.pdf`) is a `ValueError`, raised before drawing.
 
     Returns:
         A `BlockDiagram` (its `svg` text; Jupyter shows it inline).
     """
     from refold.blocks.composition import convert_to_block
     from refold.blocks.validation import validate
+    if to_file is not None:  # a wrong extension is refused before anything is drawn
+        suffix = os.path.splitext(os.fspath(to_file))[1]
+        if suffix and suffix.lower() != ".svg":
+            BlockDiagram("").save(to_file)  # raises, naming the file
     root = convert_to_block(block)
     try:  # the types a compiler would find (the root's input becomes a Python object)
         validate(root)

@@ -155,7 +155,13 @@ class InputTransform(Block):
 
 
 class GetItem(Block):
-    """`x[key]`: an item of a Python object, tuple or sequence (a slice keeps the kind)."""
+    """`x[key]`: an item of a Python object, tuple or sequence (a slice keeps the kind).
+
+    The key is written in the block expression, so it has Python's meaning:
+    `GetItem(-1)` is the last item, `Slice(start=-2)` the last two. An index that
+    falls outside the input is an `InputKeyError` naming the block path. An index
+    that comes from the data is `Nth`'s, which refuses negative ones.
+    """
 
     _expected_input_types = (PyObjectType, TupleType, SequenceType)
 
@@ -169,6 +175,20 @@ class GetItem(Block):
 
     def _repr_args(self):
         return {"key": self._key}
+
+    def _label(self) -> str:
+        """`GetItem('upos')`, `Slice(start=1)`: the key is what tells it apart."""
+        key = self._key
+        if isinstance(key, slice):
+            args = ", ".join(f"{k}={v!r}" for k, v in zip(("start", "stop", "step"), (
+                key.start, key.stop, key.step)) if v is not None)
+            label = f"Slice({args})"
+        else:
+            label = f"GetItem({key!r})"
+        return label if self._name is None else f"{label} {self._name!r}"
+
+    def _named(self) -> bool:
+        return True
 
     def infer_types(self):
         t = self.input_type

@@ -209,7 +209,10 @@ class FC(Layer):
 class Embedding(Layer):
     """A lookup table: an integer id gives a row of a trainable `[num_buckets, units]` matrix.
 
-    Ids are taken modulo `num_buckets` (after `abs`) unless `mod_inputs=False`.
+    An id outside `[0, num_buckets)` is an input error (`InputError`) that names
+    the block path, the example and the id, in `block.eval` as in a batched run.
+    TensorFlow Fold wrapped ids instead (`abs`, then modulo `num_buckets`): that is
+    `mod_inputs=True`, for hashed ids that may fall anywhere.
 
     Args:
         num_buckets: the number of rows.
@@ -217,14 +220,26 @@ class Embedding(Layer):
         initializer: a Keras initializer, or an array of shape `[num_buckets, units]`
             (e.g. pretrained word vectors).
         trainable: whether the table is trained.
-        mod_inputs: whether to wrap ids into range.
+        mod_inputs: wrap ids into range (`abs(id) % num_buckets`, Fold's default)
+            instead of refusing those outside it.
+
+    >>> import refold as td
+    >>> e = td.Scalar("int32") >> td.Embedding(10, 3)
+    >>> e.eval(13)
+    Traceback (most recent call last):
+    ...
+    refold.blocks.errors.InputError: Pipe[1] > Embedding: id 13 is not in [0, 10)
+    (Embedding(..., mod_inputs=True) wraps ids into range)
+    >>> wrapped = td.Scalar("int32") >> td.Embedding(10, 3, mod_inputs=True)
+    >>> bool((wrapped.eval(13) == wrapped.eval(3)).all())
+    True
     """
 
     reads_sparsely = True
     handles_empty = True
 
     def __init__(self, num_buckets: int, num_units_out: int, initializer: Any = None,
-                 name: str | None = None, trainable: bool = True, mod_inputs: bool = True):
+                 name: str | None = None, trainable: bool = True, mod_inputs: bool = False):
         import numpy as np
         keras = _keras()
         for arg, v in (("num_buckets", num_buckets), ("num_units_out", num_units_out)):
@@ -237,6 +252,8 @@ class Embedding(Layer):
                 raise ValueError(f"Embedding: initializer has shape {array.shape}, expected "
                                  f"{(num_buckets, num_units_out)}")
             initializer = keras.initializers.Constant(array)
+        if not isinstance(mod_inputs, bool):
+            raise ValueError(f"Embedding: mod_inputs must be True or False, got {mod_inputs!r}")
         self._num_buckets, self._num_units_out = num_buckets, num_units_out
         self._mod_inputs = mod_inputs
         self._table = keras.layers.Embedding(
@@ -282,20 +299,15 @@ class Embedding(Layer):
 
     @property
     def check_inputs(self):
-        """The lookup op's input check (`Op.check`): `check(ids)` refuses ids beyond
-        the table when they are not wrapped (`mod_inputs=False`); None when they are,
-        so that expansion does not read each id's row to check nothing."""
-        return None if self._mod_inputs else self._check_ids
-
-    def _check_ids(self, ids) -> None:
-        import numpy as np
-
-        from refold.blocks.errors import BadValueError
-        ids = np.asarray(ids)
-        bad = ids[(ids < 0) | (ids >= self._num_buckets)]
-        if bad.size:
-            raise BadValueError(f"id {bad.flat[0]} is not in [0, {self._num_buckets}) "
-                           "(mod_inputs=False)")
+        """The lookup op's input check (`Op.check`): an `IdRange` that refuses ids
+        outside the table when they are not wrapped (the default); None when they
+        are (`mod_inputs=True`), so that expansion does not read the ids to check
+        nothing."""
+        if self._mod_inputs:
+            return None
+        from refold.blocks.op import IdRange
+        return IdRange(self._num_buckets,
+                       "Embedding(..., mod_inputs=True) wraps ids into range")
 
     def _call(self, ids):
         import tensorflow as tf

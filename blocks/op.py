@@ -63,6 +63,34 @@ NODE_KEY = TensorType((2,), "int32")
 and its number among that example's random nodes, in evaluation order."""
 
 
+class IdRange:
+    """An `Op.check` for an op whose first input is a scalar id into a table of
+    `num_rows` rows (an embedding's lookup): it refuses ids outside `[0, num_rows)`.
+    The engine checks all of a graph's ids at once in compiled code
+    (`checks_pass`, in the compiler's expansion).
+
+    >>> import numpy as np
+    >>> IdRange(5, hint="wrap them instead")(np.array([0, 4, 5]))
+    Traceback (most recent call last):
+    ...
+    refold.blocks.errors.BadValueError: id 5 is not in [0, 5) (wrap them instead)
+    """
+
+    def __init__(self, num_rows: int, hint: str = ""):
+        self.num_rows = int(num_rows)
+        self.hint = hint
+
+    def __call__(self, ids, *others) -> None:
+        import numpy as np
+
+        from refold.blocks.errors import BadValueError
+        ids = np.asarray(ids)
+        bad = ids[(ids < 0) | (ids >= self.num_rows)]
+        if bad.size:
+            hint = f" ({self.hint})" if self.hint else ""
+            raise BadValueError(f"id {bad.flat[0]} is not in [0, {self.num_rows}){hint}")
+
+
 class Op:
     """A batched function from a flat list of tensors to a flat list of tensors.
 
@@ -80,8 +108,10 @@ class Op:
         check: optional `check(*input_rows)` on the numpy values of one call's
             inputs (for prelude-only ops, which read input data only); it raises
             `blocks.errors.BadValueError` for a value the op cannot take (say, an id
-            beyond an embedding's rows), so that the error names the block path
-            before anything runs.
+            beyond an embedding's rows, `IdRange`), so that the error names the block
+            path before anything runs. It may be given the rows of many calls at
+            once (the engine checks a graph's nodes of one op together), and must
+            refuse them if it would refuse any of them alone.
         prelude_only: the op reads a variable sparsely (an embedding lookup), so it
             must run before the batching loop, on inputs that are all constants;
             inside the loop TensorFlow would keep a dense gradient per iteration.

@@ -18,6 +18,8 @@ value forever; `Zip` truncates to the shortest finite input.
 from __future__ import annotations
 
 import itertools
+import numbers
+from collections.abc import Mapping
 from typing import Any
 
 from refold.blocks.block import PY, Block, bad_input, block_factory
@@ -56,11 +58,30 @@ def _element_type(block: Block, t, what: str, allow_broadcast: bool = True):
 def _as_list(block: Block, x: Any) -> list:
     if isinstance(x, itertools.repeat):
         raise bad_input(block, "got an infinite sequence")
+    unordered = _unordered(x)
+    if unordered:
+        raise bad_input(block, unordered)
     try:
         return list(x)
     except TypeError:
         raise bad_input(block, f"expected a sequence, got {type(x).__name__}: {x!r:.60}") \
             from None
+
+
+def _unordered(x: Any) -> str | None:
+    """Why `x` is not taken as a sequence though Python iterates it (None if it is):
+    a dict iterates its keys, so children given as `{"a": node, ...}` would be the
+    keys `"a", ...`, and a set has no order."""
+    if isinstance(x, Mapping):
+        keys = ", ".join(repr(k) for k in itertools.islice(x, 3)) + (", ..." if len(x) > 3
+                                                                    else "")
+        return (f"expected a sequence, got a {type(x).__name__} (keys {keys}), whose items "
+                "Python would iterate as its keys: give a list, or read the values with "
+                "td.InputTransform(lambda d: list(d.values()))")
+    if isinstance(x, (set, frozenset)):
+        return (f"expected a sequence, got a {type(x).__name__}, which has no order: give a "
+                "list (e.g. td.InputTransform(sorted))")
+    return None
 
 
 class Map(Block):
@@ -441,6 +462,9 @@ class Zip(Block):
             return itertools.repeat(tuple(next(s) for s in x))
         for k, s in enumerate(x):
             if not isinstance(s, itertools.repeat):
+                unordered = _unordered(s)
+                if unordered:
+                    raise bad_input(self, f"item {k}: {unordered}")
                 try:
                     iter(s)
                 except TypeError:
@@ -487,7 +511,25 @@ class NGrams(Block):
 
 
 class Nth(Block):
-    """`(sequence, n) -> sequence[n]`."""
+    """`(sequence, n) -> sequence[n]`, for an int `n` in `[0, len(sequence))`.
+
+    `n` comes from the data, where a negative number is most often a marker ("no
+    such item") rather than a count from the end, so anything but an index in
+    range is an input error naming the block path (`InputKeyError` for one out of
+    range). A count from the end is `len(sequence) + n`, said in the data or in
+    an `InputTransform`. (`GetItem(-1)` and `Slice` keep Python's meaning: their
+    key is written in the block expression.)
+
+    >>> import refold as td
+    >>> nth = (td.Map(td.Scalar()), td.Identity()) >> td.Nth()
+    >>> nth.eval(([1.0, 2.0, 3.0], 1)).tolist()
+    2.0
+    >>> nth.eval(([1.0, 2.0, 3.0], -1))
+    Traceback (most recent call last):
+    ...
+    refold.blocks.errors.InputKeyError: Pipe[1] > Nth: index -1 is out of range for a sequence
+    of length 3 (Nth takes indices from 0, not from the end)
+    """
 
     _expected_input_types = (TupleType,)
 
@@ -507,14 +549,14 @@ class Nth(Block):
 
     def evaluate(self, ctx, x):
         seq, n = x
-        try:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+            raise bad_input(self, f"index must be an integer, got {n!r}")
+        if 0 <= n < len(seq):
             return seq[n]
-        except IndexError:
-            from refold.blocks.errors import InputKeyError
-            raise InputKeyError(self.path, f"index {n!r} is out of range for a sequence of "
-                                           f"length {len(seq)}") from None
-        except TypeError:
-            raise bad_input(self, f"index must be an integer, got {n!r}") from None
+        from refold.blocks.errors import InputKeyError
+        hint = " (Nth takes indices from 0, not from the end)" if n < 0 else ""
+        raise InputKeyError(self.path, f"index {n!r} is out of range for a sequence of "
+                                       f"length {len(seq)}{hint}")
 
 
 class Stack(Block):

@@ -283,6 +283,17 @@ class Function(Block):
         """
         return self._fn_name()
 
+    def _label(self) -> str:
+        """`Function 'name'`; a layer of the library's without one shows as itself
+        (`Embedding 'words'`, `FC`): the block the user wrote."""
+        if self._name is None and self._layer is not None:
+            return self._layer.label
+        return super()._label()
+
+    def _named(self) -> bool:
+        return self._name is not None or (self._layer is not None
+                                          and self._layer.name is not None)
+
     def _fn_name(self) -> str:
         fn = self._tf_fn
         name = getattr(fn, "__name__", None) or getattr(fn, "name", None)
@@ -297,7 +308,10 @@ class Function(Block):
                 self._layer.set_input_type(self.input_type)
                 self._layer.set_output_type(self.output_type)
             except TypeError as e:  # the layer names itself; say where it is used
-                raise TypeError(f"{self.path}: {e}") from None
+                message, own = str(e), f"{self._layer._label()}: "
+                if self._label() == self._layer._label() and message.startswith(own):
+                    message = message[len(own):]  # the path ends with that label already
+                raise TypeError(f"{self.path}: {message}") from None
             self.set_input_type(self._layer.input_type)
             self.set_output_type(self._layer.output_type)
         if self.input_type is not None:
@@ -406,7 +420,10 @@ class Function(Block):
             flat_out = ctx.op(op, [x] if flatten is _one else flatten(x))
         except BadValueError as e:
             from refold.blocks.errors import InputError
-            raise InputError(self.path, f"{self._fn_name()}: {e}") from None
+            # (the path names the layer already when it shows as itself)
+            said = "" if self._label() == getattr(self._layer, "_label", str)() else \
+                f"{self._fn_name()}: "
+            raise InputError(self.path, f"{said}{e}") from None
         except _tf().errors.OpError as e:  # only the eager reference evaluator gets here
             import re
 

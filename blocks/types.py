@@ -23,6 +23,7 @@ import numpy as np
 __all__ = [
     "ResultType", "TensorType", "TupleType", "SequenceType", "BroadcastSequenceType",
     "PyObjectType", "VoidType", "convert_to_type", "canonicalize_type",
+    "first_difference",
 ]
 
 
@@ -277,6 +278,78 @@ class BroadcastSequenceType(SequenceType):
 
     def for_each_terminal(self, fn, instance):
         return itertools.repeat(self._elem.for_each_terminal(fn, next(iter(instance))))
+
+
+_ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth",
+             "ninth", "tenth")
+
+
+def first_difference(expected: ResultType, got: ResultType) -> str | None:
+    """Where two types first differ and how, shortest first; None if they are equal.
+
+    >>> a = TupleType(TensorType((80,)), TupleType(TensorType((8,)), TensorType((8,))))
+    >>> b = TupleType(TensorType((64,)), TupleType(TensorType((8,)), TensorType((8,))))
+    >>> first_difference(a, b)
+    'expected (80,), got (64,) at the first item of the tuple'
+    >>> first_difference(SequenceType(a), SequenceType(a[:1]))
+    'expected a tuple of 2 items, got 1 in the elements of the sequence'
+    """
+    found = _difference(expected, got)
+    if found is None:
+        return None
+    what, where = found
+    if not where:
+        return what
+    # innermost first: "at the second item of the first item of the tuple"
+    preposition = "in" if where[0] == "the elements" else "at"
+    whole = "the tuple" if isinstance(expected, TupleType) else "the sequence"
+    return f"{what} {preposition} {' of '.join(where)} of {whole}"
+
+
+def _difference(expected: ResultType, got: ResultType) -> tuple[str, list[str]] | None:
+    """`(how they differ, [where, innermost first])`, or None if equal."""
+    if expected == got:
+        return None
+    if type(expected) is not type(got):
+        return f"expected {_kind(expected)}, got {_kind(got)}", []
+    if isinstance(expected, TensorType):
+        parts_e, parts_g = [], []
+        if expected.shape != got.shape:
+            parts_e.append(repr(expected.shape))
+            parts_g.append(repr(got.shape))
+        if expected.dtype != got.dtype:
+            parts_e.append(expected.dtype)
+            parts_g.append(got.dtype)
+        return f"expected {' '.join(parts_e)}, got {' '.join(parts_g)}", []
+    if isinstance(expected, TupleType):
+        if len(expected) != len(got):
+            return f"expected a tuple of {len(expected)} items, got {len(got)}", []
+        for i, (e, g) in enumerate(zip(expected, got)):
+            found = _difference(e, g)
+            if found is not None:
+                what, where = found
+                item = f"the {_ORDINALS[i]} item" if i < len(_ORDINALS) else f"item {i}"
+                return what, [*where, item]
+    if isinstance(expected, SequenceType):
+        found = _difference(expected.element_type, got.element_type)
+        if found is not None:
+            what, where = found
+            return what, [*where, "the elements"]
+    return f"expected {expected!r}, got {got!r}", []
+
+
+def _kind(t: ResultType) -> str:
+    if isinstance(t, TensorType):
+        return f"a tensor {t.shape!r} {t.dtype}"
+    if isinstance(t, TupleType):
+        return f"a tuple of {len(t)} items"
+    if isinstance(t, BroadcastSequenceType):
+        return "a broadcast sequence"
+    if isinstance(t, SequenceType):
+        return "a sequence"
+    if isinstance(t, VoidType):
+        return "no value (void)"
+    return "a Python object"
 
 
 def canonicalize_type(t: ResultType | None) -> ResultType | None:

@@ -133,7 +133,7 @@ def tree_encoder(cell: Any, node_input: Any, children: Any = "children",
     state = cell.output_type
     if state is None:
         raise ValueError(f"tree_encoder: the cell's output (state) type must be known: {cell!r}")
-    tree = td.ForwardDeclaration(td.PyObjectType(), state)
+    tree = td.ForwardDeclaration(td.PyObjectType(), state, name="tree_encoder")
     kids = children if isinstance(children, Block) else td.GetItem(children)
     node = td.AllOf(node_input, kids >> td.Map(tree())) >> cell
     tree.resolve_to(_with_hook(node, per_node))
@@ -159,7 +159,7 @@ def binary_tree_encoder(leaf: Any, node: Any, is_leaf: Callable[[Any], bool] | N
         raise ValueError(f"binary_tree_encoder: the node's output (state) type must be "
                          f"known: {node!r}")
     is_leaf = is_leaf or (lambda t: not isinstance(t, tuple))
-    tree = td.ForwardDeclaration(td.PyObjectType(), state)
+    tree = td.ForwardDeclaration(td.PyObjectType(), state, name="binary_tree_encoder")
     pair = td.Record((tree(), tree())) >> node
     choose = td.OneOf(lambda t: bool(is_leaf(t)), {True: leaf, False: pair})
     tree.resolve_to(_with_hook(choose, per_node))

@@ -20,7 +20,10 @@ Three contexts give the handles a meaning:
 
 Evaluation recurses through the block expression, and recursive models recurse
 as deep as their inputs; it runs on a thread with a large stack so that inputs
-nested 10,000 deep do not hit Python's recursion limit.
+nested 10,000 deep do not hit Python's recursion limit. Its cost is linear in the
+input's size: no block evaluates its children from inside a generator expression,
+which would make every exception raised deeper (TensorFlow raises and catches some in
+each eager op) walk past one generator per level (see `AllOf._evaluate`).
 
 Cyclic inputs: every context has a `recursion_path` set, where a
 `ForwardDeclaration` reference keeps `(declaration id, input id)` for each input

@@ -30,9 +30,9 @@ from typing import Any
 import numba
 import numpy as np
 
-from refold.blocks.errors import InputError
+from refold.blocks.errors import BadValueError, InputError
 from refold.blocks.evaluation.contexts import call_with_deep_stack, root_input
-from refold.blocks.op import NODE_KEY
+from refold.blocks.op import NODE_KEY, IdRange
 from refold.blocks.types import TensorType
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.planner import plan_record
@@ -105,9 +105,15 @@ class ExpansionContext:
     Per value it records only its depth (what the next node's depth needs): a node's
     outputs are numbered from its op when the graph is made (`value_fields`), and a
     constant keeps its value id and its place in its type's table. That is one
-    append per node output instead of four, the largest cost of recording a node."""
+    append per node output instead of four, the largest cost of recording a node.
 
-    def __init__(self, program):
+    Ops' input checks (`Op.check`, say an embedding's ids) run per node when `strict`;
+    otherwise the caller runs them on the finished graph, on all nodes of an op at
+    once (`checks_pass`), and expands again strictly if one fails, so that the
+    error names the block and the example's place as a per-node check does."""
+
+    def __init__(self, program, strict: bool = True):
+        self.strict = strict
         self._op_signatures = program.op_signatures
         self._type_id = program.type_id
         self._metric_id = program.metric_id
@@ -176,7 +182,7 @@ class ExpansionContext:
         if d:
             if prelude_only:
                 raise op.prelude_error()
-        elif check is not None:
+        elif check is not None and self.strict:
             check(*[self._constant_row(a) for a in args])
         self.node_op.append(o)
         self.node_arity.append(n_args)
@@ -335,14 +341,7 @@ def expand(program, x: Any) -> ExampleGraph:
 
     Raises `InputError` naming the block path when the input does not fit.
     """
-    ctx = ExpansionContext(program)
-    root = program.root
-
-    def run():
-        return root.eval_in(ctx, root_input(root, ctx, x))
-
-    result = call_with_deep_stack(run)
-    return ExampleGraph(ctx.graph(program), result, ctx.metrics, ctx.key_array())
+    return call_with_deep_stack(_expand_here, program, x)
 
 
 def expand_all(program, inputs: list, start: int = 0) -> list[ExampleGraph]:
@@ -358,11 +357,59 @@ def expand_all(program, inputs: list, start: int = 0) -> list[ExampleGraph]:
     return call_with_deep_stack(run)
 
 
-def _expand_here(program, x: Any) -> ExampleGraph:
-    ctx = ExpansionContext(program)
+def _expand_here(program, x: Any, strict: bool = False) -> ExampleGraph:
+    ctx = ExpansionContext(program, strict)
     root = program.root
+
     result = root.eval_in(ctx, root_input(root, ctx, x))
-    return ExampleGraph(ctx.graph(program), result, ctx.metrics, ctx.key_array())
+    graph = ctx.graph(program)
+    if not strict and not checks_pass(program, graph):  # again, to say where it fails
+        return _expand_here(program, x, strict=True)
+    return ExampleGraph(graph, result, ctx.metrics, ctx.key_array())
+
+
+def checks_pass(program, graph: OpGraph) -> bool:
+    """Whether every node of `graph` whose op has an input check (`Op.check`) and
+    whose arguments are all constants passes it: one check per op, on the rows of
+    all its nodes (checks are vectorised), instead of one call per node. An id
+    range (`IdRange`, an embedding's) is checked in compiled code, with no array
+    made per op."""
+    for o, check in program.input_checks:
+        if isinstance(check, IdRange):
+            table = graph.constants[program.type_id[program.ops[o].input_types[0]]]
+            if not _ids_in_range(graph.node_op, graph.sdepth, graph.node_arity,
+                                 graph.node_args, graph.value_index, table.reshape(-1), o,
+                                 check.num_rows):
+                return False
+            continue
+        nodes = np.flatnonzero((graph.node_op == o) & (graph.sdepth == 0))
+        if not len(nodes):
+            continue
+        starts = np.cumsum(graph.node_arity, dtype=np.int64) - graph.node_arity
+        rows = []
+        for i in range(int(graph.node_arity[nodes[0]])):
+            args = graph.node_args[starts[nodes] + i]
+            k = int(graph.value_type[args[0]])  # an op's i-th input has one type
+            rows.append(graph.constants[k][graph.value_index[args]])
+        try:
+            check(*rows)
+        except BadValueError:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _ids_in_range(node_op, sdepth, node_arity, node_args, value_index, ids, op, num_rows):
+    """Whether the first argument of every depth-0 node of `op`, a row of `ids`,
+    is in `[0, num_rows)`."""
+    p = 0
+    for j in range(len(node_op)):
+        if node_op[j] == op and sdepth[j] == 0:
+            x = ids[value_index[node_args[p]]]
+            if x < 0 or x >= num_rows:
+                return False
+        p += node_arity[j]
+    return True
 
 
 @dataclass
@@ -403,8 +450,8 @@ def expand_batch(program, inputs: list, skip: bool = False) -> BatchGraph:
     return call_with_deep_stack(_expand_batch_here, program, list(inputs), skip)
 
 
-def _expand_batch_here(program, inputs: list, skip: bool) -> BatchGraph:
-    ctx = ExpansionContext(program)
+def _expand_batch_here(program, inputs: list, skip: bool, strict: bool = False) -> BatchGraph:
+    ctx = ExpansionContext(program, strict)
     root = program.root
     out_type = root.output_type
     one_tensor = isinstance(out_type, TensorType)  # the result is its value id
@@ -431,4 +478,6 @@ def _expand_batch_here(program, inputs: list, skip: bool) -> BatchGraph:
     reads = [len(results), len(metrics), *results, *(m for m, _, _ in metrics),
              *(v for _, v, _ in metrics)]
     graph, record = ctx._record(program, reads)
+    if not strict and not checks_pass(program, graph):  # again, to say which fails
+        return _expand_batch_here(program, inputs, skip, strict=True)
     return BatchGraph(graph, record, kept, skipped)

@@ -74,6 +74,13 @@ class Program:
                 for op, o in self.op_id.items()}
 
     @functools.cached_property
+    def input_checks(self) -> list:
+        """`(op id, check)` of the ops with an input check (`Op.check`), which
+        expansion runs on all of a graph's nodes of the op at once
+        (the expansion's `checks_pass`)."""
+        return [(o, op.check) for o, op in enumerate(self.ops) if op.check is not None]
+
+    @functools.cached_property
     def key_type(self) -> int | None:
         """The type id of the random ops' node keys (`blocks.op.NODE_KEY`), or None
         when no op is random: then nothing is keyed and nothing costs."""

@@ -286,7 +286,7 @@ def test_error_inside_a_named_composition_in_a_pipe_names_both():
     p = td.InputTransform(str) >> c
     with raises(td.InputError) as info:
         p.eval(1)
-    assert info.value.block_path == "Pipe[1] > Composition 'inner'[0] > InputTransform"
+    assert info.value.block_path == "Composition 'inner'[0] > InputTransform"
 
 
 # --- Composition: connection errors -----------------------------------------------------
@@ -507,10 +507,22 @@ def test_eval_error_in_the_third_block_of_a_chain_names_pipe_2():
 
 
 def test_blocks_of_a_long_chain_have_flat_paths():
-    blocks = [td.InputTransform(str, name=str(i)) for i in range(5)]
+    blocks = [td.InputTransform(str) for i in range(5)]
     p = blocks[0] >> blocks[1] >> blocks[2] >> blocks[3] >> blocks[4]
-    assert [b.path for b in blocks] == [f"Pipe[{i}] > InputTransform '{i}'" for i in range(5)]
+    assert [b.path for b in blocks] == [f"Pipe[{i}] > InputTransform" for i in range(5)]
     assert p.path == "Pipe"
+
+
+def test_a_named_block_in_a_pipe_is_named_without_its_position():
+    named = [td.InputTransform(str, name=str(i)) for i in range(3)]
+    unnamed = td.InputTransform(str)
+    named[0] >> unnamed >> named[1] >> named[2]
+    assert [b.path for b in named] == [f"InputTransform '{i}'" for i in range(3)]
+    assert unnamed.path == "Pipe[1] > InputTransform"
+    inner = td.InputTransform(str, name="inner")
+    outer = td.Pipe(td.InputTransform(str), inner >> td.InputTransform(len), name="enc")
+    assert inner.path == "Pipe 'enc'[1] > InputTransform 'inner'"  # a named pipe shows
+    assert outer.path == "Pipe 'enc'"
 
 
 def test_flat_paths_inside_another_block():

@@ -2,6 +2,8 @@
 including inputs nested far deeper than Python's recursion limit."""
 
 import functools
+import inspect
+import sys
 
 import numpy as np
 import pytest
@@ -87,7 +89,8 @@ def test_oneof_key_fn_sees_the_raw_input_not_the_pre_block_output():
 
 
 def test_oneof_case_output_types_must_agree():
-    with raises(TypeError, "OneOf[1] > Scalar", "the other cases output TensorType((), "
+    with raises(TypeError, "OneOf[1] > Scalar", "output type mismatch with the other cases: "
+                "expected float32, got int32; the other cases output TensorType((), "
                 "'float32'), this one TensorType((), 'int32')"):
         td.OneOf(lambda x: x, {0: td.Scalar(), 1: td.Scalar("int32")})
 
@@ -127,7 +130,7 @@ def test_oneof_error_in_the_key_block_names_it():
     block = td.OneOf(td.GetItem("kind"), {"a": td.GetItem("a") >> td.Scalar()})
     with raises(td.InputError, "missing key 'kind'") as info:
         block.eval({"a": 1})
-    assert info.value.block_path == "OneOf.key_fn > GetItem"
+    assert info.value.block_path == "OneOf.key_fn > GetItem('kind')"
 
 
 def test_oneof_error_in_a_case_names_the_case_key():
@@ -498,6 +501,103 @@ def test_fold_over_ten_thousand_items_evaluates_without_recursion_error():
     model = td.Map(td.Scalar()) >> td.Fold(td.Function(tf.add), td.Zeros(SCALAR))
     assert float(reference_eval(model, values)) == float(np.sum(values, dtype=np.float64))
     assert model.max_depth(values) == DEEP
+
+
+def test_a_chain_a_hundred_thousand_deep_evaluates_through_eval():
+    # no op: the cost is the evaluator's own, and the recursion is 100,000 levels deep
+    tree = td.ForwardDeclaration(td.PyObjectType(), td.PyObjectType(), name="tree")
+    tree.resolve_to(td.AllOf(td.GetItem("v"), td.GetItem("children") >> td.Map(tree()))
+                    >> td.InputTransform(lambda p: p[0] + sum(p[1])))
+    chain = {"v": 1, "children": []}
+    for _ in range(100_000):
+        chain = {"v": 1, "children": [chain]}
+    assert tree().eval(chain) == 100_001
+
+
+_GENERATORS = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def _generators_on_the_stack() -> int:
+    """The generator frames running on this thread's stack (a generator expression
+    is one). While one runs, each exception raised deeper walks past it (CPython's
+    `_PyErr_GetTopmostException`, on every raise), and TensorFlow raises and catches
+    some in every eager op: one running per level of a recursion made `eval`
+    quadratic in the input's depth."""
+    frame, n = sys._getframe(), 0
+    while frame is not None:
+        n += bool(frame.f_code.co_flags & _GENERATORS)
+        frame = frame.f_back
+    return n
+
+
+def _recursive_models():
+    """Recursive models whose recursion goes through every kind of block that
+    evaluates children: each is `(model, input of depth n)`."""
+    from refold.models import encoders, tree_lstm
+
+    def watched():
+        return td.Function(_watch, name="watched")
+
+    chain_tree = td.ForwardDeclaration(td.PyObjectType(), SCALAR)
+    leaf = td.Scalar() >> watched()
+    pair = td.AllOf(td.GetItem(0) >> chain_tree(), td.GetItem(1) >> td.Scalar()) \
+        >> td.Function(tf.add) >> watched()
+    chain_tree.resolve_to(td.OneOf(lambda x: isinstance(x, tuple), {False: leaf, True: pair}))
+
+    nested = td.ForwardDeclaration(td.PyObjectType(), SCALAR)
+    comp = td.Composition()
+    with comp.scope():
+        kids = (td.GetItem("kids") >> td.Map(nested()) >> td.Fold(
+            td.Function(tf.add), td.Zeros(SCALAR))).reads(comp.input)
+        here = (td.GetItem("v") >> td.Scalar()).reads(comp.input)
+        comp.output.reads(td.Function(tf.add).reads(kids, here))
+    extra = td.Record({"extra": td.Optional(td.Scalar() >> watched())}) >> td.GetItem(0)
+    nested.resolve_to(td.AllOf(comp, extra) >> td.Function(lambda a, b: a + b) >> watched())
+
+    cell = tree_lstm.ChildSumTreeLSTMCell(2, 1)
+    child_sum = encoders.tree_encoder(cell, td.GetItem("x") >> td.Vector(1),
+                                      per_node=td.GetItem(0) >> td.GetItem(0) >> watched())
+
+    def pairs(n):
+        t = 1.0
+        for _ in range(n):
+            t = (t, 1.0)
+        return t
+
+    def dicts(n):
+        t = {"v": 1.0, "kids": [], "extra": 1.0}
+        for _ in range(n):
+            t = {"v": 1.0, "kids": [t], "extra": None}
+        return t
+
+    def children(n):
+        t = {"x": [1.0], "children": []}
+        for _ in range(n):
+            t = {"x": [1.0], "children": [t]}
+        return t
+
+    return [(chain_tree(), pairs), (nested(), dicts), (child_sum, children)]
+
+
+_seen: list[int] = []
+
+
+def _watch(x):
+    _seen.append(_generators_on_the_stack())
+    return x
+
+
+def test_no_generator_runs_on_each_level_of_a_recursion_in_eval():
+    # The work an exception raised at depth d costs is the generators running above
+    # it: it must not grow with d (here: the same at depths 20 and 80).
+    for model, make in _recursive_models():
+        counts = []
+        for depth in (20, 80):
+            _seen.clear()
+            model.eval(make(depth))
+            assert len(_seen) > depth  # the watch ran at every level
+            counts.append(max(_seen))
+        assert counts[0] == counts[1] <= 2, (model, counts)
 
 
 # --- cyclic inputs ----------------------------------------------------------------------------

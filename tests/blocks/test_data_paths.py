@@ -65,8 +65,8 @@ def test_a_value_a_block_could_not_take_an_item_of_is_located():
         False: td.GetItem("tok") >> td.Scalar(),
         True: td.GetItem("children") >> td.Map(tree()) >> td.Sum()}))
     with pytest.raises(td.InputError,
-                       match=r"at \['children'\]\[1\]\['children'\]\[0\]: .*GetItem: cannot "
-                             r"take item 'tok' of 'a'"):
+                       match=r"at \['children'\]\[1\]\['children'\]\[0\]: .*GetItem\('tok'\): "
+                             r"cannot take item 'tok' of 'a'"):
         tree().eval({"children": [{"tok": 1}, {"children": ["a"]}]})
 
 

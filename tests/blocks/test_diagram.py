@@ -76,6 +76,20 @@ def test_the_picture_fits_its_canvas_and_is_written_to_a_file(tmp_path):
         assert 0 <= y and y + float(r.get("height")) <= height
 
 
+@pytest.mark.parametrize("name", ["block.png", "block.PDF", "block.jpg"])
+def test_a_file_name_asking_for_another_format_than_svg_is_refused(tmp_path, name):
+    # SVG text written into a .png is not a PNG: refuse before writing anything
+    with pytest.raises(ValueError, match=r"plot_block draws SVG only, and '.*block\.\w+' "
+                                         r"asks for '(png|PDF|jpg)': save it as a \.svg file"):
+        plot_block(quick_start_tree(), to_file=tmp_path / name)
+    with pytest.raises(ValueError, match="draws SVG only"):
+        plot_block(quick_start_tree()).save(str(tmp_path / name))
+    assert list(tmp_path.iterdir()) == []
+    for fine in ("block.SVG", "block"):  # an SVG, or no format asked for
+        plot_block(quick_start_tree(), to_file=tmp_path / fine)
+        assert (tmp_path / fine).read_text().startswith("<svg ")
+
+
 def test_a_pipe_is_a_column_with_the_type_between_each_pair():
     block = td.Map(td.Scalar() >> td.Function(tf.square)) >> td.Sum()
     _, texts, rects = parse(plot_block(block).svg)

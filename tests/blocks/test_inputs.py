@@ -137,12 +137,14 @@ def test_tensor_input_error_names_its_place_in_a_pipe():
 
 
 def test_tensor_input_and_output_types_are_fixed():
-    with pytest.raises(TypeError, match=r"Scalar: input type mismatch: expected PyObjectType\(\)"
-                                        r", got TensorType\(\(\), 'float32'\)"):
+    with pytest.raises(TypeError, match=r"Scalar: input type mismatch: expected a Python object"
+                                        r", got a tensor \(\) float32; the whole types: "
+                                        r"expected PyObjectType\(\), got TensorType"):
         td.Scalar().set_input_type(F32)
-    with pytest.raises(TypeError, match=r"Vector: output type mismatch: expected "
-                                        r"TensorType\(\(3,\), 'float32'\), got TensorType"
-                                        r"\(\(2,\), 'float32'\)"):
+    with pytest.raises(TypeError, match=r"^Vector: output type mismatch: expected \(3,\), got "
+                                        r"\(2,\); the whole types: expected TensorType"
+                                        r"\(\(3,\), 'float32'\), got TensorType"
+                                        r"\(\(2,\), 'float32'\)$"):
         td.Vector(3).set_output_type([2])
 
 
@@ -264,7 +266,7 @@ def test_input_transform_failure_is_an_input_error_naming_the_block():
 
 def test_input_transform_cannot_follow_a_tensor():
     with pytest.raises(TypeError, match=r"Pipe\[1\] > InputTransform: input type mismatch: "
-                                        r"expected PyObjectType\(\), got TensorType"):
+                                        r"expected a Python object, got a tensor"):
         td.Scalar() >> td.InputTransform(str)
 
 
@@ -293,47 +295,56 @@ def test_get_item_of_a_sequence_type_has_the_element_type():
 
 
 def test_get_item_tuple_index_out_of_range_is_a_type_error():
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > GetItem: cannot take item 2 of "
+    with pytest.raises(TypeError, match=r"^GetItem\(2\): cannot take item 2 of "
                                         r"TupleType\("):
         (td.Scalar(), td.Vector(2)) >> td.GetItem(2)
 
 
 def test_get_item_of_an_infinite_sequence_is_a_type_error():
-    with pytest.raises(TypeError, match=r"Pipe\[2\] > GetItem: cannot get an item from an "
+    with pytest.raises(TypeError, match=r"^GetItem\(0\): cannot get an item from an "
                                         r"infinite sequence: BroadcastSequenceType"):
         td.Scalar() >> td.Broadcast() >> td.GetItem(0)
 
 
 def test_get_item_cannot_read_a_tensor():
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > GetItem: bad input type TensorType"):
+    with pytest.raises(TypeError, match=r"^GetItem\(0\): bad input type TensorType"):
         td.Scalar() >> td.GetItem(0)
 
 
 def test_get_item_missing_dict_key_is_an_input_key_error_naming_the_path():
     err = raises_key_error(td.GetItem("a") >> td.Scalar(), {"b": 1})
-    assert err.block_path == "Pipe[0] > GetItem"
-    assert str(err).startswith("Pipe[0] > GetItem: missing key 'a'")
+    assert err.block_path == "GetItem('a')"
+    assert str(err).startswith("GetItem('a'): missing key 'a'")
     assert "'b'" in str(err)
 
 
 def test_get_item_index_out_of_range_is_an_input_key_error():
     err = raises_key_error(td.GetItem(5) >> td.Scalar(), [1])
-    assert str(err) == "Pipe[0] > GetItem: missing key 5; the input has length 1"
+    assert str(err) == "GetItem(5): missing key 5; the input has length 1"
+
+
+def test_get_item_and_slice_keys_written_in_the_expression_count_from_the_end():
+    # a key in the block expression is Python's (Nth's index, from the data, is not)
+    assert td.GetItem(-1).eval([1, 2, 3]) == 3
+    assert (td.Map(td.Scalar()) >> td.GetItem(-1)).eval([1, 2, 3]) == 3.0
+    assert td.Slice(start=-2).eval([1, 2, 3]) == [2, 3]
+    err = raises_key_error(td.GetItem(-4) >> td.Scalar(), [1, 2, 3])
+    assert str(err) == "GetItem(-4): missing key -4; the input has length 3"
 
 
 def test_get_item_of_a_sequence_out_of_range_is_an_input_key_error():
     err = raises_key_error(seq_of_scalars() >> td.GetItem(5), [1, 2])
-    assert str(err).startswith("Pipe[2] > GetItem: missing key 5")
+    assert str(err).startswith("GetItem(5): missing key 5")
 
 
 def test_get_item_of_something_unindexable_is_an_input_error():
-    with pytest.raises(td.InputError, match=r"^Pipe\[0\] > GetItem: cannot take item 0 of 5"):
+    with pytest.raises(td.InputError, match=r"^GetItem\(0\): cannot take item 0 of 5"):
         (td.GetItem(0) >> td.Scalar()).eval(5)
 
 
 def test_get_item_path_inside_a_record():
     err = raises_key_error(td.Record({"x": td.GetItem(0) >> td.Scalar()}), {"x": []})
-    assert err.block_path == "Record['x'] > Pipe[0] > GetItem"
+    assert err.block_path == "Record['x'] > GetItem(0)"
 
 
 def test_slice_takes_keyword_arguments_only():
@@ -370,7 +381,7 @@ def test_slice_of_an_infinite_sequence_is_a_type_error():
 
 
 def test_slice_of_an_unsliceable_input_is_an_input_error():
-    with pytest.raises(td.InputError, match=r"^Slice: cannot take item slice"):
+    with pytest.raises(td.InputError, match=r"^Slice\(start=1\): cannot take item slice"):
         td.Slice(start=1).eval(3)
 
 
@@ -525,13 +536,15 @@ def test_void_takes_the_type_of_what_it_follows():
 
 def test_void_cannot_feed_a_block_that_needs_input():
     with pytest.raises(TypeError, match=r"Pipe\[1\] > Scalar: input type mismatch: expected "
-                                        r"PyObjectType\(\), got VoidType\(\)"):
+                                        r"a Python object, got no value \(void\); the whole "
+                                        r"types: expected PyObjectType\(\), got VoidType\(\)"):
         td.Void() >> td.Scalar()
 
 
 def test_void_output_type_is_fixed():
-    with pytest.raises(TypeError, match=r"^Void: output type mismatch: expected VoidType\(\), "
-                                        r"got TensorType\(\(\), 'float32'\)"):
+    with pytest.raises(TypeError, match=r"^Void: output type mismatch: expected no value "
+                                        r"\(void\), got a tensor \(\) float32; the whole types: "
+                                        r"expected VoidType\(\), got TensorType"):
         td.Void().set_output_type(F32)
 
 

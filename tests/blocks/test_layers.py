@@ -91,21 +91,22 @@ def test_fc_shared_within_one_expression_gives_equal_outputs():
 def test_fc_input_size_fixed_by_first_use():
     fc = td.FC(3)
     td.Vector(2) >> fc
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: input type mismatch: expected "
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > FC: input type mismatch: expected "
+                                        r"\(2,\), got \(4,\); the whole types: expected "
                                         r"TensorType\(\(2,\), 'float32'\), got "
                                         r"TensorType\(\(4,\), 'float32'\)"):
         td.Vector(4) >> fc
 
 
 def test_fc_input_dtype_error_names_the_block_path():
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: .*float32.*int32"):
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > FC: FC input dtype must be float32.*int32"):
         td.Vector(2, "int32") >> td.FC(2)
 
 
 def test_fc_input_rank_error_names_the_block_path():
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: .*1D.*\(2, 2\)"):
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > FC: FC input shape must be 1D.*\(2, 2\)"):
         td.Tensor([2, 2]) >> td.FC(2)
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: .*1D"):
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > FC: FC input shape must be 1D"):
         td.Scalar() >> td.FC(2)
 
 
@@ -119,20 +120,51 @@ def test_fc_num_units_must_be_a_positive_int(bad):
 
 
 EMB = td.Embedding(5, 3, name="emb_5_3")
+WRAPPING = td.Embedding(5, 3, name="emb_5_3_mod", mod_inputs=True)
 
 
 @tf_settings
 @given(st.integers(min_value=-30, max_value=30))
-def test_embedding_lookup_equals_table_row_after_abs_mod(i):
-    out = (td.Scalar("int32") >> EMB).eval(i)
-    table = np.asarray(EMB.embeddings)
+def test_a_wrapping_embedding_looks_up_the_row_after_abs_mod(i):
+    out = (td.Scalar("int32") >> WRAPPING).eval(i)
+    table = np.asarray(WRAPPING.embeddings)
     assert_allclose(out, table[abs(i) % 5])
+
+
+@tf_settings
+@given(st.integers(min_value=-30, max_value=30))
+def test_an_embedding_takes_ids_in_range_and_refuses_others_naming_them(i):
+    block = td.Scalar("int32") >> EMB
+    if 0 <= i < 5:
+        assert_allclose(block.eval(i), np.asarray(EMB.embeddings)[i])
+        return
+    with pytest.raises(td.InputError) as info:
+        block.eval(i)
+    assert info.value.block_path == "Embedding 'emb_5_3'"  # its name, not its position
+    assert info.value.reason.startswith(f"id {i} is not in [0, 5) (")
+    assert "mod_inputs=True" in info.value.reason
+
+
+def test_embedding_refuses_what_fold_wrapped_unless_told_to_wrap():
+    # Fold's default wrapped 13 and -3 onto row 3; Refold's refuses them, one keyword away
+    e = td.Scalar("int32") >> td.Embedding(10, 3)
+    for bad in (13, -3, 10):
+        with pytest.raises(td.InputError, match=rf"id {bad} is not in \[0, 10\)"):
+            e.eval(bad)
+    wrapped = td.Scalar("int32") >> td.Embedding(10, 3, mod_inputs=True)
+    assert_allclose(wrapped.eval(13), wrapped.eval(3))
+    assert_allclose(wrapped.eval(-3), wrapped.eval(3))
+    with pytest.raises(ValueError, match="mod_inputs must be True or False, got 1"):
+        td.Embedding(10, 3, mod_inputs=1)
 
 
 def test_embedding_over_a_sequence_of_ids():
     init = np.arange(12, dtype="float32").reshape(4, 3)
     emb = td.Embedding(4, 3, initializer=init)
-    out = (td.Map(td.Scalar("int64")) >> td.Map(td.Function(emb))).eval([0, 3, 5])
+    out = (td.Map(td.Scalar("int64")) >> td.Map(td.Function(emb))).eval([0, 3, 2])
+    assert_allclose(np.stack(out), init[[0, 3, 2]])
+    wrapping = td.Embedding(4, 3, initializer=init, mod_inputs=True)
+    out = (td.Map(td.Scalar("int64")) >> td.Map(td.Function(wrapping))).eval([0, 3, 5])
     assert_allclose(np.stack(out), init[[0, 3, 1]])
 
 
@@ -151,24 +183,24 @@ def test_embedding_tensor_initializer():
     assert_allclose((td.Scalar("int32") >> emb).eval(1), [2.0, 3.0])
 
 
-def test_embedding_without_mod_inputs_accepts_ids_in_range_and_fails_outside():
+def test_embedding_accepts_ids_in_range_and_fails_outside():
     init = np.arange(10, dtype="float32").reshape(5, 2)
-    emb = td.Embedding(5, 2, initializer=init, mod_inputs=False)
+    emb = td.Embedding(5, 2, initializer=init)
     block = td.Scalar("int32") >> emb
     assert_allclose(block.eval(4), [8.0, 9.0])
-    with pytest.raises(td.InputError, match=r"Pipe\[1\] > Function"):
+    with pytest.raises(td.InputError, match=r"^Pipe\[1\] > Embedding: id 7 is not in"):
         block.eval(7)
 
 
 def test_embedding_op_checks_ids_only_when_they_are_not_wrapped():
     # a wrapped lookup has no check, so expansion reads no id's row to check nothing
-    wrapped = td.Scalar("int32") >> td.Embedding(5, 2)
-    checked = td.Scalar("int32") >> td.Embedding(5, 2, mod_inputs=False)
+    wrapped = td.Scalar("int32") >> td.Embedding(5, 2, mod_inputs=True)
+    checked = td.Scalar("int32") >> td.Embedding(5, 2)
     assert wrapped.eval(7).shape == (2,)
     ops = [b.op() for b in (wrapped, checked) for b in b.children if hasattr(b, "op")]
     assert [op.check is None for op in ops] == [True, False]
     from refold.compiler import Compiler
-    with pytest.raises(td.InputError, match=r"Pipe\[1\] > Function.*not in \[0, 5\)"):
+    with pytest.raises(td.InputError, match=r"Pipe\[1\] > Embedding: id 7 is not in \[0, 5\)"):
         Compiler.create(checked).plan([7])
     assert Compiler.create(wrapped).plan([7]).stats.launches >= 1
 
@@ -176,7 +208,7 @@ def test_embedding_op_checks_ids_only_when_they_are_not_wrapped():
 def test_embedding_fed_by_another_op_is_refused_by_eval_as_by_the_engine():
     # the engine runs sparse lookups before its loop, on input data only; eval agrees
     block = td.Scalar("int32") >> td.Function(lambda x: x + 1) >> td.Embedding(5, 2)
-    with pytest.raises(td.InputError, match=r"Pipe\[2\] > Function: .*Embedding.* must come "
+    with pytest.raises(td.InputError, match=r"Pipe\[2\] > Embedding: .*Embedding.* must come "
                                             r"from the input data"):
         block.eval(3)
     assert (td.Scalar("int32") >> td.Embedding(5, 2)).eval(3).shape == (2,)
@@ -200,12 +232,12 @@ def test_embedding_properties():
 
 
 def test_embedding_float_ids_are_a_type_error_naming_the_path():
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: .*integer.*float32"):
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > Embedding: .*integer.*float32"):
         td.Scalar() >> td.Embedding(4, 2)
 
 
 def test_embedding_vector_ids_are_a_type_error_naming_the_path():
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: .*scalar.*\(2,\)"):
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > Embedding: .*scalar.*\(2,\)"):
         td.Vector(2, "int32") >> td.Embedding(4, 2)
 
 
@@ -341,7 +373,7 @@ def test_scoped_dense_layer_types_values_and_sharing():
 def test_scoped_dense_layer_input_mismatch_is_a_type_error():
     layer = td.ScopedLayer(keras.layers.Dense(2))
     td.Vector(3) >> layer
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Function: input type mismatch"):
+    with pytest.raises(TypeError, match=r"Pipe\[1\] > ScopedLayer: input type mismatch"):
         td.Vector(4) >> layer
 
 

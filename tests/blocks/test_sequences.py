@@ -3,6 +3,7 @@ ZipWith, NGrams, Nth, Stack."""
 
 import itertools
 import math
+import re
 
 import numpy as np
 import pytest
@@ -82,7 +83,9 @@ def test_map_over_mixed_tuple_is_a_type_error_naming_the_path():
 
 def test_map_element_type_mismatch_is_a_type_error_naming_the_path():
     with pytest.raises(TypeError, match=r"Pipe\[2\] > Map > Vector: input type mismatch: "
-                                        r"expected PyObjectType\(\), got TensorType"):
+                                        r"expected a Python object, got a tensor \(\) "
+                                        r"float32; the whole types: expected PyObjectType"
+                                        r"\(\), got TensorType"):
         td.InputTransform(list) >> td.Map(td.Scalar()) >> td.Map(td.Vector(2))
 
 
@@ -341,13 +344,14 @@ def test_reduce_over_broadcast_is_a_type_error():
 
 
 def test_reduce_mixed_tuple_is_a_type_error():
-    with pytest.raises(TypeError, match=r"Pipe\[1\] > Sum 's': cannot reduce a tuple of mixed"):
+    with pytest.raises(TypeError, match=r"Sum 's': cannot reduce a tuple of mixed"):
         (td.Scalar(), td.Vector(2)) >> td.Sum(name="s")
 
 
 def test_reduce_output_type_mismatch_is_a_type_error():
     reduce = td.Sum().set_input_type(SequenceType(F32))
-    with pytest.raises(TypeError, match=r"Sum: output type mismatch: expected TensorType\(\(\), "
+    with pytest.raises(TypeError, match=r"Sum: output type mismatch: expected \(\), got \(2,\); "
+                                        r"the whole types: expected TensorType\(\(\), "
                                         r"'float32'\), got TensorType\(\(2,\), 'float32'\)"):
         reduce.set_output_type(TensorType((2,)))
 
@@ -577,10 +581,18 @@ def test_ngrams_of_non_sequence_is_an_input_error():
 
 @tf_settings
 @given(st.lists(small_ints, min_size=1, max_size=6), st.data())
-def test_nth_picks_the_item(xs, data):
+def test_nth_picks_the_item_and_refuses_a_negative_index(xs, data):
     n = data.draw(st.integers(min_value=-len(xs), max_value=len(xs) - 1))
     block = (td.Map(td.Scalar()), td.Identity()) >> td.Nth()
-    assert_allclose(block.eval((xs, n)), float(xs[n]))
+    if n >= 0:
+        assert_allclose(block.eval((xs, n)), float(xs[n]))
+        assert_allclose(block.eval((xs, np.int64(n))), float(xs[n]))
+        return
+    with pytest.raises(td.InputKeyError) as info:  # seq[-1] would silently be the last
+        block.eval((xs, n))
+    assert info.value.block_path == "Pipe[1] > Nth"
+    assert info.value.reason == (f"index {n} is out of range for a sequence of length "
+                                 f"{len(xs)} (Nth takes indices from 0, not from the end)")
 
 
 def test_nth_output_type_is_element_type():
@@ -602,6 +614,9 @@ def test_nth_non_integer_index_is_an_input_error():
     block = (td.Map(td.Scalar()), td.Identity()) >> td.Nth()
     with pytest.raises(td.InputError, match=r"Pipe\[1\] > Nth: index must be an integer"):
         block.eval(([1, 2, 3], "a"))
+    for bad in (True, 1.0, np.float64(2.0)):  # seq[True] would be seq[1]; no truncation
+        with pytest.raises(td.InputError, match=r"Nth: index must be an integer, got"):
+            block.eval(([1, 2, 3], bad))
 
 
 def test_nth_type_errors_name_the_path():
@@ -639,3 +654,46 @@ def test_stack_takes_tensors_and_a_positive_length():
         td.Stack(0)
     with pytest.raises(TypeError, match="sequence of tensors"):
         td.Map(td.Map(td.Scalar())) >> td.Stack(2)
+
+
+# --- sequences given as dicts or sets ----------------------------------------------------------
+
+
+def _word_tree():
+    tree = td.ForwardDeclaration(td.PyObjectType(), td.TensorType(()), name="tree")
+    tree.resolve_to(td.AllOf(td.GetItem("w") >> td.Scalar(),
+                             td.GetItem("children") >> td.Map(tree()) >> td.Sum())
+                    >> td.Function(tf.add))
+    return tree()
+
+
+def test_children_given_as_a_dict_are_refused_not_iterated_by_their_keys():
+    # Python iterates a dict by its keys: Map would have read "a" as a node, and failed
+    # with "cannot take item 'w' of 'a'"
+    leaf = {"w": 1.0, "children": []}
+    node = {"w": 2.0, "children": {"a": leaf, "b": leaf}}
+    with pytest.raises(td.InputError) as info:
+        _word_tree().eval(node)
+    assert info.value.data_path == "['children']"
+    assert info.value.block_path.endswith("> Map")
+    assert info.value.reason.startswith(
+        "expected a sequence, got a dict (keys 'a', 'b'), whose items Python would iterate "
+        "as its keys: give a list, or read the values with td.InputTransform(")
+    assert float(_word_tree().eval({"w": 2.0, "children": [leaf, leaf]})) == 4.0
+
+
+@pytest.mark.parametrize("block", [
+    td.Map(td.Scalar()),
+    td.Map(td.Scalar()) >> td.Sum(),
+    td.Map(td.Scalar()) >> td.Fold(td.Function(tf.add), td.Zeros(td.TensorType(()))),
+    td.NGrams(2),
+    td.AllOf(td.Identity(), td.Identity()) >> td.Zip(),
+])
+@pytest.mark.parametrize("value, says", [
+    ({"x": 1.0, "y": 2.0, "z": 3.0, "t": 4.0}, "got a dict (keys 'x', 'y', 'z', ...)"),
+    ({1.0, 2.0}, "got a set, which has no order: give a list"),
+    (frozenset({1.0}), "got a frozenset, which has no order"),
+])
+def test_a_dict_or_a_set_is_not_a_sequence(block, value, says):
+    with pytest.raises(td.InputError, match=re.escape(says)):
+        block.eval(value)

@@ -19,6 +19,7 @@ from refold.blocks.types import (
     VoidType,
     canonicalize_type,
     convert_to_type,
+    first_difference,
 )
 
 NAMESPACE = {name: getattr(td, name) for name in td.__all__}
@@ -550,3 +551,42 @@ def test_block_types_are_canonicalized_when_set():
     assert block.input_type == PY
     assert td.Map(td.InputTransform(str.lower)).output_type == PY
     assert td.Map(td.Scalar()).output_type == SequenceType(F32)
+
+
+# --- first_difference ------------------------------------------------------------------------
+
+
+def test_a_type_mismatch_shows_the_first_difference_located_then_the_whole_types():
+    # the zoo's child-sum cell given 64-wide inputs where it takes 80
+    from refold.models import tree_lstm
+    cell = tree_lstm.ChildSumTreeLSTMCell(8, 80)
+    with pytest.raises(TypeError) as info:
+        td.AllOf(td.Vector(64), td.Map(td.Vector(8))) >> cell
+    message = str(info.value)
+    assert message.startswith("Pipe[1] > ChildSumTreeLSTMCell: input type mismatch: expected "
+                              "(80,), got (64,) at the first item of the tuple; the whole "
+                              "types: expected TupleType(TensorType((80,), 'float32'), ")
+    assert message.endswith("got TupleType(TensorType((64,), 'float32'), "
+                            "SequenceType(TensorType((8,), 'float32')))")
+
+
+@pytest.mark.parametrize("expected, got, difference", [
+    (TensorType((3,)), TensorType((3,)), None),
+    (TensorType((3,)), TensorType((2,)), "expected (3,), got (2,)"),
+    (TensorType(()), TensorType((), "int32"), "expected float32, got int32"),
+    (TensorType((2,)), TensorType((), "int8"), "expected (2,) float32, got () int8"),
+    (TupleType(F32, TupleType(F32, F32)), TupleType(F32, TupleType(F32, I32)),
+     "expected float32, got int32 at the second item of the second item of the tuple"),
+    (TupleType(F32, F32), TupleType(F32), "expected a tuple of 2 items, got 1"),
+    (SequenceType(F32), SequenceType(I32), "expected float32, got int32 in the elements of "
+                                           "the sequence"),
+    (SequenceType(TupleType(F32, F32)), SequenceType(TupleType(F32, I32)),
+     "expected float32, got int32 at the second item of the elements of the sequence"),
+    (SequenceType(F32), BroadcastSequenceType(F32), "expected a sequence, got a broadcast "
+                                                    "sequence"),
+    (TupleType(*[F32] * 12), TupleType(*[F32] * 11, I32),
+     "expected float32, got int32 at item 11 of the tuple"),
+    (PyObjectType(), VoidType(), "expected a Python object, got no value (void)"),
+])
+def test_first_difference_names_how_and_where(expected, got, difference):
+    assert first_difference(expected, got) == difference

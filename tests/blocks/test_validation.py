@@ -31,7 +31,8 @@ def opaque(fn=tf.negative, name=None):
 
 def mismatch(path, which, expected, actual):
     """A regex for the composition-time mismatch error at `path`."""
-    return re.escape(f"{path}: {which} type mismatch: expected {expected}, got {actual}")
+    return re.escape(f"{path}: {which} type mismatch: ") + ".*" + re.escape(
+        f"; the whole types: expected {expected}, got {actual}")
 
 
 # --- validate: forward declarations --------------------------------------------------------
@@ -93,8 +94,9 @@ def test_references_made_after_resolving_work():
 def test_forward_declaration_target_must_agree_with_the_declared_types():
     decl = td.ForwardDeclaration(PY, F32)
     with pytest.raises(TypeError, match=r"ForwardDeclaration > Vector: output type mismatch: "
+                                        r"expected \(2,\), got \(\); the whole types: "
                                         r"expected TensorType\(\(2,\), 'float32'\), got "
-                                        r"TensorType\(\(\), 'float32'\)"):
+                                        r"TensorType\(\(\), 'float32'\)$"):
         decl.resolve_to(td.Vector(2))
 
 
@@ -129,14 +131,14 @@ def test_function_alone_has_an_undetermined_input_type():
 def test_undetermined_output_is_blamed_on_the_innermost_block():
     block = td.Scalar() >> opaque(name="neg") >> td.Function(tf.square)
     with pytest.raises(TypeError, match=re.escape(
-            "Pipe[1] > Function 'neg': cannot determine the output type; "
+            "Function 'neg': cannot determine the output type; "
             "call set_output_type()")):
         td.validate(block)
 
 
 def test_undetermined_type_error_names_the_nested_path():
     block = td.Record({"a": td.Scalar() >> opaque(name="neg"), "b": td.Scalar()})
-    with pytest.raises(TypeError, match=re.escape("Record['a'] > Pipe[1] > Function 'neg': "
+    with pytest.raises(TypeError, match=re.escape("Record['a'] > Function 'neg': "
                                                   "cannot determine the output type")):
         td.validate(block)
 
@@ -219,9 +221,9 @@ def test_metrics_of_one_name_must_have_one_type():
     with pytest.raises(TypeError) as info:
         td.validate(block)
     message = str(info.value)
-    assert message.startswith("Pipe[0] > AllOf[1] > Pipe[1] > Metric 'm': Metric 'm' has "
+    assert message.startswith("Pipe[0] > AllOf[1] > Metric 'm': Metric 'm' has "
                               "incompatible types: ")
-    assert "TensorType((), 'float32') (at Pipe[0] > AllOf[0] > Pipe[1] > Metric 'm')" in message
+    assert "TensorType((), 'float32') (at Pipe[0] > AllOf[0] > Metric 'm')" in message
     assert message.endswith("vs TensorType((2,), 'float32')")
 
 
@@ -229,8 +231,8 @@ def test_labelled_and_unlabelled_metrics_of_one_name_conflict():
     labelled = td.Record((td.Scalar(), td.InputTransform(str))) >> td.Metric("m")
     block = td.AllOf(td.Scalar() >> td.Metric("m"), labelled) >> td.Void()
     with pytest.raises(TypeError, match=re.escape(
-            "incompatible types: TensorType((), 'float32') (at Pipe[0] > AllOf[0] > Pipe[1] > "
-            "Metric 'm') vs TupleType(TensorType((), 'float32'), PyObjectType())")):
+            "incompatible types: TensorType((), 'float32') (at Pipe[0] > AllOf[0] > Metric 'm') "
+            "vs TupleType(TensorType((), 'float32'), PyObjectType())")):
         td.validate(block)
 
 
@@ -249,10 +251,10 @@ def test_metrics_of_different_names_may_differ():
 
 
 def test_metric_input_must_be_a_tensor_or_a_labelled_tensor():
-    with pytest.raises(TypeError, match=r"^Pipe\[1\] > Metric 'loss': bad input type "
+    with pytest.raises(TypeError, match=r"^Metric 'loss': bad input type "
                                         r"PyObjectType\(\): expected TensorType or TupleType"):
         td.InputTransform(str) >> td.Metric("loss")
-    with pytest.raises(TypeError, match=r"^Pipe\[1\] > Metric 'loss': expected a pyobj type, "
+    with pytest.raises(TypeError, match=r"^Metric 'loss': expected a pyobj type, "
                                         r"saw: TensorType"):
         (td.Scalar(), td.Scalar()) >> td.Metric("loss")
 
@@ -538,7 +540,7 @@ def test_pipe_mismatch_names_the_path_and_both_types():
 
 def test_mismatch_deep_in_a_pipe_names_the_flat_position():
     check = td.Function(lambda x: x, name="id").set_input_type([2])
-    with pytest.raises(TypeError, match=mismatch("Pipe[2] > Function 'id'", "input", VEC2, F32)):
+    with pytest.raises(TypeError, match=mismatch("Function 'id'", "input", VEC2, F32)):
         td.Scalar() >> td.Function(tf.negative) >> check
 
 

@@ -9,6 +9,8 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import refold as td
 from refold.blocks.errors import InputError
@@ -86,6 +88,97 @@ def test_the_engine_refuses_a_fractional_id():
         c.run([[1, 2], [3, 2.7]])
     assert err.value.example_index == 1
     assert "2.7 is not an integer (int32)" in err.value.reason
+
+
+def _bag_of_words(num_words: int = 10):
+    words = td.Map(td.Scalar("int32") >> td.Embedding(num_words, 2, name="words"))
+    return td.Record({"words": words}) >> td.GetItem(0) >> td.Sum() >> td.FC(2, name="out")
+
+
+@pytest.mark.parametrize("cache", [True, False])
+@pytest.mark.parametrize("grouped", [False, True])
+def test_the_engine_refuses_an_embedding_id_outside_its_table(cache, grouped):
+    # each example's graph (cache) or the batch's one graph (no cache, grouped)
+    c = Compiler.create(_bag_of_words(), cache=cache)
+    batch = [{"words": [1, 2]}, {"words": [9, 0]}, {"words": [3, 13, 4]}, {"words": [-3]}]
+    with pytest.raises(InputError) as err:
+        c.plan(batch, grouped=grouped)
+    assert err.value.example_index == 2
+    assert err.value.data_path == "['words'][1]"
+    assert err.value.block_path == "Pipe[0] > Record['words'] > Map > Embedding 'words'"
+    assert err.value.reason.startswith("id 13 is not in [0, 10) (")
+    with pytest.raises(InputError, match=r"^example 0 at \['words'\]\[0\]: .*id -3 is not in"):
+        c.run(batch[3:])
+    assert len(c.run(batch[:2])) == 2
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 9), max_size=4), min_size=1, max_size=8),
+       st.data())
+def test_any_bad_id_in_a_batch_is_named_by_eval_and_the_engine_alike(batch, data):
+    block = _bag_of_words()
+    c = Compiler.create(block)
+    assert len(c.run([{"words": w} for w in batch])) == len(batch)
+    at = data.draw(st.integers(0, len(batch) - 1))
+    bad = data.draw(st.one_of(st.integers(-50, -1), st.integers(10, 2**31 - 1)))
+    words = batch[at] + [bad]
+    with pytest.raises(InputError) as one:
+        block.eval({"words": words})
+    batch = [{"words": w} for w in batch[:at] + [words] + batch[at + 1:]]
+    for grouped in (False, True):
+        with pytest.raises(InputError) as batched:
+            c.plan(batch, grouped=grouped)
+        assert batched.value.example_index == at
+        assert (batched.value.block_path, batched.value.reason, batched.value.data_path) == (
+            one.value.block_path, one.value.reason, one.value.data_path)
+        assert f"id {bad} is not in [0, 10)" in batched.value.reason
+
+
+def _deep_chain(depth: int, bad_at: int | None = None, bad=None):
+    """A chain of pairs `depth` deep, `((leaf, 1.0), 1.0)...`; with `bad_at`, the right
+    leaf of the pair at that depth (from the root, 0) is `bad`."""
+    tree = 0.5
+    for d in reversed(range(depth)):
+        tree = (tree, bad if d == bad_at else 1.0)
+    return tree
+
+
+@settings(max_examples=3, deadline=None)
+@given(st.integers(200, 800), st.data())
+def test_a_bad_leaf_deep_in_a_deep_input_is_named_by_eval_and_the_engine_alike(depth, data):
+    # deep inputs evaluate (no recursion limit) and a bad leaf anywhere in them is named
+    block = factories.tree_sign()
+    at = data.draw(st.integers(0, depth - 1))
+    bad = data.draw(st.sampled_from([float("nan"), "x", 1e39]))
+    tree = _deep_chain(depth, at, bad)
+    with pytest.raises(InputError) as one:
+        block.eval(tree)
+    assert one.value.data_path == "[0]" * at + "[1]"
+    c = Compiler.create(block)
+    with pytest.raises(InputError) as batched:
+        c.run([_deep_chain(3), tree])
+    assert batched.value.example_index == 1
+    assert (batched.value.block_path, batched.value.reason, batched.value.data_path) == (
+        one.value.block_path, one.value.reason, one.value.data_path)
+    assert c.run([_deep_chain(depth)])[0].shape == (2,)
+
+
+def test_fit_and_predict_refuse_a_bad_embedding_id_before_any_step():
+    x = [{"words": [i % 10, (3 * i) % 10]} for i in range(40)]
+    y = np.array([i % 2 for i in range(40)])
+    x[29] = {"words": [1, 10]}
+    model = Model(_bag_of_words())
+    model.compile(optimizer="adam",
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = weights_of(model)
+    with pytest.raises(InputError) as err:
+        model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert err.value.example_index == 29
+    assert "id 10 is not in [0, 10)" in str(err.value)
+    assert_weights_unchanged(model, before)
+    assert int(model.optimizer.iterations) == 0
+    with pytest.raises(InputError, match=r"^example 29 at \['words'\]\[1\]: .*id 10 is not"):
+        model.predict(x, verbose=0)
 
 
 def test_fit_refuses_a_nan_feature_before_any_step():

@@ -119,7 +119,7 @@ def test_an_embedding_id_out_of_range_is_refused_before_running():
     with pytest.raises(InputError) as err:
         c.run([[1, 2], [3], [4, 25, 5]])
     assert err.value.example_index == 2
-    assert err.value.block_path == "Pipe[0] > Map > Pipe[1] > Function"
+    assert err.value.block_path == "Pipe[0] > Map > Pipe[1] > Embedding"
     assert "id 25 is not in [0, 20)" in str(err.value)
     with pytest.raises(InputError, match="id -1 is not in") as err:
         c.run([[-1]])

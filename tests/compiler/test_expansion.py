@@ -85,3 +85,40 @@ def test_a_skipped_input_leaves_nothing_of_itself_in_the_batch_graph():
     assert all(isinstance(e, InputError) and e.example_index == i for i, e in batch.skipped)
     assert_same_graph(batch.graph, expand_batch(c.program, TREES).graph)
     np.testing.assert_array_equal(batch.record, expand_batch(c.program, TREES).record)
+
+
+class _Calls:
+    """A function with an input check (`Op.check`, read from `check_inputs`) that
+    counts the rows it is given in each call."""
+
+    def __init__(self):
+        self.calls: list[int] = []
+
+    def __call__(self, x):
+        return x * 2.0
+
+    def check_inputs(self, x):
+        from refold.blocks.errors import BadValueError
+        self.calls.append(len(x))
+        if np.any(x > 100):
+            raise BadValueError(f"{x.max()} is over 100")
+
+
+def test_an_input_check_runs_once_per_graph_and_again_per_node_to_name_a_bad_input():
+    fn = _Calls()
+    block = td.Map(td.Scalar() >> td.Function(fn, name="scaled")) >> td.Sum()
+    c = Compiler.create(block)
+    expand_all(c.program, [[1.0, 2.0, 3.0], [4.0]])
+    assert fn.calls == [3, 1]  # one call per example's graph, on all its rows
+    fn.calls.clear()
+    expand_batch(c.program, [[1.0, 2.0, 3.0], [4.0]])
+    assert fn.calls == [4]
+    fn.calls.clear()
+    with pytest.raises(InputError) as err:
+        expand_batch(c.program, [[1.0], [2.0, 300.0]])
+    assert fn.calls == [3, 1, 1, 1]  # the batch fails; again node by node, to say where
+    assert (err.value.example_index, err.value.data_path) == (1, "[1]")
+    assert err.value.block_path == "Pipe[0] > Map > Function 'scaled'"
+    assert err.value.reason.endswith(": 300.0 is over 100")
+    skipped = expand_batch(c.program, [[1.0], [2.0, 300.0], [5.0]], skip=True)
+    assert skipped.kept == [0, 2] and [i for i, _ in skipped.skipped] == [1]

@@ -876,7 +876,7 @@ def test_a_function_reading_weights_no_block_declares_is_named_in_a_warning():
     import warnings
     dense = keras.layers.Dense(2, name="hidden_gates")
     cell = td.Vector(3) >> td.Function(lambda x: tf.tanh(dense(x)), name="my_cell")
-    with pytest.warns(UserWarning, match=r"Pipe\[1\] > Function 'my_cell': <lambda> reads "
+    with pytest.warns(UserWarning, match=r"Function 'my_cell': <lambda> reads "
                       r"weights that no block declares.*hidden_gates/kernel"):
         model = Model(cell)
     assert not model.trainable_weights
@@ -908,7 +908,7 @@ def test_weights_read_by_a_function_not_called_before_tracing_are_named_at_the_t
     model.compile(optimizer="sgd", loss="mse")
     x, y = [[1.0, 2.0, 3.0], [0.0, 1.0, -1.0]], np.zeros((2, 2), np.float32)
     with pytest.warns(UserWarning, match=r"traced step reads weights that no block declares"
-                      r".*hidden_proj/kernel.*infer_output_type=False: Pipe\[1\] > "
+                      r".*hidden_proj/kernel.*infer_output_type=False: "
                       r"Function 'my_proj'") as seen:
         model.fit(x, y, batch_size=2, epochs=1, verbose=0)
     assert "out/kernel" not in str(seen[0].message)
@@ -965,6 +965,6 @@ def test_an_uncalled_function_whose_layers_cannot_be_built_is_refused_with_its_p
     class NeedsValues(keras.layers.Layer):
         def call(self, x):
             return keras.layers.Dense(2)(x.numpy())  # no values in a symbolic call
-    with pytest.raises(TypeError, match=r"(?s)Pipe\[1\] > Function 'eager_only': building "
+    with pytest.raises(TypeError, match=r"(?s)Function 'eager_only': building "
                        r"the Keras layers of .* failed.*Build them before"):
         Model(td.Vector(3) >> _uncalled(NeedsValues(), "eager_only"))

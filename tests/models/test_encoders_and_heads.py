@@ -9,7 +9,7 @@ import tensorflow as tf
 import refold as td
 from refold.blocks.evaluation.contexts import ReferenceContext
 from refold.compiler import Compiler
-from refold.models import encoders, heads, rnn_cells, tree_lstm
+from refold.models import encoders, heads, rnn_cells, tree_lstm, tree_rnn
 
 U, D = 3, 2
 SEQS = [[[1.0, 0.0]], [[0.5, -1.0], [2.0, 1.0], [0.0, 0.3]], [[0.2, 0.2]] * 4]
@@ -217,3 +217,17 @@ def test_cell_pair_names_a_bad_cell_and_a_bad_input_type():
     pair = rnn_cells.CellPair(rnn_cells.GRUCell(U), rnn_cells.GRUCell(U))
     with pytest.raises(TypeError, match=r"expected \(\(input_1, input_2\), \(state_1, state_2\)\)"):
         pair.set_input_type(td.TupleType(td.TensorType((D,)), td.TensorType((U,))))
+
+
+def test_errors_inside_a_tree_encoder_name_it_and_the_users_keys():
+    cell = tree_lstm.ChildSumTreeLSTMCell(2, 1)
+    encoder = encoders.tree_encoder(cell, td.GetItem("x") >> td.Vector(1))
+    with pytest.raises(td.InputError) as info:
+        encoder.eval({"x": [1.0], "children": [{"children": []}]})
+    assert info.value.block_path == ("ForwardDeclaration 'tree_encoder' > Pipe[0] > AllOf[0] > "
+                                     "GetItem('x')")
+    pair = encoders.binary_tree_encoder(td.Scalar() >> td.Function(lambda x: x[:, None]),
+                                        tree_rnn.TreeRNNCell(1, 2))
+    with pytest.raises(td.InputError, match=r"^at \[1\]: ForwardDeclaration "
+                                            r"'binary_tree_encoder' > "):
+        pair.eval((1.0, "a"))

@@ -1,4 +1,4 @@
-"""Loading the scheduler's Numba planning kernels into this process: `warm_up`, `start`.
+"""Loading the scheduler's Numba planning kernels into this process: `load`, `start`.
 
 The kernels are compiled with `cache=True`; the first process on a machine compiles
 them and later ones load them from Numba's on-disk cache. A process that forks workers
@@ -71,7 +71,7 @@ def compilations() -> Iterator[list]:
         numba.core.event.unregister("numba:compile", listener)
 
 
-def warm_up(compiler_class, schedulers=None) -> dict:
+def load(compiler_class, schedulers=None) -> dict:
     """Plans a batch with `compiler_class` (`Compiler`) under every scheduler (or
     those named), grouped and not; `{"seconds": s, "compiled": [kernels compiled here,
     not loaded from the cache]}`. A scheduler warmed up once in a process is not
@@ -91,7 +91,7 @@ def warm_up(compiler_class, schedulers=None) -> dict:
     return {"seconds": time.perf_counter() - start, "compiled": compiled}
 
 
-_WARM: set = set()  # the schedulers warm_up planned in this process
+_WARM: set = set()  # the schedulers `load` planned in this process
 
 
 MESSAGE = ("refold: compiling the planner's Numba kernels, once per installation (later "
@@ -136,7 +136,7 @@ def start(compiler_class=None) -> threading.Thread | None:
         raise ValueError("kernels.start: no Compiler class yet (import refold.compiler.compiler)")
     with _lock:
         if _thread is None:
-            _thread = threading.Thread(target=warm_up, args=(_compiler_class,),
+            _thread = threading.Thread(target=load, args=(_compiler_class,),
                                        name="refold-warm-kernels", daemon=True)
             _thread.start()
     return _thread

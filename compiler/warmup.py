@@ -23,8 +23,8 @@ from refold.scheduler.schedules import SCHEDULERS
 
 def warm_up(schedulers=None) -> dict:
     """Plans a small batch under every scheduler (or those named), grouped and not:
-    `kernels.warm_up` with the `Compiler`."""
-    return kernels.warm_up(Compiler, schedulers)
+    `kernels.load` with the `Compiler`."""
+    return kernels.load(Compiler, schedulers)
 
 
 def main(argv=None) -> None:

@@ -187,7 +187,7 @@ def warm_planner(compiler) -> None:
     LLVM's initialisation there, which is not safe after a fork."""
     scheduler = getattr(compiler, "scheduler", None)
     if scheduler is not None:
-        kernels.warm_up(type(compiler), [scheduler])
+        kernels.load(type(compiler), [scheduler])
 
 
 class WorkerDiedError(RuntimeError):

@@ -95,7 +95,8 @@ def warn(message: str, category: type[Warning] = UserWarning,
         warnings.warn(message, category, stacklevel=user_stacklevel())
         return
     filename, lineno, module_globals = at
+    # no `module_globals`: with them the source line is asked of the module's loader,
+    # which for a `python -c` program (BuiltinImporter) raises instead of answering
     warnings.warn_explicit(message, category, filename, lineno,
                            module=module_globals.get("__name__"),
-                           registry=module_globals.setdefault("__warningregistry__", {}),
-                           module_globals=module_globals)
+                           registry=module_globals.setdefault("__warningregistry__", {}))

@@ -62,7 +62,7 @@ def test_a_list_s_feeder_keeps_the_contract():
     trees, y = sign_data(10, seed=3)
     model = compiled(Model(factories.tree_sign()))
     model.fit(trees, y, batch_size=4, epochs=1, shuffle=True, verbose=0)
-    feeder = model._feeders["train"]
+    feeder = model.feed.of_role("train")
     assert type(feeder) is BatchFeeder and feeder.n_batches == 3
     assert len(list(feeder.dataset())) == 3
     check_contract(feeder, 10, 4)
@@ -83,7 +83,7 @@ def test_a_stream_s_feeder_keeps_the_contract_and_closes_its_thread():
     model = compiled(Model(factories.tree_sign()))
     try:
         model.fit(Again(list(zip(trees, y))), batch_size=4, epochs=2, verbose=0)
-        feeder = model._feeders["train"]
+        feeder = model.feed.of_role("train")
         assert type(feeder) is StreamFeeder and feeder.n_batches is None
         check_contract(feeder, 10, 4)
         assert not [t for t in threading.enumerate() if t.name == "refold-stream"]

@@ -177,7 +177,8 @@ class Compiler:
         return self.scheduler_choice.chosen
 
     def _keep_scheduler(self, name: str) -> None:
-        """Under "auto": every plan from now on uses `name` (rounds and workers too)."""
+        """Under "auto": every batch from now on is planned with `name` (in worker
+        processes forked from now on too; the rounds of an `Unfold` keep agenda)."""
         self.planner.scheduler = SCHEDULERS[name]
 
     def _batch_scheduler(self, counted: bool) -> str | None:

@@ -11,14 +11,18 @@ schedule changes the contents of the packed arrays, never their kinds.
 What is measured is what the user pays per batch: the time from the moment one
 batch is handed to the scheduler to the moment the next one is, so planning,
 packing, the step Keras (or `Compiler.run`) runs on the batch and the loop's own
-overhead, divided by the batch's nodes (batches of one model differ in size).
+overhead. Batches differ in size, and a batch's time is not proportional to its
+nodes (a step has a fixed cost), so each time is compared with the trend of all
+the batches measured, a fixed cost plus a cost per node fitted robustly
+(`relative_times`), and each scheduler's median of time over trend decides.
 After `warmup` batches (which trace the steps) under the fallback, agenda, the
 candidates take turns in runs of `block` batches, in the order A B B A over
 `rounds` (a drift, such as caches warming, then favours neither); the first
 `settle` batches of each run are not counted (a scheduler's kernel loads on its
 first use, and a batch planned ahead of the step shows up in the next interval).
-Then the scheduler with the lower median time per node is kept for good, the
-compiler's planner switches to it, and one line is logged on the `refold` logger
+Then the scheduler with the lower median is kept for good (agenda unless the
+other is at least `MARGIN`, 5%, lower), the compiler's
+planner switches to it, and one line is logged on the `refold` logger
 at INFO. With the defaults that is 18 batches, 6 and 7 of them counted.
 
 Only the process that made the compiler measures: a worker process forked before
@@ -34,7 +38,7 @@ the choice plans with the fallback (and one forked after it with the choice).
 >>> names[:9]    # warm-up, then A B B A in runs of 2
 ['agenda', 'depth', 'depth', 'agenda', 'agenda', 'agenda', 'agenda', 'depth', 'depth']
 >>> choice.chosen, choice.medians   # a tie keeps the fallback
-('agenda', {'depth': 0.25, 'agenda': 0.25})
+('agenda', {'depth': 1.0, 'agenda': 1.0})
 """
 
 from __future__ import annotations
@@ -51,14 +55,47 @@ FALLBACK = "agenda"
 AUTO = "auto"
 
 
-def faster(medians: dict[str, float], fallback: str = FALLBACK) -> str:
-    """The scheduler of the lowest median time per node; on a tie, `fallback`.
+def relative_times(batches: Sequence[tuple[str, int, float]]) -> dict[str, list[float]]:
+    """Per scheduler, each batch's time over the trend of all: `batches` holds
+    `(scheduler, nodes, seconds)`; the trend is `a + b * nodes`, `b` the median of
+    the slopes between pairs of batches of different sizes (Theil-Sen: a batch that
+    traced a step moves it little) and `a` the median of `seconds - b * nodes`.
+    Where the trend is not positive at every batch, time per node is compared.
 
-    >>> faster({"depth": 1.0, "agenda": 2.0}), faster({"depth": 2.0, "agenda": 2.0})
+    >>> relative_times([("depth", 10, 2.0), ("agenda", 10, 3.0), ("depth", 30, 4.0),
+    ...                 ("agenda", 30, 6.0)])   # the trend: 1.25 + 0.125 a node
+    {'depth': [0.8, 0.8], 'agenda': [1.2, 1.2]}
+    """
+    nodes = [n for _, n, _ in batches]
+    secs = [t for _, _, t in batches]
+    slopes = [(secs[j] - secs[i]) / (nodes[j] - nodes[i]) for i in range(len(batches))
+              for j in range(i + 1, len(batches)) if nodes[j] != nodes[i]]
+    b = statistics.median(slopes) if slopes else 0.0
+    a = statistics.median(t - b * n for n, t in zip(nodes, secs))
+    if min(a + b * n for n in nodes) <= 0:
+        a, b = 0.0, statistics.median(t / n for n, t in zip(nodes, secs))
+    out: dict[str, list[float]] = {}
+    for (name, n, t) in batches:
+        out.setdefault(name, []).append(round(t / (a + b * n), 12))
+    return out
+
+
+# How much faster than the fallback another scheduler must measure to be kept: two
+# schedulers within a few percent are as fast as the measuring can tell apart.
+MARGIN = 0.05
+
+
+def faster(medians: dict[str, float], fallback: str = FALLBACK, margin: float = MARGIN) -> str:
+    """The scheduler of the lowest median (time over trend), unless it beats
+    `fallback` by less than `margin` (a fraction of the fallback's): then the fallback.
+
+    >>> faster({"depth": 1.0, "agenda": 2.0}), faster({"depth": 0.97, "agenda": 1.0})
     ('depth', 'agenda')
     """
-    best = min(medians.values())
-    return fallback if medians.get(fallback) == best else min(medians, key=medians.get)
+    best = min(medians, key=medians.get)
+    if fallback in medians and medians[best] >= medians[fallback] * (1 - margin):
+        return fallback
+    return best
 
 
 class SchedulerChoice:
@@ -79,11 +116,12 @@ class SchedulerChoice:
 
     Attributes:
         clock: seconds, monotonic (`time.perf_counter`); a test forces timings here.
-        decide: `decide(medians) -> name` from `{name: median seconds per node}`
+        decide: `decide(medians) -> name` from `{name: median time over trend}`
             (`faster`); a test may force the choice here.
         chosen: the scheduler kept, None while measuring.
-        samples: `{name: [seconds per node of each counted batch]}`.
-        medians: `{name: median seconds per node}` once chosen.
+        samples: `{name: [(nodes, seconds) of each counted batch]}`.
+        medians: `{name: median of its batches' times over the trend}` once chosen
+            (`relative_times`: below 1 is faster than the batches' average).
     """
 
     def __init__(self, candidates: Sequence[str] = CANDIDATES, warmup: int = 2, block: int = 4,
@@ -141,24 +179,28 @@ class SchedulerChoice:
         name, start, nodes = self._open
         self._open = None
         if name is not None and nodes > 0:
-            self.samples[name].append((now - start) / nodes)
+            self.samples[name].append((nodes, now - start))
 
     def _choose(self) -> None:
-        measured = {n: s for n, s in self.samples.items() if s}
-        self.medians = {n: statistics.median(s) for n, s in measured.items()}
-        self.chosen = self.decide(self.medians) if len(measured) > 1 else self.fallback
+        relative = relative_times([(name, n, t) for name, got in self.samples.items()
+                                   for n, t in got])
+        self.medians = {n: statistics.median(r) for n, r in relative.items()}
+        self.chosen = self.decide(self.medians) if len(relative) > 1 else self.fallback
         logging.getLogger("refold").info("scheduler='auto' kept %r: %s", self.chosen,
                                          self.summary())
         if self.on_choice is not None:
             self.on_choice(self.chosen)
 
     def summary(self) -> str:
-        """The measured times as a phrase (medians per node, batches counted)."""
+        """The measured times as a phrase: per scheduler its median time over the
+        trend of all batches (`relative_times`) and per batch, batches counted."""
         if not self.medians:
             return (f"no batch measured, the fallback {self.fallback!r} kept" if self.chosen
                     else f"measuring, {self.batches} of {len(self.order)} batches planned")
-        return ", ".join(f"{n} {1e6 * m:.3g} us per node (median of {len(self.samples[n])} "
-                         "batches)" for n, m in self.medians.items())
+        def per_batch(name):
+            return 1e3 * statistics.median(t for _, t in self.samples[name])
+        return ", ".join(f"{n} {m:.3f} of the trend ({per_batch(n):.3g} ms a batch, median of "
+                         f"{len(self.samples[n])})" for n, m in self.medians.items())
 
     def describe(self) -> str:
         """One line: the scheduler kept and why, or how far the measuring is.

@@ -53,23 +53,41 @@ def test_the_trial_alternates_and_keeps_the_faster_with_forced_timings(caplog):
     assert used == choice.order + ["depth"] * 3
     assert used[:18] == ["agenda"] * 2 + ["depth"] * 4 + ["agenda"] * 8 + ["depth"] * 4
     assert c.scheduler_chosen == "depth" and c.planner.scheduler.name == "depth"
-    nodes = len(plan.node_op)
-    assert choice.medians == pytest.approx({"depth": 1.0 / nodes, "agenda": 1.5 / nodes})
+    # batches of one size: the trend is their median, 1.5 s (7 agenda batches to 6)
+    assert choice.medians == pytest.approx({"depth": 1.0 / 1.5, "agenda": 1.0})
     assert [len(choice.samples[s]) for s in ("depth", "agenda")] == [6, 7]
+    assert choice.samples["depth"][0] == (len(plan.node_op), 1.0)
     logged = [r for r in caplog.records if r.name == "refold" and "auto" in r.getMessage()]
     assert len(logged) == 1 and logged[0].levelno == logging.INFO
-    assert "kept 'depth'" in logged[0].getMessage() and "median of 6" in logged[0].getMessage()
+    message = logged[0].getMessage()
+    assert "kept 'depth'" in message and "1e+03 ms a batch, median of 6" in message
 
 
 def test_agenda_is_kept_when_it_is_faster_and_on_a_tie():
     for cost, kept in (({"depth": 2.0, "agenda": 1.0}, "agenda"),
-                       ({"depth": 1.0, "agenda": 1.0}, "agenda")):
+                       ({"depth": 1.0, "agenda": 1.0}, "agenda"),
+                       ({"depth": 0.97, "agenda": 1.0}, "agenda"),   # within the margin
+                       ({"depth": 0.9, "agenda": 1.0}, "depth")):
         c = Compiler.create(td.Map(td.Scalar()) >> td.Sum(), scheduler="auto")
         forced_clock(c.scheduler_choice, cost)
         for _ in range(len(c.scheduler_choice.order) + 1):
             c.run([[1.0, 2.0], [3.0]])
         assert c.scheduler_chosen == kept
-    assert faster({"depth": 1.0, "agenda": 1.0 + 1e-9}) == "depth"
+    assert faster({"depth": 1.0, "agenda": 1.0 + 1e-9}, margin=0.0) == "depth"
+
+
+def test_the_trend_takes_out_the_batches_sizes():
+    # a step costs 1 + 0.1 a node, depth's 0.9 of that; agenda's batches happen to be
+    # the large ones, so per node agenda would look faster (the fixed cost spread over
+    # more nodes); against the trend depth is faster
+    batches = [(s, n, (0.9 if s == "depth" else 1.0) * (1 + 0.1 * n))
+               for s, n in [("depth", 10), ("depth", 12), ("agenda", 40), ("agenda", 44),
+                            ("depth", 11), ("agenda", 42)]]
+    per_node = {s: np.median([t / n for s_, n, t in batches if s_ == s])
+                for s in ("depth", "agenda")}
+    assert per_node["agenda"] < per_node["depth"]
+    medians = {s: np.median(r) for s, r in scheduler_choice.relative_times(batches).items()}
+    assert medians["depth"] < medians["agenda"]
 
 
 def test_the_decide_hook_forces_the_choice_and_later_plans_follow_it():
@@ -141,6 +159,12 @@ def test_a_bad_scheduler_is_an_error_listing_the_options(bad):
         with pytest.raises(ValueError, match=r"scheduler must be 'auto' or one of "
                                              r"\['agenda', 'depth'\], got "):
             make(block, scheduler=bad)
+
+
+def test_auto_cannot_be_registered_as_a_scheduler():
+    from refold.scheduler.schedules import depth_kernel, depth_reference, register_scheduler
+    with pytest.raises(ValueError, match="'auto' is reserved"):
+        register_scheduler("auto", depth_kernel, depth_reference)
 
 
 def test_model_passes_auto_to_its_compiler_and_saves_it():

@@ -51,10 +51,10 @@ class Compiler:
             object unless its type says otherwise.
         scheduler: `"agenda"` (DyNet's agenda-based batching, the default),
             `"depth"` (TensorFlow Fold's depth-based batching), `"auto"`, or the
-            name of one added with `scheduler.register_scheduler`. Depth wins on
-            some models (the TreeLSTM) and agenda on others, so `"auto"` runs the
-            first batches (18) under each in turn, timing what each batch costs,
-            and keeps the faster (`compiler.scheduler_choice`): see
+            name of one added with `scheduler.register_scheduler`. Depth won on
+            the DyNet paper's TreeLSTM and agenda wins on others, so `"auto"` runs
+            the first batches (18) under each in turn, timing what each batch
+            costs, and keeps the faster (`compiler.scheduler_choice`): see
             `scheduler_chosen`, `describe_schedule`, and the INFO line on the
             `refold` logger. Results are the same under every scheduler.
         cache: keep each input's expanded graph, found by the input object's

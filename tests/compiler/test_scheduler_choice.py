@@ -208,3 +208,23 @@ def test_compiler_run_traces_once_under_auto():
         comp.run(TREES)
     assert comp.scheduler_chosen is not None
     assert len(calls) == 1
+
+
+def test_a_stream_planned_ahead_trains_under_auto_as_a_list_under_agenda():
+    """A stream's batches are planned in a thread ahead of the step: "auto" measures
+    them there, chooses, and training gives agenda's weights (up to rounding: the
+    schedules sum the gradients' terms in different orders)."""
+    trees, y = sign_data(100, seed=1)
+
+    def fitted(x, y, scheduler):
+        model = compiled(Model(factories.tree_sign(), scheduler=scheduler))
+        if scheduler == "auto":
+            model.compiler.scheduler_choice.decide = lambda medians: "depth"
+        model.fit(x, y, batch_size=4, shuffle=False, verbose=0)
+        return model
+
+    streamed = fitted(((t, label) for t, label in zip(trees, y)), None, "auto")
+    assert streamed.compiler.scheduler_chosen == "depth"
+    listed = fitted(trees, y, "agenda")
+    for u, v in zip(streamed.get_weights(), listed.get_weights(), strict=True):
+        np.testing.assert_allclose(u, v, atol=1e-5)

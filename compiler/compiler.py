@@ -31,10 +31,12 @@ from refold.compiler.graphs.expansion_cache import ExpansionCache
 from refold.compiler.graphs.lowering import Program, lower
 from refold.compiler.rounds.context import expand_in_rounds
 from refold.compiler.rounds.engines import RoundEngines
+from refold.compiler.scheduler_choice import AUTO, FALLBACK, SchedulerChoice
 from refold.compiler.training.tf_executor import InferenceExecutorChoice
 from refold.scheduler.executor import Executor
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.planner import Planner, plan_record
+from refold.scheduler.schedules import SCHEDULERS
 
 
 class Compiler:
@@ -48,8 +50,13 @@ class Compiler:
         block: the root block (block-like values allowed). Its input is a Python
             object unless its type says otherwise.
         scheduler: `"agenda"` (DyNet's agenda-based batching, the default),
-            `"depth"` (TensorFlow Fold's depth-based batching), or the name of
-            one added with `scheduler.register_scheduler`.
+            `"depth"` (TensorFlow Fold's depth-based batching), `"auto"`, or the
+            name of one added with `scheduler.register_scheduler`. Depth won on
+            the DyNet paper's TreeLSTM and agenda wins on others, so `"auto"` runs
+            the first batches (18) under each in turn, timing what each batch
+            costs, and keeps the faster (`compiler.scheduler_choice`): see
+            `scheduler_chosen`, `describe_schedule`, and the INFO line on the
+            `refold` logger. Results are the same under every scheduler.
         cache: keep each input's expanded graph, found by the input object's
             identity and checked against a fingerprint of its content, so later
             batches skip expansion and an input changed in place is expanded again
@@ -84,7 +91,13 @@ class Compiler:
                 raise ValueError("workers cannot expand a block whose structure depends on "
                                  "computed values (Unfold): its expansion runs the model")
             cache = False
+        if not isinstance(scheduler, str) or (scheduler != AUTO and scheduler not in SCHEDULERS):
+            raise ValueError(f"scheduler must be {AUTO!r} or one of {sorted(SCHEDULERS)}, got "
+                             f"{scheduler!r}")
         self.scheduler = scheduler
+        # under "auto", what measures the schedulers on the first batches
+        self.scheduler_choice = SchedulerChoice(on_choice=self._keep_scheduler) \
+            if scheduler == AUTO else None
         # under a mixed policy, values of float32 types are held in its low dtype
         self.compute_dtype = compute_dtype(self.program.root)
         ops, types = held_program(self.program.ops, self.program.value_types,
@@ -92,7 +105,8 @@ class Compiler:
         self.executor = Executor(ops, types, output_dtypes=[
             t.dtype for t in self.program.value_types] if self.compute_dtype else None,
             feeds=op_feeds(self.program))
-        self.planner = Planner(self.executor.layout, scheduler, len(self.program.metric_names))
+        self.planner = Planner(self.executor.layout, FALLBACK if scheduler == AUTO else scheduler,
+                               len(self.program.metric_names))
         self.cache_size = _cache_size(cache)
         self._cache = ExpansionCache(self.cache_size) if self.cache_size else None
         self._run_fn = None
@@ -147,6 +161,37 @@ class Compiler:
     @property
     def root(self):
         return self.program.root
+
+    @property
+    def scheduler_chosen(self) -> str | None:
+        """The scheduler batches run with: `scheduler`, or under `"auto"` the one kept
+        (None while the first batches are measured, planned in turn by each).
+
+        >>> import refold as td
+        >>> c = Compiler.create(td.Scalar() >> td.Function(lambda x: x + 1), scheduler="auto")
+        >>> c.scheduler_chosen is None, Compiler.create(td.Scalar()).scheduler_chosen
+        (True, 'agenda')
+        """
+        if self.scheduler_choice is None:
+            return self.scheduler
+        return self.scheduler_choice.chosen
+
+    def _keep_scheduler(self, name: str) -> None:
+        """Under "auto": every batch from now on is planned with `name` (in worker
+        processes forked from now on too; the rounds of an `Unfold` keep agenda)."""
+        self.planner.scheduler = SCHEDULERS[name]
+
+    def _batch_scheduler(self, counted: bool) -> str | None:
+        """The scheduler for the batch being planned: None for the planner's own,
+        except under "auto" while measuring (`counted`: a batch the user runs)."""
+        choice = self.scheduler_choice
+        if choice is None or choice.chosen is not None or not counted:
+            return None
+        return choice.next()
+
+    def _planned(self, plan, counted: bool) -> None:
+        if counted and self.scheduler_choice is not None:
+            self.scheduler_choice.planned(plan.num_nodes)
 
     # --- Python side: expansion, batching, scheduling ---------------------------------
 
@@ -252,7 +297,9 @@ class Compiler:
         """The grouped `BatchPlan` of a batch expanded as one graph (`expand_batch`):
         checked against the ops, scheduled and packed, with no graphs to merge."""
         self.planner.check(batch.graph)
-        plan = self.planner.plan([batch.record], [batch.graph.constants], grouped=True)
+        plan = self.planner.plan([batch.record], [batch.graph.constants], grouped=True,
+                                 scheduler=self._batch_scheduler(True))
+        self._planned(plan, True)
         return BatchPlan(batch, plan, grouped=True)
 
     @property
@@ -285,13 +332,18 @@ class Compiler:
             return self.plan_batch(expand_batch(self.program, inputs))
         return self._plan_examples(self.expand(inputs), grouped)
 
-    def _plan_examples(self, examples: list[ExampleGraph], grouped: bool) -> BatchPlan:
+    def _plan_examples(self, examples: list[ExampleGraph], grouped: bool,
+                       scheduler: str | None = None, counted: bool = True) -> BatchPlan:
         # The one hand-off to the scheduler: the examples' records and constants in,
-        # a plan (merged, scheduled, packed) out.
+        # a plan (merged, scheduled, packed) out. `counted`: a batch the user runs
+        # (under "auto", measured), not one only looked at (`schedule`).
         key_type = self.program.key_type  # random nodes: the keys name each example's index
         tables = [e.graph.constants for e in examples] if key_type is None else \
             [e.constants_at(i, key_type) for i, e in enumerate(examples)]
-        plan = self.planner.plan(self._records(examples), tables, grouped)
+        records = self._records(examples)
+        plan = self.planner.plan(records, tables, grouped,
+                                 scheduler=scheduler or self._batch_scheduler(counted))
+        self._planned(plan, counted and scheduler is None)
         return BatchPlan(examples, plan, grouped)
 
     def _records(self, examples: list[ExampleGraph]) -> list[np.ndarray]:
@@ -309,9 +361,18 @@ class Compiler:
             e._checked_record = e.plan_record(out_type)
         return list(map(_CHECKED_RECORD, examples))
 
-    def schedule(self, inputs: Sequence[Any]) -> BatchPlan:
-        """How a batch would run: `.stats` has steps, launches and mean batch sizes."""
-        return self.plan(inputs)
+    def schedule(self, inputs: Sequence[Any], scheduler: str | None = None) -> BatchPlan:
+        """How a batch would run: `.stats` has steps, launches and mean batch sizes.
+
+        `scheduler`: a registered scheduler to plan it with instead of the compiler's
+        (under `"auto"`, the one kept, or while measuring the fallback, agenda). A
+        batch only looked at is not one of those `"auto"` measures.
+        """
+        if scheduler is not None and scheduler not in SCHEDULERS:
+            raise ValueError(f"scheduler must be one of {sorted(SCHEDULERS)}, got "
+                             f"{scheduler!r}")
+        return self._plan_examples(self.expand(_as_list(inputs)), False, scheduler,
+                                   counted=False)
 
     # --- running ---------------------------------------------------------------------
 

@@ -91,7 +91,9 @@ class Model(compat.AutoJitOff, keras.Model):
 
     Args:
         block: the root block; its input is one Python object per example.
-        scheduler: `"agenda"` (default) or `"depth"` (see `scheduler.schedules`).
+        scheduler: `"agenda"` (default), `"depth"` (see `scheduler.schedules`) or
+            `"auto"`: the first batches run under each in turn and the faster is kept
+            (`model.compiler.scheduler_chosen`; `compiler.scheduler_choice`).
         loss_metrics: names of the `td.Metric`s that are loss terms. Default: those
             whose name ends with `"loss"`.
         on_bad_example: `"raise"` (default): an input that does not fit the block

@@ -83,23 +83,25 @@ def op_labels(program) -> list[str]:
     return labels
 
 
-def _compiler(block, scheduler: str):
+def _compiler(block, scheduler: str | None):
     from refold.compiler.compiler import Compiler
     if isinstance(block, Compiler):
         return block
-    return Compiler(block, scheduler=scheduler, cache=False)
+    return Compiler(block, scheduler=scheduler or "agenda", cache=False)
 
 
-def launches(block, inputs: Sequence[Any], scheduler: str = "agenda") -> list[Launch]:
+def launches(block, inputs: Sequence[Any], scheduler: str | None = None) -> list[Launch]:
     """The launches of a batch of `inputs`, in the order the executor runs them.
 
     Args:
-        block: a block expression (or a `Compiler`, whose scheduler is then used).
+        block: a block expression, or a `Compiler` (its batches are not disturbed:
+            under `"auto"`, a batch looked at here is not one it measures).
         inputs: the batch.
-        scheduler: "agenda", "depth", or one added with `scheduler.register_scheduler`.
+        scheduler: "agenda", "depth", or one added with `scheduler.register_scheduler`;
+            None: a compiler's own (under "auto", the one kept), agenda for a block.
     """
     compiler = _compiler(block, scheduler)
-    plan = compiler.plan(list(inputs)).plan
+    plan = compiler.schedule(list(inputs), scheduler).plan
     schedule = plan.schedule
     launch_op, node_launch, n_outer, n_loop = compiler.planner.launches(schedule)
     # each node's example: its outputs' values are numbered example after example
@@ -126,6 +128,10 @@ def describe_schedule(block, inputs: Sequence[Any],
                       schedulers: Sequence[str] = ("depth", "agenda")) -> str:
     """The launches of a batch as text, one line each, for every scheduler in turn.
 
+    For a `Compiler` made with `scheduler="auto"`, a first line says which scheduler
+    it kept and the times it measured (or how far the measuring is), and the kept
+    one's heading is marked "(kept)".
+
     >>> import refold as td
     >>> def add(total, x):
     ...     return total + x
@@ -139,11 +145,15 @@ def describe_schedule(block, inputs: Sequence[Any],
     (The first additions read only input data, so they run before the loop.)
     """
     lines = []
+    choice = getattr(block, "scheduler_choice", None)
+    if choice is not None:
+        lines.append(choice.describe())
     for s in schedulers:
         found = launches(block, inputs, s)
         per_stage = [sum(l_.stage == st for l_ in found) for st in STAGES]
         iterations = f"{per_stage[1]} loop iteration" + ("" if per_stage[1] == 1 else "s")
-        lines.append(f"{s}: {len(found)} launches ({per_stage[0]} before the loop, "
+        kept = " (kept)" if choice is not None and choice.chosen == s else ""
+        lines.append(f"{s}{kept}: {len(found)} launches ({per_stage[0]} before the loop, "
                      f"{iterations}, {per_stage[2]} after it), "
                      f"{sum(l_.rows for l_ in found)} rows")
         by = [" ".join(map(str, l_.by_example)) for l_ in found]

@@ -156,10 +156,12 @@ class Planner:
             len(lay.dtypes))
 
     def plan(self, records: Sequence[np.ndarray], constants: Sequence[list],
-             grouped: bool = False) -> Plan:
+             grouped: bool = False, scheduler: str | None = None) -> Plan:
         """Plans the batch of examples whose `plan_record`s are `records` and whose
         constant rows are `constants` (per example, per type). Raises `ValueError`
-        for a batch the executor cannot run.
+        for a batch the executor cannot run. `scheduler` names a registered
+        scheduler to use for this batch instead of the planner's own (schedules
+        are interchangeable: the feed's arrays differ, never their kinds).
 
         The records must come from graphs that passed `check`: the compiled code
         does not check indices.
@@ -173,7 +175,8 @@ class Planner:
                 else np.zeros(0, np.int32)).astype(np.int32, copy=False)
         merged = _merge(flat, n, lay.n_types, grouped, self.n_metrics)
         node_op, node_arity, sdepth, node_args, _, value_node = merged[:6]
-        schedule = self.scheduler.kernel(node_op, node_arity, node_args, value_node, sdepth)
+        chosen = self.scheduler if scheduler is None else SCHEDULERS[scheduler]
+        schedule = chosen.kernel(node_op, node_arity, node_args, value_node, sdepth)
         *feed, error, bad_op = _pack_plan(*merged[:8], merged[9], *schedule,
                                           *self._pack_tables)
         if error != OK:

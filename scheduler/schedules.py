@@ -406,6 +406,9 @@ def register_scheduler(name: str, kernel: Callable,
         raise ValueError(f"a scheduler's name must be a non-empty str, got {name!r}")
     if name in SCHEDULERS:
         raise ValueError(f"a scheduler named {name!r} is already registered")
+    if name == "auto":  # the compiler's: measure the built-in schedulers, keep the faster
+        raise ValueError("the scheduler name 'auto' is reserved (Compiler(scheduler='auto') "
+                         "chooses between depth and agenda)")
     entry = SCHEDULERS[name] = Scheduler(name, kernel, reference)
     return entry
 

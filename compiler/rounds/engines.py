@@ -79,7 +79,7 @@ class _Part:
         feeds = None if full.feeds is None else full.feeds[np.ix_(ops, ops)]
         self.executor = Executor([full.ops[o] for o in ops], full.value_types,
                                  output_dtypes=full.output_dtypes, feeds=feeds)
-        self.planner = Planner(self.executor.layout, compiler.scheduler)
+        self.planner = Planner(self.executor.layout, compiler.planner.scheduler.name)
         self.handoff = handoff = Handoff(self.executor.input_signature())
         compute = self.executor.compute
         self.choice = choice = InferenceExecutorChoice(self.executor)
@@ -117,8 +117,8 @@ class RoundEngines:
         self.straight_rounds = 0  # rounds run straight-line
         self.choice = InferenceExecutorChoice(compiler.executor)
         self.single = not _gpu_visible()
-        self.straight = StraightLine(compiler.executor, compiler.scheduler, self.MAX_LAUNCHES,
-                                     self.MAX_SEQUENCES, self.PATIENCE,
+        self.straight = StraightLine(compiler.executor, compiler.planner.scheduler.name,
+                                     self.MAX_LAUNCHES, self.MAX_SEQUENCES, self.PATIENCE,
                                      scope=lambda: self.choice.calling(self.single))
 
     @property

@@ -147,7 +147,7 @@ def check_case_batch(c: models.Case, scheduler: str, inputs: list, built=None,
 NAMES = [f.__name__[len("make_"):] for f in models.ALL]
 
 
-@pytest.mark.parametrize("scheduler", ["agenda", "depth"])
+@pytest.mark.parametrize("scheduler", ["agenda", "depth", "auto"])
 @pytest.mark.parametrize("name", NAMES)
 @settings(max_examples=4)
 @given(data=st.data())

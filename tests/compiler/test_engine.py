@@ -173,7 +173,8 @@ def test_the_compiler_refuses_a_single_input_where_a_batch_is_expected():
 
 
 def test_unknown_scheduler_is_refused():
-    with pytest.raises(ValueError, match="scheduler must be one of"):
+    with pytest.raises(ValueError,
+                       match=r"scheduler must be .auto. or one of \[.agenda., .depth.\]"):
         Compiler.create(add_tree_block(), scheduler="greedy")
 
 

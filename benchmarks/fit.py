@@ -246,9 +246,9 @@ def cpu_model(cached: tuple, streamed: tuple, cores: int | None = None) -> tuple
 
 
 def process_cpu() -> float:
-    """User + system CPU seconds of this process, all its threads."""
-    t = os.times()
-    return t.user + t.system
+    """User + system CPU seconds of this process, all its threads (`time.process_time`:
+    nanoseconds, where `os.times` counts 10 ms ticks and a short epoch may show none)."""
+    return time.process_time()
 
 
 def workers_cpu(pids: list[int]) -> float:

@@ -211,3 +211,15 @@ def test_the_compiler_s_names_load_on_first_use_from_refold():
         assert name in td.__all__ and getattr(td, name) is not None
     assert td.Model.__module__ == "refold.compiler.model"
     from refold.serving import BatchingPredictor, Predictor, RequestError  # noqa: F401
+
+
+def test_only_the_layers_import_under_refold():
+    """No path trick: in a clone `refold.tests` and `refold.benchmarks` do not exist, and
+    `refold`'s own path is its own folder (src/refold), not the repository's root."""
+    import importlib.util
+
+    import refold
+    assert [os.path.realpath(p) for p in refold.__path__] == [
+        os.path.realpath(os.path.join(ROOT, "src", "refold"))]
+    for name in ("refold.tests", "refold.benchmarks", "refold.conftest", "refold.refold"):
+        assert importlib.util.find_spec(name) is None, name

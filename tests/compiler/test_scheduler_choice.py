@@ -16,7 +16,7 @@ from refold.blocks.evaluation.contexts import reference_eval
 from refold.compiler import Compiler, Model, scheduler_choice
 from refold.compiler.scheduler_choice import SchedulerChoice, faster
 from tests.compiler.test_batched_equals_reference import assert_same_result, case
-from tests.compiler.test_model import compiled, factories, sign_data
+from tests.compiler.test_model import ForwardSpy, compiled, factories, sign_data
 from tests.compiler.test_schedule_picture import INPUTS, words_tree
 
 # word trees of the TreeLSTM case whose depth and agenda schedules differ
@@ -180,10 +180,9 @@ def test_the_choice_does_not_add_traces():
     def traces(scheduler: str) -> list:
         found = []
 
-        class Counting(Model):
-            def _forward(self, x, gradient_mode=None):  # Python runs only while tracing
+        class Counting(ForwardSpy):
+            def forward_traced(self, x, gradient_mode):  # Python runs only while tracing
                 found.append(gradient_mode is not None and gradient_mode.weights_once_per_step)
-                return super()._forward(x, gradient_mode)
 
         model = compiled(Counting(factories.tree_sign(), scheduler=scheduler))
         if scheduler == "auto":

@@ -595,7 +595,7 @@ class Block(IOBase):
         values flow inside it (a `blocks.evaluation.dataflow.DataFlow`).
 
         The compiler runs an op before its loop when no op inside the loop can feed
-        it (`compiler.graphs.dataflow`); each block says what its `evaluate` may
+        it (`compiler.graphs.op_feeds`); each block says what its `evaluate` may
         pass where: its input, its children (what `eval_in` returned), its ops'
         outputs and its output are the parts. Contract: every value `evaluate` can
         pass to a child, to an op or to its output comes only from the parts the

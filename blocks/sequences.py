@@ -203,7 +203,7 @@ class RNN(Block):
     give their input projection `x W + b`), then `recurrent` over the sequence
     (`(x', state) -> (output, state)`). The compiler then runs `per_element` on
     all the batch's elements at once before its loop, and only `recurrent` in
-    it (`compiler.graphs.dataflow`). The results are the cell's.
+    it (`compiler.graphs.op_feeds`). The results are the cell's.
     """
 
     _expected_input_types = (SequenceType, TupleType, PyObjectType)

@@ -25,10 +25,10 @@ from refold.blocks.types import TensorType
 from refold.compiler import kernels
 from refold.compiler.feeding.prefetch import Prefetch
 from refold.compiler.graphs.batch_plan import BatchPlan
-from refold.compiler.graphs.dataflow import op_feeds
 from refold.compiler.graphs.expansion import BatchGraph, ExampleGraph, expand_all, expand_batch
 from refold.compiler.graphs.expansion_cache import ExpansionCache
 from refold.compiler.graphs.lowering import Program, lower
+from refold.compiler.graphs.op_feeds import op_feeds
 from refold.compiler.rounds.context import expand_in_rounds
 from refold.compiler.rounds.engines import RoundEngines
 from refold.compiler.scheduler_choice import AUTO, FALLBACK, SchedulerChoice

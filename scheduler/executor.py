@@ -137,7 +137,7 @@ class Executor:
             values are held in a low dtype and returned in the declared one
             (`blocks.evaluation.precision`). Default: each type's own dtype.
         feeds: optional bool `[ops, ops]`, False where op a never feeds op b
-            (`compiler.graphs.dataflow`): fewer ops in the loop (`Layout.build`).
+            (`compiler.graphs.op_feeds`): fewer ops in the loop (`Layout.build`).
     """
 
     def __init__(self, ops: Sequence[Any], value_types: Sequence[Any], row_lists: bool = True,

@@ -2,7 +2,7 @@
 
 `Layout.build(ops, value_types, feeds)` reads each op's signature (its `input_types`,
 `output_types`, `prelude_only` flag and `name`), and optionally which op can feed
-which (`compiler.graphs.dataflow`: finer than the types), once and derives the integer
+which (`compiler.graphs.op_feeds`: finer than the types), once and derives the integer
 tables that planning (`scheduler.planner`) and the traced program
 (`scheduler.executor`) share: value type ids per op slot, the *stages* (head ops
 run before the loop, tail ops after it, the middle in it), the static launches
@@ -117,7 +117,7 @@ class Layout:
 
         `feeds`, optional bool `[ops, ops]`: `[a, b]` False when no output of op a
         is ever an input of op b (the block expression's dataflow,
-        `compiler.graphs.dataflow`); by default every op whose output type is an input
+        `compiler.graphs.op_feeds`); by default every op whose output type is an input
         type of b may feed it."""
         value_types = tuple(value_types)
         index = {t: k for k, t in enumerate(value_types)}
@@ -180,7 +180,7 @@ class Layout:
             return EngineError(
                 f"a node of op {self.op_names[op]!r} reads a value computed after it: the "
                 "layout's stages say an op cannot feed it that does (an op feeds another "
-                "that its `feeds` matrix, from compiler.graphs.dataflow, says it never feeds)")
+                "that its `feeds` matrix, from compiler.graphs.op_feeds, says it never feeds)")
         raise AssertionError(f"unknown planning error code {code}")
 
 

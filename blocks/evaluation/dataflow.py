@@ -5,7 +5,7 @@ the blocks it evaluates (its children, and for a forward-declaration reference t
 declared block) and the ops it declares (`Block.ops`). A `DataFlow` maps each part
 that reads (a child, an op, the output) to the parts it may read from (the input,
 a child, an op). The compiler chains the blocks' declarations into which op may
-feed which (`compiler.graphs.dataflow`), and runs an op before its loop when no op
+feed which (`compiler.graphs.op_feeds`), and runs an op before its loop when no op
 in the loop can feed it: a declaration that says less than the truth would run an
 op too early (the engine refuses that batch with an `EngineError`, never a wrong
 result), one that says more only keeps an op in the loop that could have run

@@ -1,4 +1,4 @@
-"""Which op feeds which (`compiler.graphs.dataflow`), and what the layout makes of it."""
+"""Which op feeds which (`compiler.graphs.op_feeds`), and what the layout makes of it."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 import refold as td
 from refold.compiler import Compiler
-from refold.compiler.graphs.dataflow import op_feeds
 from refold.compiler.graphs.expansion import expand
 from refold.compiler.graphs.lowering import lower
+from refold.compiler.graphs.op_feeds import op_feeds
 from refold.scheduler.errors import EngineError
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.layout import Layout

@@ -563,6 +563,6 @@ def _as_list(inputs) -> list:
 _CHECKED_RECORD = operator.attrgetter("_checked_record")
 
 
-# The planning kernels load (on a new install, compile) on a thread of their own from the
-# compiler's first import, while the user's code reads data and builds a model.
+# With REFOLD_WARM_KERNELS=1, the planning kernels load (on a new install, compile) on a
+# thread of their own from the compiler's first import (`kernels.start`).
 kernels.start(Compiler)

@@ -8,14 +8,17 @@ runs Numba's and LLVM's initialisation there, which is not safe after a fork; an
 `Compiler` class is passed in, so that this module (which the worker pools use) does
 not import the compiler that uses the pools.
 
-Importing the compiler (`td.Model`, `td.Compiler`, ... on first use) calls `start`: a
-daemon thread plans a small weightless block under every scheduler, which loads the
-kernels or, on a new install, compiles them while the program reads its data and builds
-its model; a wheel cannot carry Numba's cache, whose files are specific to the CPU that
-compiled them. A `fit` that plans before the thread is done waits only for the kernels
-it calls. While one of Refold's kernels compiles, in any thread, one line says so on the
-`refold` logger, once per process. `REFOLD_WARM_KERNELS=0` starts no thread. A fork
-waits for the thread: a child forked while Numba compiles could not compile.
+While one of Refold's kernels compiles, in any thread, one line says so on the `refold`
+logger, once per process: a wheel cannot carry Numba's cache (its files are specific to
+the CPU that compiled them), so a new install's first plan compiles them.
+
+With `REFOLD_WARM_KERNELS=1` in the environment, importing the compiler (`td.Model`,
+`td.Compiler`, ... on first use) calls `start`: a daemon thread plans a small weightless
+block under every scheduler, which loads or compiles the kernels while the program
+builds its model, and a `fit` that plans before it is done waits only for the kernels it
+calls. It is off by default: it contends for the interpreter with the user's own code,
+and its gain on two cores was not shown (issue 46's note). A fork waits for the thread:
+a child forked while Numba compiles could not compile.
 
 >>> from refold.compiler import kernels
 >>> kernels.wait()                      # the kernels are loaded (or it was not started)
@@ -124,13 +127,13 @@ _compiler_class = None  # the `Compiler` the thread plans with, given by its mod
 
 def start(compiler_class=None) -> threading.Thread | None:
     """Starts loading (or compiling) the kernels on a daemon thread, once per process;
-    the thread, or None if `REFOLD_WARM_KERNELS=0`. The compiler's module passes its
+    the thread, or None unless `REFOLD_WARM_KERNELS=1`. The compiler's module passes its
     `Compiler` class when it is imported (this module does not import the compiler,
     which imports it); later calls need none."""
     global _thread, _compiler_class
     if compiler_class is not None:
         _compiler_class = compiler_class
-    if os.environ.get("REFOLD_WARM_KERNELS", "1") == "0":
+    if os.environ.get("REFOLD_WARM_KERNELS", "0") != "1":
         return None
     if _compiler_class is None:
         raise ValueError("kernels.start: no Compiler class yet (import refold.compiler.compiler)")

@@ -1,5 +1,6 @@
-"""Importing the compiler loads or compiles the planning kernels on a thread of its own,
-and says so once when they compile: a new install's first `fit` finds them ready."""
+"""With `REFOLD_WARM_KERNELS=1`, importing the compiler loads or compiles the planning
+kernels on a thread of its own, and says so once when they compile: a new install's
+first `fit` finds them ready. Off by default."""
 
 from __future__ import annotations
 
@@ -50,16 +51,17 @@ def cache(tmp_path_factory) -> str:
 
 
 def test_a_new_install_compiles_the_kernels_after_import_and_says_so_once(cache):
-    cold = run(cache)   # an empty cache: a new install
+    cold = run(cache, REFOLD_WARM_KERNELS="1")   # an empty cache: a new install
     assert cold.stdout.split("\n")[:2] == ["thread: True", "compiled: []"], cold.stdout
     assert cold.stderr.count(warm_kernels.MESSAGE) == 1, cold.stderr[-3000:]
-    warm = run(cache)   # the next process loads them: no message
+    warm = run(cache, REFOLD_WARM_KERNELS="1")   # the next process loads them: no message
     assert warm.stdout.split("\n")[:2] == ["thread: True", "compiled: []"], warm.stdout
     assert warm_kernels.MESSAGE not in warm.stderr
 
 
-def test_the_thread_can_be_turned_off(cache):
-    off = run(cache, REFOLD_WARM_KERNELS="0")
+def test_the_thread_is_off_by_default(cache, monkeypatch):
+    monkeypatch.delenv("REFOLD_WARM_KERNELS", raising=False)
+    off = run(cache)
     assert off.stdout.startswith("thread: False"), off.stdout
 
 

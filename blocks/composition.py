@@ -349,14 +349,16 @@ def _gather(values: list, sources: list, multi: bool) -> Any:
 class Pipe(Composition):
     """`Pipe(a, b, c)` is `a >> b >> c`: each block reads the output of the one before.
 
-    `Identity` blocks are dropped; `Pipe()` is an `Identity` and a pipe of one block
-    is that block itself.
+    Untyped `Identity` blocks are dropped; one whose type was set stays, since its
+    type is a constraint the user wrote. `Pipe()` is an `Identity` and a pipe of one
+    block is that block itself.
     """
 
     def __new__(cls, *blocks: Any, name: str | None = None, _from_rshift: bool = False):
         from refold.blocks.tensors import Identity
         converted = [convert_to_block(b) for b in blocks]
-        kept = [b for b in converted if type(b) is not Identity]
+        kept = [b for b in converted if type(b) is not Identity
+                or b.input_type is not None or b.output_type is not None]
         if len(kept) == 0:
             return Identity(name=name) if not converted else converted[0]
         if len(kept) == 1 and name is None:

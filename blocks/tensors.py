@@ -295,9 +295,7 @@ class Function(Block):
                                           and self._layer.name is not None)
 
     def _fn_name(self) -> str:
-        fn = self._tf_fn
-        name = getattr(fn, "__name__", None) or getattr(fn, "name", None)
-        return name if isinstance(name, str) else repr(fn)
+        return _callable_name(self._tf_fn)
 
     def _repr_args(self):
         return {"tf_fn": self._fn_name()}
@@ -470,6 +468,20 @@ def batch_function(fn: Callable, in_type: ResultType, random: bool = False) -> C
         with node_keys(flat[-1]):
             return flatten_outputs(compute(batch_call_structure(in_type, list(flat[:-1]))))
     return keyed_call
+
+
+def _callable_name(fn) -> str:
+    """A callable's name as the user would write it: a function's or layer's own
+    name, `partial(f)` for a partial, the class name for another callable object.
+
+    >>> import functools
+    >>> _callable_name(abs), _callable_name(functools.partial(max, 0))
+    ('abs', 'partial(max)')
+    """
+    if isinstance(fn, functools.partial):
+        return f"partial({_callable_name(fn.func)})"
+    name = getattr(fn, "__name__", None) or getattr(fn, "name", None)
+    return name if isinstance(name, str) else type(fn).__name__
 
 
 class Identity(Block):

@@ -455,6 +455,19 @@ def test_pipe_drops_identity_blocks():
     assert float(p.eval(2)) == -2.0
 
 
+def test_pipe_keeps_a_typed_identity():
+    """A typed Identity is a constraint the user wrote: a pipe keeps it, so the
+    pipe's input type is the Identity's (dropping it lost the type silently)."""
+    typed = td.Identity().set_input_type(td.TensorType((2,)))
+    double = td.Function(lambda x: 2 * x)
+    p = td.Pipe(typed, double)
+    assert p.children == [typed, double]
+    assert p.input_type == td.TensorType((2,))
+    assert p.eval([1.0, 2.0]).tolist() == [2.0, 4.0]
+    again = td.Identity().set_output_type(td.TensorType((2,)))
+    assert (again >> td.Function(abs)).input_type == td.TensorType((2,))
+
+
 def test_rshift_with_identity_returns_the_other_block():
     s = td.Scalar()
     assert (s >> td.Identity()) is s

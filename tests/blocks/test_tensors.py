@@ -378,6 +378,19 @@ def test_concat_of_a_single_tensor_is_a_type_error():
         td.Vector(2) >> td.Concat()
 
 
+def test_function_of_a_callable_object_is_named_by_its_class():
+    """Not the object's repr with its address: the name errors and paths show."""
+    import functools
+
+    class Square:
+        def __call__(self, x):
+            return x * x
+
+    assert td.Function(Square()).fn_name == "Square"
+    assert repr(td.Function(Square())) == "<td.Function tf_fn='Square'>"
+    assert td.Function(functools.partial(max, 0)).fn_name == "partial(max)"
+
+
 def test_concat_repr():
     assert repr(td.Concat(1, True)) == "<td.Concat concat_dim=1 flatten=True>"
 

@@ -11,8 +11,9 @@ registers it with Keras, and with it the rest).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from refold.lazy import lazy_exports
 
 _WHERE = {
     "BatchPlan": "refold.compiler.graphs.batch_plan", "Compiler": "refold.compiler.compiler",
@@ -46,13 +47,4 @@ if TYPE_CHECKING:  # `_WHERE`'s names, seen by type checkers and the API pages (
     from refold.compiler.training.steps import NonFiniteLossError
 
 
-def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module 'compiler' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _WHERE, __all__)

@@ -14,9 +14,9 @@ from; this package is its client, which needs no training code:
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from refold.lazy import lazy_exports
 from refold.serving.requests import RequestError
 
 # A predictor packs inputs with the compiler's expansion (client side), so it and the
@@ -30,13 +30,4 @@ if TYPE_CHECKING:  # `_LAZY`'s names, seen by type checkers and the API pages (m
     from refold.serving.predictor import Predictor
 
 
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'refold.serving' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _LAZY, __all__)

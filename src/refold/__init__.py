@@ -29,7 +29,6 @@ TensorType((), 'float32')
 
 from __future__ import annotations
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 import keras as _keras
@@ -37,6 +36,7 @@ import keras as _keras
 from refold.blocks import *  # noqa: F403  (the block language, as Fold's `td`)
 from refold.blocks import __all__ as _blocks_all
 from refold.blocks.serialization import registry as _registry
+from refold.lazy import lazy_exports as _lazy_exports
 from refold.version import __version__
 
 # The names that need the compiler, imported on first use.
@@ -64,16 +64,7 @@ if _TYPE_CHECKING:  # `_LAZY`'s names, seen by type checkers and the API pages (
 _registry.search_packages("refold.models", "refold.examples")
 
 
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'refold' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = _lazy_exports(globals(), _LAZY, __all__)
 
 
 @_keras.saving.register_keras_serializable(package="refold", name="Model")

@@ -15,6 +15,7 @@ import os
 import pytest
 
 from tests.test_layering import ROOT, python_files
+from tests.test_private_names import defined_names
 
 MAX_METHODS = 30
 # the training side: Model, its collaborators, the feeding, the strategy's steps
@@ -39,18 +40,7 @@ def methods_of(tree: ast.Module, name: str) -> list[str]:
 def private_reads(tree: ast.Module) -> list[str]:
     """`x._name` with x not `self`/`cls` and `_name` defined nowhere in the module: a
     read of another module's private name."""
-    defined = set()
-    for n in ast.walk(tree):
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            defined.add(n.name)
-        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-            defined.add(n.id)
-        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
-            defined.add(n.attr)
-        elif isinstance(n, ast.arg):
-            defined.add(n.arg)
-        elif isinstance(n, ast.alias):
-            defined.add(n.asname or n.name.split(".")[-1])
+    defined = defined_names(tree)
     return [f"{n.lineno}: {ast.unparse(n)}" for n in ast.walk(tree)
             if isinstance(n, ast.Attribute) and n.attr.startswith("_")
             and not n.attr.startswith("__") and n.attr not in defined

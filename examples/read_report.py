@@ -19,9 +19,12 @@ d.jsonl: 1 of 3 records read, 2 skipped (the first: line 2, not JSON)
 
 from __future__ import annotations
 
+import gzip
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ReadReport"]
+__all__ = ["ReadReport", "read_json_lines"]
 
 
 @dataclass
@@ -54,3 +57,36 @@ class ReadReport:
             text += (f", {self.skipped} skipped (the first: {self.place} "
                      f"{self.first_skipped}, {self.first_reason})")
         return text
+
+
+def read_json_lines(path: str, check: Callable[[dict], None]) -> tuple[list[dict], ReadReport]:
+    """The records of a (gzipped, if its name ends in .gz) JSON-lines file that
+    `check` accepts, and the report of those skipped: a line that is not JSON, or
+    for which `check` raises a `ValueError` (its message is the reason).
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "d.jsonl")
+    >>> with open(path, "w") as f:
+    ...     _ = f.write('{"x": 1}\\n{"x": "one"}\\nnot JSON\\n')
+    >>> def check(r):
+    ...     if not isinstance(r["x"], int):
+    ...         raise ValueError(f"x {r['x']!r} is not an int")
+    >>> records, report = read_json_lines(path, check)
+    >>> records, report.skipped, report.first_reason
+    ([{'x': 1}], 2, "x 'one' is not an int")
+    """
+    report = ReadReport(path, place="line")
+    records = []
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            report.records += 1
+            try:
+                record = json.loads(line)
+                check(record)
+            except ValueError as e:  # json.JSONDecodeError is a ValueError
+                report.skip(number, str(e))
+                continue
+            records.append(record)
+    return records, report

@@ -32,15 +32,13 @@ at `_` and at case changes, as the function-names example splits names): a node
 
 from __future__ import annotations
 
-import gzip
-import json
 import random
 import re
 from collections import Counter
 
 from refold.examples.bugs.extract import KINDS, seeded
 from refold.examples.function_names.data import check_tree
-from refold.examples.read_report import ReadReport
+from refold.examples.read_report import ReadReport, read_json_lines
 
 __all__ = ["ReadReport", "read_sites", "sample", "Task", "SPLITS", "KINDS", "MAX_POSITION",
            "parts"]
@@ -85,21 +83,7 @@ def _check(site) -> None:
 
 def read_sites(path: str) -> tuple[list[dict], ReadReport]:
     """The sites of a (gzipped) JSON-lines file, and what was skipped."""
-    report = ReadReport(path, place="line")
-    sites = []
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            report.records += 1
-            try:
-                site = json.loads(line)
-                _check(site)
-            except ValueError as e:  # json.JSONDecodeError is a ValueError
-                report.skip(number, str(e))
-                continue
-            sites.append(site)
-    return sites, report
+    return read_json_lines(path, _check)
 
 
 def sample(sites: list[dict], split: str, per_kind: int | None, seed: int = 0) -> list[dict]:

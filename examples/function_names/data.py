@@ -27,11 +27,9 @@ True
 
 from __future__ import annotations
 
-import gzip
-import json
 from collections import Counter
 
-from refold.examples.read_report import ReadReport
+from refold.examples.read_report import ReadReport, read_json_lines
 
 __all__ = ["ReadReport", "read_records", "check_tree", "Task", "SPLITS", "MAX_POSITION"]
 
@@ -68,21 +66,7 @@ def _check(record) -> None:
 
 def read_records(path: str) -> tuple[list[dict], ReadReport]:
     """The records of a (gzipped) JSON-lines file, and what was skipped."""
-    report = ReadReport(path, place="line")
-    records = []
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            report.records += 1
-            try:
-                record = json.loads(line)
-                _check(record)
-            except ValueError as e:  # json.JSONDecodeError is a ValueError
-                report.skip(number, str(e))
-                continue
-            records.append(record)
-    return records, report
+    return read_json_lines(path, _check)
 
 
 def _tokens(tree):

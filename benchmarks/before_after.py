@@ -3,6 +3,8 @@
     python -m benchmarks.before_after --workloads explore,parser --batch-sizes 16,64
     python -m benchmarks.before_after --base 9ff7fbd --workloads decoder,treelstm,bilstm
     python -m benchmarks.before_after --base 14cf31e --workloads usertree --batch-sizes 16,64
+    python -m benchmarks.before_after --base a2aeedd --workloads treelstm --batch-sizes 16 \
+        --modes train --items 512 --first
 
 Each side is a worker process running one tree's code: the earlier commit's tree
 (`--base`, exported with `git archive` into a temporary folder) and this one. Both
@@ -20,7 +22,9 @@ by this file with each side's code), `Model.fit(epochs=1)` and `Compiler.run` ov
 slices of B. The table gives after ÷ before in items/s per round: median
 [min-max], > 1 when this tree is faster; "by CPU" the same ratio of each pass's
 process CPU time (all threads), which other jobs on a shared machine move less than
-wall time.
+wall time. With `--first` each timed pass is instead the first request of a new
+worker process (after one untimed worker a side, which fills the tree's kernel
+cache): what a user's first `fit` or `predict` costs, traces included.
 
 A commit from before the `refold` namespace (its layers imported by their folders'
 names, `import blocks as td`, as 14cf31e) runs with those names: each worker finds
@@ -228,6 +232,64 @@ def _work_tree() -> str:
                                    " (the work tree has no changes)")
 
 
+def _worker(name: str, root: str, common: list, workloads: str | None = None):
+    """A worker running the tree at `root` whatever is installed (`benchmarks.checkout`)."""
+    if workloads is not None:
+        common = [*common[:2], "--workloads", workloads, *common[4:]]
+    return _protocol_worker(name, [sys.executable, os.path.join(HERE, "checkout.py"), root,
+                                  os.path.abspath(__file__), *common])
+
+
+def _protocol_worker(name: str, command: list):
+    from benchmarks.peers import protocol
+    return protocol.Worker(name, command, env={"PYTHONPATH": ""})
+
+
+
+def _summary(items: int, seconds: dict, cpu: dict) -> dict:
+    """Median items/s per side, after ÷ before by wall and by CPU: (median, min, max)."""
+    rates = {name: [items / s for s in times] for name, times in seconds.items()}
+    ratios = [a / o for a, o in zip(rates["after"], rates["before"])]
+    cpu_ratios = [o / a for a, o in zip(cpu["after"], cpu["before"])]
+    row = {name: statistics.median(r) for name, r in rates.items()}
+    row["ratio"] = (statistics.median(ratios), min(ratios), max(ratios))
+    row["cpu ratio"] = (statistics.median(cpu_ratios), min(cpu_ratios), max(cpu_ratios))
+    return row
+
+
+def _passes(sides: dict, request: dict, rounds: int) -> dict:
+    """One untimed pass on each side's worker, then `rounds` timed passes in turn."""
+    for side in sides.values():
+        side.run(request)
+    seconds: dict = {name: [] for name in sides}
+    cpu: dict = {name: [] for name in sides}
+    for _ in range(rounds):
+        for name, side in sides.items():
+            answer = side.run(request)
+            seconds[name].append(answer["seconds"])
+            cpu[name].append(answer["cpu"])
+    return _summary(request["items"], seconds, cpu)
+
+
+def _first_passes(roots: dict, common: list, request: dict, rounds: int) -> dict:
+    """The first pass of a fresh process (`--first`): per round and side a new worker
+    whose first request is timed (its traces, its first plans), after one untimed
+    worker per side, which fills each tree's kernel cache."""
+    seconds: dict = {name: [] for name in roots}
+    cpu: dict = {name: [] for name in roots}
+    for timed in [False] + [True] * rounds:
+        for name, root in roots.items():
+            side = _worker(name, root, common, request["workload"])
+            try:
+                answer = side.run(request)
+            finally:
+                side.close()
+            if timed:
+                seconds[name].append(answer["seconds"])
+                cpu[name].append(answer["cpu"])
+    return _summary(request["items"], seconds, cpu)
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(prog="python -m benchmarks.before_after",
                                 description=__doc__.splitlines()[0])
@@ -239,6 +301,8 @@ def main(argv=None) -> dict:
     p.add_argument("--items-b1", type=int, default=32, help="items per pass at B=1")
     p.add_argument("--steps", type=int, default=8, help="decoding steps a string")
     p.add_argument("--modes", help="only these modes (e.g. train,parse); default all")
+    p.add_argument("--first", action="store_true",
+                   help="time the first pass of a fresh process (each round a new worker)")
     args = p.parse_args(argv)
     only = None if args.modes is None else set(args.modes.split(","))
     from benchmarks.peers import protocol
@@ -264,37 +328,18 @@ def main(argv=None) -> dict:
             raise SystemExit(f"{args.base} has no benchmarks/peers/refold_side.py: its "
                              "models cannot be built the same way")
         common = ["--data", path, "--workloads", args.workloads, "--steps", str(args.steps)]
+        roots = {"before": old.rstrip(os.sep), "after": ROOT}
+        requests = [{"op": mode, "workload": w, "batch": b, "items": items_for(b)}
+                    for w in workloads for b in sizes for mode in MODES.get(w, ("train", "infer"))
+                    if only is None or mode in only]
         sides = {}
         try:
-            for name, root in (("before", old), ("after", ROOT)):
-                # the worker imports the tree at `root`, whatever is installed (benchmarks.checkout)
-                sides[name] = protocol.Worker(name, [
-                    sys.executable, os.path.join(HERE, "checkout.py"),
-                    root.rstrip(os.sep), os.path.abspath(__file__), *common],
-                    env={"PYTHONPATH": ""})
-            for w in workloads:
-                for b in sizes:
-                    for mode in MODES.get(w, ("train", "infer")):
-                        if only is not None and mode not in only:
-                            continue
-                        request = {"op": mode, "workload": w, "batch": b, "items": items_for(b)}
-                        for side in sides.values():
-                            side.run(request)
-                        rates: dict = {name: [] for name in sides}
-                        cpu: dict = {name: [] for name in sides}
-                        for _ in range(args.rounds):
-                            for name, side in sides.items():
-                                answer = side.run(request)
-                                rates[name].append(items_for(b) / answer["seconds"])
-                                cpu[name].append(answer["cpu"])
-                        ratios = [a / o for a, o in zip(rates["after"], rates["before"])]
-                        cpu_ratios = [o / a for a, o in zip(cpu["after"], cpu["before"])]
-                        rows[(w, mode, b)] = {name: statistics.median(r)
-                                              for name, r in rates.items()}
-                        rows[(w, mode, b)]["ratio"] = (statistics.median(ratios), min(ratios),
-                                                       max(ratios))
-                        rows[(w, mode, b)]["cpu ratio"] = (statistics.median(cpu_ratios),
-                                                           min(cpu_ratios), max(cpu_ratios))
+            if not args.first:  # one worker a side serves every request
+                sides = {name: _worker(name, root, common) for name, root in roots.items()}
+            for request in requests:
+                key = (request["workload"], request["op"], request["batch"])
+                rows[key] = (_first_passes(roots, common, request, args.rounds) if args.first
+                             else _passes(sides, request, args.rounds))
         finally:
             for side in sides.values():
                 side.close()

@@ -38,3 +38,39 @@ def test_a_commit_from_before_the_namespace_runs_against_this_tree(capsys):
         assert all(v > 0 for v in (*row["ratio"], *row["cpu ratio"]))
     out = capsys.readouterr().out
     assert f"before: {OLD_LAYOUT}" in out and "| usertree | infer | 2 |" in out
+
+
+def test_first_passes_time_a_fresh_worker_each_round(capsys):
+    """`--first`: every timed pass is the first request of a new worker process."""
+    rows = before_after.main(["--base", "HEAD", "--workloads", "treelstm", "--first",
+                              "--batch-sizes", "2", "--rounds", "2", "--items", "4",
+                              "--modes", "train"])
+    assert list(rows) == [("treelstm", "train", 2)]
+    row = rows[("treelstm", "train", 2)]
+    assert row["before"] > 0 and row["after"] > 0
+    assert "| treelstm | train | 2 |" in capsys.readouterr().out
+
+
+def test_first_passes_start_one_untimed_worker_and_one_per_round(monkeypatch):
+    started = []
+
+    class Side:
+        def __init__(self, name):
+            started.append(name)
+            self.requests = 0
+
+        def run(self, request):
+            self.requests += 1
+            assert self.requests == 1, "a fresh worker answers one request"
+            return {"seconds": 1.0 + len(started), "cpu": 1.0}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(before_after, "_worker", lambda name, *_: Side(name))
+    row = before_after._first_passes({"before": "b", "after": "a"}, [],
+                                     {"workload": "treelstm", "items": 4}, rounds=2)
+    assert started == ["before", "after"] * 3
+    # the n-th worker answers in n + 1 s: timed before 4 and 6 s, after 5 and 7 s
+    assert row["before"] == pytest.approx((4 / 4 + 4 / 6) / 2)
+    assert row["ratio"][1:] == pytest.approx((4 / 5, 6 / 7))

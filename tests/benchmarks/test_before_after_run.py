@@ -43,7 +43,7 @@ def test_a_commit_from_before_the_namespace_runs_against_this_tree(capsys):
 def test_first_passes_time_a_fresh_worker_each_round(capsys):
     """`--first`: every timed pass is the first request of a new worker process."""
     rows = before_after.main(["--base", "HEAD", "--workloads", "treelstm", "--first",
-                              "--batch-sizes", "2", "--rounds", "2", "--items", "4",
+                              "--batch-sizes", "2", "--rounds", "1", "--items", "4",
                               "--modes", "train"])
     assert list(rows) == [("treelstm", "train", 2)]
     row = rows[("treelstm", "train", 2)]

@@ -123,12 +123,15 @@ class Op:
             gets one more input after the declared ones, the nodes' keys
             `[batch, 2]` int32 (`NODE_KEY`), which every evaluator appends to
             the arguments a block passes (`input_types` ends with `NODE_KEY`).
+        traceable: `fn` is a layer's call, which runs nothing per call but
+            TensorFlow ops; the reference evaluator may then call it traced
+            (`blocks.evaluation.traced_ops`).
     """
 
     def __init__(self, name: str, fn: Callable, input_types: Sequence[TensorType],
                  output_types: Sequence[TensorType], key: Hashable | None = None,
                  cost: float = 1.0, prelude_only: bool = False, check: Callable | None = None,
-                 handles_empty: bool = False, random: bool = False):
+                 handles_empty: bool = False, random: bool = False, traceable: bool = False):
         self.name = name
         self.fn = fn
         self.input_types = tuple(input_types) + ((NODE_KEY,) if random else ())
@@ -147,6 +150,7 @@ class Op:
         self.prelude_only = prelude_only
         self.check = check
         self.handles_empty = handles_empty
+        self.traceable = traceable
 
     def prelude_error(self) -> ValueError:
         """The error for a prelude-only op called on the output of another op (every

@@ -369,11 +369,13 @@ class Function(Block):
                 empty = getattr(self._tf_fn, "handles_empty", False) is True
             random = self.random
             key = (self._tf_fn, self.input_type, self.output_type, empty, random)
+            from refold.blocks.layers import Layer, is_keras_layer
+            layer = isinstance(self._tf_fn, Layer) or is_keras_layer(self._tf_fn)
             self._op = Op(name, batch_function(self._tf_fn, self.input_type, random),
                           in_types, out_types, key=key,
                           prelude_only=getattr(self._tf_fn, "reads_sparsely", False),
                           check=getattr(self._tf_fn, "check_inputs", None), handles_empty=empty,
-                          random=random)
+                          random=random, traceable=layer)
         return self._op
 
     def ops(self) -> list[Op]:

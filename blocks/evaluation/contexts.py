@@ -11,8 +11,9 @@ Python values (PyObjects), tuples, lists (sequences) and `itertools.repeat`
 Three contexts give the handles a meaning:
 
 - `ReferenceContext`: handles are eager tensors, computed op by op with batch
-  size 1. It is the unbatched reference evaluator behind `block.eval`: simple,
-  and the oracle the batching engine is tested against.
+  size 1 (a layer's op called often runs traced: `blocks.evaluation.traced_ops`).
+  It is the unbatched reference evaluator behind `block.eval`: simple, and the
+  oracle the batching engine is tested against.
 - `DepthContext`: handles are depths (a constant is at depth 0, an op call at
   1 + the deepest of its inputs), for `max_depth`.
 - the compiler's expansion context (in `compiler/`), where handles are node ids
@@ -47,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from refold.blocks.errors import BadValueError, InputError, InternalError
+from refold.blocks.evaluation import traced_ops
 from refold.blocks.evaluation.precision import compute_dtype, held_dtype, to_held
 from refold.blocks.evaluation.values import describe, to_array
 from refold.blocks.op import Op
@@ -300,7 +302,7 @@ class ReferenceContext:
     def _call(self, op: Op, args: list):
         tf = self._tf
         if args:
-            return op.fn(*[tf.expand_dims(a, 0) for a in args])
+            return traced_ops.call(op, [tf.expand_dims(a, 0) for a in args])
         return op.fn(tf.constant(1, tf.int32))
 
     def metric(self, name: str, value, label: Any = None) -> None:

@@ -1,0 +1,71 @@
+"""The reference evaluator's calls of a layer's op, traced once it has been called often.
+
+An eager call of a Keras layer costs a millisecond or more of Python (its `__call__`
+and its sublayers'), and a deep input calls the same op thousands of times; so once an
+op whose function is a layer (`Op.traceable`) has been called `CALLS_BEFORE_TRACING`
+times, `block.eval` calls a concrete function traced for its arguments' shapes, about
+ten times cheaper. Only layers: Keras traces them in its own `fit`, so they are written
+to be traced, whereas a plain function may print or count its calls, which `eval` keeps
+doing once per node. Only in inference mode and eagerly: a training mode's seed is a
+value of the call, which a trace would freeze. A function that cannot be traced stays
+eager.
+
+>>> import keras
+>>> import tensorflow as tf
+>>> from refold.blocks.op import Op
+>>> from refold.blocks.types import TensorType
+>>> t = TensorType((2,))
+>>> op = Op("double", keras.layers.Lambda(lambda x: 2 * x), [t], [t], traceable=True)
+>>> x = tf.ones((1, 2))
+>>> [call(op, [x]).numpy().tolist() for _ in range(CALLS_BEFORE_TRACING + 1)][-1]
+[[2.0, 2.0]]
+>>> traced(op)
+1
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+from refold.blocks.evaluation.training_mode import INFERENCE, current
+from refold.blocks.op import Op
+
+CALLS_BEFORE_TRACING = 16
+
+_lock = threading.Lock()
+_calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # op -> eager calls
+_traces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # op -> {signature: fn}
+
+
+def call(op: Op, args: list):
+    """`op.fn(*args)`, through its traced function where one is due (module docstring)."""
+    fn = _function(op, args) if op.traceable else None
+    return op.fn(*args) if fn is None else fn(*args)
+
+
+def traced(op: Op) -> int:
+    """How many argument signatures of `op` run traced."""
+    return sum(f is not None for f in _traces.get(op, {}).values())
+
+
+def _function(op: Op, args: list):
+    import tensorflow as tf
+    if current() != INFERENCE or not tf.executing_eagerly():
+        return None
+    signature = tuple((tuple(a.shape), a.dtype) for a in args)
+    with _lock:
+        functions = _traces.setdefault(op, {})
+        if signature in functions:
+            return functions[signature]
+        _calls[op] = _calls.get(op, 0) + 1
+        if _calls[op] <= CALLS_BEFORE_TRACING:
+            return None
+    try:
+        fn = tf.function(op.fn).get_concrete_function(
+            *[tf.TensorSpec(shape, dtype) for shape, dtype in signature])
+    except Exception:  # noqa: BLE001  (not traceable: it stays eager)
+        fn = None
+    with _lock:
+        functions[signature] = fn
+    return fn

@@ -72,7 +72,8 @@ def caption(data: dict) -> str:
     meta = data["meta"]
     low, high = _load_range(meta)
     text = (f"Measured on {meta['machine']}, {meta['date']}, commit {meta['commit']}, "
-            f"load average {low:.1f}-{high:.1f}, {meta['rounds']} interleaved rounds: "
+            f"load average {low:.1f}-{high:.1f}, {meta['rounds']} interleaved "
+            f"round{'s' * (meta['rounds'] != 1)}: "
             f"`{meta['command']}`")
     if meta.get("source"):
         text += f" ({meta['source']})"
@@ -126,13 +127,19 @@ def draw(data: dict, to_file: str | os.PathLike | None = None, side: str = "refo
         first.set_ylabel("Refold ÷ DyNet, items/s (> 1: Refold faster)")
         first.text(sizes[0] / 1.4, PARITY * 1.03, "parity", fontsize=7, color="#333")
         first.text(sizes[0] / 1.4, TARGET * 1.03, "target", fontsize=7, color="#333")
-        axes[0][-1].legend(fontsize=7, loc="lower right")
+        named = {}  # every line once, in the order drawn, above the panels
+        for ax in axes[0]:
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                named.setdefault(label, handle)
+        fig.legend(named.values(), named.keys(), loc="upper center", frameon=False,
+                   ncol=min(len(named), 3), fontsize=8)
         meta = data["meta"]
         low, high = _load_range(meta)
         fig.text(0.01, 0.01, f"{meta['machine']}; {meta['date']}, commit {meta['commit']}, "
                  f"load {low:.1f}-{high:.1f}; median and [min-max] of {meta['rounds']} "
-                 "interleaved rounds", fontsize=7, color="#555")
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
+                 f"interleaved round{'s' * (meta['rounds'] != 1)}", fontsize=7, color="#555")
+        rows = -(-len(named) // 3)
+        fig.tight_layout(rect=(0, 0.04, 1, 1 - 0.055 * rows))
         if to_file is not None:
             fig.savefig(os.fspath(to_file))
     plt.close(fig)

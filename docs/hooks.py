@@ -2,13 +2,16 @@
 
 mkdocs calls `on_files` before it renders the pages; each picture below is drawn then,
 by the same calls the pages show (`td.plot_block`, `td.draw_schedule`), from the code of
-the checkout being built, and added to the site under `images/generated/`.
+the checkout being built, and added to the site under `images/generated/`. The benchmarks
+page opens with Refold ÷ DyNet by batch size, drawn from the committed results of
+`python -m benchmarks.peers --json` (`PEERS_RESULTS`), and says what they measured.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -41,6 +44,9 @@ def words_tree_block():
     return tree() >> td.FC(2, activation=None)
 
 
+PEERS_RESULTS = os.path.join(ROOT, "benchmarks", "results", "peers.json")
+PEERS_CAPTION = re.compile(r"^<!-- peers caption:.*-->$", re.M)
+
 WORDS = [(([1.0, 2.0], [3.0, 4.0, 5.0]), [6.0] * 5), ([7.0], ([8.0, 9.0], [1.0] * 4)),
          [2.0] * 4]
 
@@ -61,6 +67,8 @@ def pictures(folder: str) -> dict[str, str]:
     td.plot_block(expression_model(), path("expression-block.svg"))
     td.draw_schedule(words_tree_block(), WORDS, path("words-tree-schedule.svg"),
                      title="A tree of words, each word read letter by letter")
+    from benchmarks.peers import picture
+    picture.draw(picture.load(PEERS_RESULTS), path("peers.svg"))
     return out
 
 
@@ -100,3 +108,15 @@ def on_files(files, config):
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    """The benchmarks page's caption of its picture: the run's machine, date, commit, load."""
+    if page.file.src_uri != "benchmarks.md":
+        return markdown
+    from benchmarks.peers import picture
+    caption = picture.caption(picture.load(PEERS_RESULTS))
+    markdown, found = PEERS_CAPTION.subn(lambda _: caption, markdown)
+    if found != 1:
+        raise ValueError("docs/benchmarks.md has lost its '<!-- peers caption: ... -->' line")
+    return markdown

@@ -180,6 +180,25 @@ def test_the_benchmarks_page_is_benchmarks_md(site):
     with open(os.path.join(site, "benchmarks.html"), encoding="utf-8") as f:
         html = f.read()
     assert 'id="the-replay-threshold"' in html and "python -m benchmarks.peers" in html
+    assert html.count("<h1") == 1  # BENCHMARKS.md's own title is left out
+
+
+def test_the_benchmarks_page_opens_with_the_peers_picture_and_what_it_measured(site):
+    import json
+    with open(os.path.join(site, "benchmarks.html"), encoding="utf-8") as f:
+        html = f.read()
+    with open(os.path.join(ROOT, "benchmarks", "results", "peers.json"), encoding="utf-8") as f:
+        meta = json.load(f)["meta"]
+    body = html.split('id="benchmarks"', 1)[1]
+    first = body.split('id="how-to-read-these-figures"', 1)[0]
+    assert 'src="images/generated/peers.svg"' in first  # before the first section
+    caption = first.split("Measured on", 1)[1].split("</p>", 1)[0]
+    for value in (meta["machine"], meta["date"], meta["commit"], meta["command"]):
+        assert value in caption, value
+    assert "<!-- peers caption" not in html
+    svg = ET.parse(os.path.join(site, "images", "generated", "peers.svg")).getroot()
+    ids = {g.get("id") for g in svg.iter("{http://www.w3.org/2000/svg}g")}
+    assert {"train-treelstm", "infer-bilstm", "train-parity", "infer-target"} <= ids
 
 
 def test_the_docs_extra_installs_the_builder_and_the_tests_pull_it_in():

@@ -10,6 +10,10 @@ same round, and the table gives their median [min-max].
     python -m benchmarks.peers --workloads parser --batch-sizes 1,16,64
     python -m benchmarks.peers --jit --tf-threads default --batch-sizes 1,16
 
+`--json FILE` also writes the results (and the run's machine, date, commit and load);
+`python -m benchmarks.peers.picture FILE out.svg` draws them, Refold ÷ DyNet by batch
+size, as the docs' benchmarks page opens with (from `benchmarks/results/peers.json`).
+
 `--jit` adds a side "Refold jit": the same models, every call with `jit_compile=True`
 (`compiler.feeding.xla_buckets`; its untimed pass compiles the buckets the items meet).
 `--onednn` adds
@@ -267,8 +271,10 @@ def main(argv=None) -> dict:
         finally:
             for worker in workers.values():
                 worker.close()
+    load_after = os.getloadavg()
     meta = {"date": started.strftime("%Y-%m-%d %H:%M UTC"),
-            "load_before": load_before, "load_after": os.getloadavg(),
+            "load_before": load_before, "load_after": load_after,
+            "load": [min(load_before[0], load_after[0]), max(load_before[0], load_after[0])],
             "command": "python -m benchmarks.peers " + " ".join(argv), "commit": _commit(),
             "machine": machine(),
             "sides": order, "rounds": args.rounds, "lr": args.lr,

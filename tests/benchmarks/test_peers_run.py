@@ -18,6 +18,9 @@ def test_refold_side_alone_reports_every_workload_mode_and_batch(tmp_path, capsy
     out = run.main(["--peer", "none", "--tf-threads", "default", "--batch-sizes", "1,2",
                     "--items", "3", "--items-b1", "2", "--rounds", "2", "--json", str(path)])
     assert out["meta"]["sides"] == ["refold"]
+    low, high = out["meta"]["load"]  # the 1-minute load average, before and after
+    assert low <= high and {low, high} <= {out["meta"]["load_before"][0],
+                                           out["meta"]["load_after"][0]}
     for workload in ("treelstm", "bilstm"):
         for b, items in ((1, 2), (2, 3)):
             for mode in ("train", "infer"):

@@ -44,7 +44,8 @@ MESSAGE = ("refold: compiling the planner's Numba kernels in a background proces
 # folders, so that importing the kernels' modules runs no `refold/__init__.py` (which
 # imports Keras and TensorFlow); argv: the package's folders, the stamp to write.
 _CHILD = """
-import os, sys, types
+import os, sys, time, types
+start = time.perf_counter()
 package = types.ModuleType("refold")
 package.__path__ = sys.argv[1].split(os.pathsep)
 sys.modules["refold"] = package
@@ -61,7 +62,9 @@ try:  # the stamp either way: a failure is not retried by every import (the firs
     compile_all(None if pid < 0 else 0)
     if pid > 0:
         os.waitpid(pid, 0)
-    done = "compiled"
+    cpu = os.times()
+    done = (f"compiled in {time.perf_counter() - start:.1f} s, "
+            f"{cpu.user + cpu.system + cpu.children_user + cpu.children_system:.1f} s of CPU")
 except BaseException as e:
     done = repr(e)
 with open(sys.argv[2], "w") as f:

@@ -28,6 +28,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 
 try:
     import fcntl
@@ -51,9 +52,9 @@ package.__path__ = sys.argv[1].split(os.pathsep)
 sys.modules["refold"] = package
 try:  # the stamp either way: a failure is not retried by every import (the first plan
     from refold.compiler.kernels import compile_all  # then compiles, as without this)
-    # two cores: a forked process compiles half the kernels (no compilation yet here)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    pid = os.fork() if (cores or 1) > 1 else -1
+    # two cores (Linux): a forked process compiles half the kernels (none compiled yet)
+    two = sys.platform.startswith("linux") and len(os.sched_getaffinity(0)) > 1
+    pid = os.fork() if two else -1
     if pid == 0:
         try:
             compile_all(1)
@@ -140,11 +141,15 @@ def mark_ready() -> None:
             f.write("compiled\n")
 
 
-def wait() -> None:
+def wait(timeout: float = 600.0) -> None:
     """Returns when no process is compiling this installation's kernels (at once if
-    none is): the one `start` started here, or another process's."""
+    none is): the one `start` started here, or another process's; or after `timeout`
+    seconds (a stuck process: this one then compiles what it needs itself)."""
     if _child is not None:
-        _child.wait()
+        try:
+            _child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
         return
     if fcntl is None or os.environ.get(ENV, "1") == "0":  # the compiling process's own
         return
@@ -155,7 +160,15 @@ def wait() -> None:
         fd = os.open(where[1], os.O_RDONLY)
     except OSError:
         return
+    deadline = time.monotonic() + timeout
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)  # blocks while a compiling process holds it
+        while True:  # the compiling process holds the lock until it exits
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.05)
     finally:
         os.close(fd)

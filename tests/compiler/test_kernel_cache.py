@@ -74,7 +74,8 @@ def test_no_background_process_when_switched_off(tmp_path):
 
 def test_a_process_waits_while_another_compiles_and_starts_none(tmp_path, monkeypatch):
     """The lock held (as by another process's compilation): `start` starts nothing and
-    `wait` returns only when it is released; a stamp ends the waiting."""
+    `wait` returns only when it is released (or after its timeout); a stamp ends the
+    waiting."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv(kernel_cache.ENV, raising=False)
     monkeypatch.setattr(kernel_cache, "_child", None)
@@ -84,6 +85,9 @@ def test_a_process_waits_while_another_compiles_and_starts_none(tmp_path, monkey
     try:
         assert kernel_cache.start(["unused"]) is None
         assert kernel_cache._child is None
+        started = time.monotonic()
+        kernel_cache.wait(timeout=0.3)  # a stuck compilation is waited for so long only
+        assert 0.3 <= time.monotonic() - started < 5
         waiting = threading.Thread(target=kernel_cache.wait)
         waiting.start()
         time.sleep(0.5)

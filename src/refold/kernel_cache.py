@@ -52,8 +52,10 @@ package.__path__ = sys.argv[1].split(os.pathsep)
 sys.modules["refold"] = package
 try:  # the stamp either way: a failure is not retried by every import (the first plan
     from refold.compiler.kernels import compile_all  # then compiles, as without this)
-    # two cores (Linux): a forked process compiles half the kernels (none compiled yet)
-    two = sys.platform.startswith("linux") and len(os.sched_getaffinity(0)) > 1
+    # a core to spare (Linux): a forked process compiles half the kernels (none compiled
+    # yet); on a busy machine the halves' duplicated work (1 s of CPU) would cost time
+    two = sys.platform.startswith("linux") and \
+        os.getloadavg()[0] + 1 < len(os.sched_getaffinity(0))
     pid = os.fork() if two else -1
     if pid == 0:
         try:

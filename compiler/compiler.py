@@ -22,7 +22,7 @@ import numpy as np
 
 from refold.blocks.evaluation.precision import compute_dtype, held_program
 from refold.blocks.types import TensorType
-from refold.compiler import kernels
+from refold.compiler import kernels  # noqa: F401  (a new install's first plan waits there)
 from refold.compiler.feeding.prefetch import Prefetch
 from refold.compiler.graphs.batch_plan import BatchPlan
 from refold.compiler.graphs.expansion import BatchGraph, ExampleGraph, expand_all, expand_batch
@@ -562,7 +562,3 @@ def _as_list(inputs) -> list:
 
 _CHECKED_RECORD = operator.attrgetter("_checked_record")
 
-
-# With REFOLD_WARM_KERNELS=1, the planning kernels load (on a new install, compile) on a
-# thread of their own from the compiler's first import (`kernels.start`).
-kernels.start(Compiler)

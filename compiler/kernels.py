@@ -1,50 +1,113 @@
-"""Loading the scheduler's Numba planning kernels into this process: `load`, `start`.
+"""The scheduler's Numba planning kernels: `KERNELS`, `compile_all`, `load`.
 
 The kernels are compiled with `cache=True`; the first process on a machine compiles
-them and later ones load them from Numba's on-disk cache. A process that forks workers
-that plan (`compiler.feeding.process_pool`) loads them first, since loading them in a forked child
-runs Numba's and LLVM's initialisation there, which is not safe after a fork; and
+them and later ones load them from Numba's on-disk cache. On a new install
+`import refold` compiles them in a process of its own (`refold.kernel_cache`) with
+`compile_all`, from their explicit signatures (`KERNELS`), while the user's program
+imports TensorFlow; this process's first Numba compilation waits for it and then finds
+them cached. A process that forks workers that plan (`compiler.feeding.process_pool`)
+loads them first with `load`, since loading them in a forked child runs Numba's and
+LLVM's initialisation there, which is not safe after a fork; and
 `python -m refold.compiler.warmup` pays the compilation at install time. The
 `Compiler` class is passed in, so that this module (which the worker pools use) does
 not import the compiler that uses the pools.
 
-While one of Refold's kernels compiles, in any thread, one line says so on the `refold`
-logger, once per process: a wheel cannot carry Numba's cache (its files are specific to
-the CPU that compiled them), so a new install's first plan compiles them.
+While one of Refold's kernels compiles in this process, in any thread, one line says
+so on the `refold` logger, once per process.
 
-With `REFOLD_WARM_KERNELS=1` in the environment, importing the compiler (`td.Model`,
-`td.Compiler`, ... on first use) calls `start`: a daemon thread plans a small weightless
-block under every scheduler, which loads or compiles the kernels while the program
-builds its model, and a `fit` that plans before it is done waits only for the kernels it
-calls. It is off by default: it contends for the interpreter with the user's own code,
-and its gain on two cores was not shown (issue 46's note). A fork waits for the thread:
-a child forked while Numba compiles could not compile.
-
->>> from refold.compiler import kernels
->>> kernels.wait()                      # the kernels are loaded (or it was not started)
->>> kernels.wait() is None              # waiting again returns at once
-True
+>>> signature("i4 i8x2! int bool")
+(Array(int32, 1, 'C', False, aligned=True), Array(int64, 2, 'C', True, aligned=True), int64, bool)
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator
 
 import numba
+from numba.core import types
 
 import refold.blocks as td
+from refold import kernel_cache
 from refold.scheduler.schedules import SCHEDULERS
+
+# The kernels Python code calls, by module, with the argument types they are called
+# with (`signature`); the kernels they call compile with them. tests/compiler/
+# test_kernel_cache.py checks that a process planning, expanding in rounds and running
+# straight-line after `compile_all` compiles nothing, and that every kernel Python
+# code names is here.
+KERNELS = {
+    "refold.scheduler.schedules": {
+        "agenda_kernel": "i4 i4 i4 i4 i4",
+        "depth_kernel": "i4 i4 i4 i4 i4",
+        "_agenda": "i4 i4 i4 i4 i4 f8",  # with op costs (`agenda_schedule`)
+    },
+    "refold.scheduler.packing": {  # `Planner.feed`'s steps, which `_pack_plan` fuses
+        "_pack": "i4 i4 i4 i4 i4 i4 i8 i8 i8 i8x2! i8x2! i8x2! i8x2! int",
+        "_segments": "int int i8 i8 i8 i8 i8 i8 i8x2 i8x2 i8 i8 i8 i8 i4 i4 i8 i8! i8! i8x2! b1!",
+    },
+    "refold.scheduler.graph": {
+        "_merge_records": "i4 i8 int",
+    },
+    "refold.scheduler.planner": {
+        "_merge": "i4 int int bool int",
+        "_pack_plan": ("i4 i4 i4 i4 i4 i4 i4 i8 i8 i4 i4 i4 i4 i8! i8! i8! i8 i8 i8x2! i8x2! "
+                       "i8x2! i8x2! int i8! i8 i8! i8! i8x2! b1! i8! i8! int"),
+    },
+    "refold.scheduler.straight": {
+        "_index": "i4 i4 i8! i8x2! i8! i8 i4 i4 i4 i4 i8 i4 i8",
+    },
+    "refold.compiler.graphs.expansion": {
+        "_number_values": "i8 i8 i8x2 i8 i8 int int int",
+        "_ids_in_range": "i4 i4 i4 i4 i4 i4 int int",
+    },
+    "refold.compiler.rounds.context": {
+        "_depths": "i4 i8 i8",
+    },
+}
+
+_DTYPES = {"i4": types.int32, "i8": types.int64, "b1": types.boolean, "f8": types.float64}
+
+
+def signature(spec: str) -> tuple:
+    """The Numba argument types `spec` names: `int`, `bool` (scalars) or an array, C-order,
+    as `i4` (int32), `i8`, `b1`, `f8`, with `x2` for two dimensions and `!` read-only."""
+    out = []
+    for word in spec.split():
+        if word in ("int", "bool"):
+            out.append(types.int64 if word == "int" else types.boolean)
+            continue
+        readonly = word.endswith("!")
+        dtype, _, ndim = word.rstrip("!").partition("x")
+        out.append(types.Array(_DTYPES[dtype], int(ndim or 1), "C", readonly=readonly))
+    return tuple(out)
+
+
+# `compile_all`'s two parts, about equal in compilation time: `_pack_plan` with the
+# kernels it calls, and the others.
+FIRST_PART = {"_pack_plan", "_pack", "_segments"}
+
+
+def compile_all(part: int | None = None) -> list:
+    """Compiles every kernel of `KERNELS` for its signature, or loads it from Numba's
+    cache (`part` 0: those of `FIRST_PART`, 1: the others; None: all); the kernels
+    compiled (`compilations`). Imports no TensorFlow."""
+    with compilations() as compiled:
+        for module, kernels in KERNELS.items():
+            found = importlib.import_module(module)
+            for name, spec in kernels.items():
+                if part is None or (name in FIRST_PART) == (part == 0):
+                    getattr(found, name).compile(signature(spec))
+    return compiled
 
 
 def _block():
     """A small recursive block with a `td.Metric`: every kind of planning work. It has
-    no weights, so building it makes no Keras layer (`start` builds it on
-    a thread of its own while the user builds a model)."""
+    no weights, so building it makes no Keras layer."""
     import tensorflow as tf
     tree = td.ForwardDeclaration(td.PyObjectType(), td.TensorType((2,)))
     leaf = td.Scalar() >> td.Function(lambda x: tf.stack([x, -x], axis=1))
@@ -101,8 +164,6 @@ MESSAGE = ("refold: compiling the planner's Numba kernels, once per installation
            "processes load them from Numba's cache); `python -m refold.compiler.warmup` "
            "does it ahead of time")
 
-_thread: threading.Thread | None = None
-_lock = threading.Lock()
 _said = threading.Event()
 
 
@@ -122,34 +183,24 @@ class _Announce(numba.core.event.Listener):
 numba.core.event.register("numba:compile", _Announce())
 
 
-_compiler_class = None  # the `Compiler` the thread plans with, given by its module
+class _WaitForBackground(numba.core.event.Listener):
+    """Before this process's first Numba compilation (or cache load): waits for a
+    process compiling the kernels (`refold.kernel_cache`), so that this one loads them
+    from the cache rather than compiling them too."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._done = False
+
+    def on_start(self, event):
+        if not self._done:
+            with self._lock:
+                if not self._done:
+                    kernel_cache.wait()
+                    self._done = True
+
+    def on_end(self, event):
+        pass
 
 
-def start(compiler_class=None) -> threading.Thread | None:
-    """Starts loading (or compiling) the kernels on a daemon thread, once per process;
-    the thread, or None unless `REFOLD_WARM_KERNELS=1`. The compiler's module passes its
-    `Compiler` class when it is imported (this module does not import the compiler,
-    which imports it); later calls need none."""
-    global _thread, _compiler_class
-    if compiler_class is not None:
-        _compiler_class = compiler_class
-    if os.environ.get("REFOLD_WARM_KERNELS", "0") != "1":
-        return None
-    if _compiler_class is None:
-        raise ValueError("kernels.start: no Compiler class yet (import refold.compiler.compiler)")
-    with _lock:
-        if _thread is None:
-            _thread = threading.Thread(target=load, args=(_compiler_class,),
-                                       name="refold-warm-kernels", daemon=True)
-            _thread.start()
-    return _thread
-
-
-def wait(timeout: float | None = None) -> None:
-    """Returns when the thread `start` started is done (at once if none was)."""
-    thread = _thread
-    if thread is not None and thread is not threading.current_thread():
-        thread.join(timeout)
-
-
-os.register_at_fork(before=wait)
+numba.core.event.register("numba:compiler_lock", _WaitForBackground())

@@ -373,7 +373,7 @@ def _launch_order(group_step, group_op, node_group, stage, outer_pos, tail_pos, 
     launch_op = np.empty(n_outer + n_loop + n_tail, np.int64)
     # element by element: an array assigned to a slice makes Numba compile its
     # shape-mismatch error message (string formatting), a large part of a new
-    # install's compilation (`refold.compiler.kernels.start`)
+    # install's compilation (`refold.kernel_cache`)
     for i in range(n_outer):
         launch_op[i] = outer_ops[i]
     for i in range(n_tail):

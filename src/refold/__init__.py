@@ -31,13 +31,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-import keras as _keras
+from refold import kernel_cache as _kernel_cache
 
-from refold.blocks import *  # noqa: F403  (the block language, as Fold's `td`)
-from refold.blocks import __all__ as _blocks_all
-from refold.blocks.serialization import registry as _registry
-from refold.lazy import lazy_exports as _lazy_exports
-from refold.version import __version__
+# A new install compiles the planning kernels in a process of its own while this one
+# imports TensorFlow (`refold.kernel_cache`); once they are cached this is one stat.
+_kernel_cache.start(__path__)
+
+import keras as _keras  # noqa: E402
+
+from refold.blocks import *  # noqa: F403, E402  (the block language, as Fold's `td`)
+from refold.blocks import __all__ as _blocks_all  # noqa: E402
+from refold.blocks.serialization import registry as _registry  # noqa: E402
+from refold.lazy import lazy_exports as _lazy_exports  # noqa: E402
+from refold.version import __version__  # noqa: E402
 
 # The names that need the compiler, imported on first use.
 _LAZY = {

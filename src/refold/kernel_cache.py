@@ -1,0 +1,176 @@
+"""A new install's planning kernels, compiled in a background process: `start`, `wait`.
+
+Numba compiles the scheduler's planning kernels on first use and caches them on disk;
+a wheel cannot carry that cache (it is specific to the CPU). On a new install the
+compilation took about 10 s of CPU inside the first `fit`. So `import refold`, while
+this installation's kernels are not known to be cached, starts a Python process that
+compiles them into Numba's cache (`refold.compiler.kernels.compile_all`) while this one
+imports TensorFlow and builds its model; this process's first Numba compilation waits
+for that process and then loads them (`refold.compiler.kernels`). A process of its own
+rather than a thread: the two compile and import on two cores rather than sharing
+one interpreter lock, and nothing runs in the user's process (a thread compiling
+there once made the suite's doctests lose their output, cause not found).
+
+That process imports Numba and the kernels' modules only (not TensorFlow), holds a
+lock file while it compiles (a process importing Refold meanwhile starts none and
+waits on the lock), and leaves a stamp when it is done: later imports cost one
+`os.path.exists`. The stamp is per installation, Python, Numba, Numba cache directory
+and machine. `REFOLD_WARM_KERNELS=0` in the environment starts nothing (the first
+plan then compiles the kernels, saying so); POSIX only (`fcntl`).
+
+>>> wait()          # returns once no background compilation is under way
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+
+try:
+    import fcntl
+except ImportError:  # Windows: no background compilation
+    fcntl = None
+
+ENV = "REFOLD_WARM_KERNELS"
+
+MESSAGE = ("refold: compiling the planner's Numba kernels in a background process, once per "
+           "installation (later processes load them from Numba's cache); the first plan "
+           "waits for it")
+
+# The process that compiles: `refold` as a bare namespace over the installed package's
+# folders, so that importing the kernels' modules runs no `refold/__init__.py` (which
+# imports Keras and TensorFlow); argv: the package's folders, the stamp to write.
+_CHILD = """
+import os, sys, time, types
+start = time.perf_counter()
+package = types.ModuleType("refold")
+package.__path__ = sys.argv[1].split(os.pathsep)
+sys.modules["refold"] = package
+try:  # the stamp either way: a failure is not retried by every import (the first plan
+    from refold.compiler.kernels import compile_all  # then compiles, as without this)
+    # a core to spare (Linux): a forked process compiles half the kernels (none compiled
+    # yet); on a busy machine the halves' duplicated work (1 s of CPU) would cost time
+    two = sys.platform.startswith("linux") and \
+        os.getloadavg()[0] + 1 < len(os.sched_getaffinity(0))
+    pid = os.fork() if two else -1
+    if pid == 0:
+        try:
+            compile_all(1)
+        finally:
+            os._exit(0)
+    compile_all(None if pid < 0 else 0)
+    if pid > 0:
+        os.waitpid(pid, 0)
+    cpu = os.times()
+    done = (f"compiled in {time.perf_counter() - start:.1f} s, "
+            f"{cpu.user + cpu.system + cpu.children_user + cpu.children_system:.1f} s of CPU")
+except BaseException as e:
+    done = repr(e)
+with open(sys.argv[2], "w") as f:
+    f.write(done + "\\n")
+"""
+
+_child: subprocess.Popen | None = None
+
+
+def paths() -> tuple[str, str] | None:
+    """This installation's `(stamp, lock)` files, in `$XDG_CACHE_HOME/refold` (or
+    `~/.cache/refold`); None where that folder cannot be made."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    numba = importlib.util.find_spec("numba")
+    key = [here, sys.version, os.environ.get("NUMBA_CACHE_DIR", ""), os.uname().nodename]
+    for f in (os.path.join(here, "__init__.py"), os.path.join(here, "version.py"),
+              numba.origin if numba is not None and numba.origin else ""):
+        try:
+            key.append(f"{f}:{os.stat(f).st_mtime_ns}")
+        except OSError:
+            key.append(f)
+    digest = hashlib.sha1("\n".join(key).encode()).hexdigest()[:16]
+    folder = os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                          os.path.join(os.path.expanduser("~"), ".cache"), "refold")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None
+    base = os.path.join(folder, f"kernels-{digest}")
+    return base + ".ready", base + ".lock"
+
+
+def start(package_path: list[str]) -> subprocess.Popen | None:
+    """Starts the process that compiles the kernels into Numba's cache, unless they are
+    known to be there, another process is compiling them, or `REFOLD_WARM_KERNELS=0`;
+    the process or None. `package_path`: `refold.__path__`."""
+    global _child
+    if fcntl is None or os.environ.get(ENV, "1") == "0" or _child is not None:
+        return None
+    where = paths()
+    if where is None or os.path.exists(where[0]):
+        return None
+    stamp, lock = where
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # another process is compiling them: `wait` waits for it
+        os.close(fd)
+        return None
+    try:  # the child holds the lock (its inherited descriptor) until it exits
+        _child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, os.pathsep.join(package_path), stamp],
+            pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True, env={**os.environ, ENV: "0"})
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    import logging
+    logging.getLogger("refold").warning(MESSAGE)
+    return _child
+
+
+def mark_ready() -> None:
+    """Leaves the stamp that says this installation's kernels are cached
+    (`python -m refold.compiler.warmup` does, after compiling them)."""
+    where = paths()
+    if where is not None:
+        with open(where[0], "w") as f:
+            f.write("compiled\n")
+
+
+def wait(timeout: float = 600.0) -> None:
+    """Returns when no process is compiling this installation's kernels (at once if
+    none is): the one `start` started here, or another process's; or after `timeout`
+    seconds (a stuck process: this one then compiles what it needs itself)."""
+    if _child is not None:
+        try:
+            _child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        return
+    if fcntl is None or os.environ.get(ENV, "1") == "0":  # the compiling process's own
+        return
+    where = paths()
+    if where is None or os.path.exists(where[0]) or not os.path.exists(where[1]):
+        return
+    try:
+        fd = os.open(where[1], os.O_RDONLY)
+    except OSError:
+        return
+    deadline = time.monotonic() + timeout
+    try:
+        while True:  # the compiling process holds the lock until it exits
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.05)
+    finally:
+        os.close(fd)

@@ -209,11 +209,13 @@ class StraightLine:
             return None
         return self.call(plan), plan.read_type, plan.read_pos
 
-    def plan(self, graph: OpGraph, reads: np.ndarray) -> StraightPlan | None:
+    def plan(self, graph: OpGraph, reads: np.ndarray, schedule=None) -> StraightPlan | None:
         """The graph's launches and index vectors, or None (see `run`). The graph must
-        have passed `Planner.check`."""
+        have passed `Planner.check`. `schedule`: the graph's launches (`group_op`,
+        `node_group`) if a planner made them already; this line's scheduler's otherwise."""
         lay = self.layout
-        schedule = self.schedule(graph)
+        if schedule is None:
+            schedule = self.schedule(graph)
         group_op = schedule.group_op
         if len(group_op) > self.max_launches:
             self.fallbacks["launches"] += 1

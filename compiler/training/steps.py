@@ -213,6 +213,9 @@ class StepFunction:
         step_for_mode: for a training step, the step to trace for a `GradientMode`
             (`Model.training_step`), which `choice.mode` gives per variant; None:
             `step` for every variant.
+        straight: for an inference step in graph mode, called with the feeder
+            after it packed a batch: the step's outputs computed another way
+            (`compiler.straight_inference`), or None to run the traced step.
     """
 
     def __init__(self, step: Callable, feeder: Callable[[], BatchFeeder],
@@ -220,8 +223,10 @@ class StepFunction:
                  xla: Callable[[], object] | None = None,
                  choice: WeightGradsChoice | InferenceExecutorChoice | None = None,
                  before_trace: Callable | None = None, after_trace: Callable | None = None,
-                 step_for_mode: Callable[[GradientMode], Callable] | None = None):
+                 step_for_mode: Callable[[GradientMode], Callable] | None = None,
+                 straight: Callable[[BatchFeeder], object] | None = None):
         self._step, self._feeder, self._eager = step, feeder, eager
+        self._straight = straight or (lambda feeder: None)
         self._step_for_mode = step_for_mode
         self._before_trace = before_trace or (lambda signature: None)
         self._after_trace = after_trace or (lambda concrete_fn: None)
@@ -260,15 +265,9 @@ class StepFunction:
                 self._after_trace(fn)
             outputs = fn(data)
         else:
-            variant = None if self._choice is None else self._choice.key(
-                data[0], self._choices(feeder.signature))
-            handoff, fn, variant = self._graph_step(feeder.signature, variant)
-            tensors = handoff.tensors(data)
-            if variant is None:
-                outputs = handoff.call(fn, tensors)
-            else:
-                with self._choice.calling(variant):
-                    outputs = handoff.call(fn, tensors)
+            outputs = self._straight(feeder)
+            if outputs is None:
+                outputs = self._call_graph_step(feeder, data)
         if isinstance(outputs, dict) and STEP_FINITE in outputs:
             outputs = dict(outputs)
             finite, loss = outputs.pop(STEP_FINITE), outputs.pop(STEP_LOSS)
@@ -276,6 +275,18 @@ class StepFunction:
                 epoch = self._epoch() if self._epoch is not None else 0
                 raise NonFiniteLossError(feeder.examples(i), float(loss), epoch, i)
         return outputs
+
+    def _call_graph_step(self, feeder, data):
+        """The traced step's outputs on a packed batch (traced for its signature and
+        its choice's variant if need be)."""
+        variant = None if self._choice is None else self._choice.key(
+            data[0], self._choices(feeder.signature))
+        handoff, fn, variant = self._graph_step(feeder.signature, variant)
+        tensors = handoff.tensors(data)
+        if variant is None:
+            return handoff.call(fn, tensors)
+        with self._choice.calling(variant):
+            return handoff.call(fn, tensors)
 
     def _choices(self, signature) -> set:
         """The choices (`choice.key`) traced for batches of `signature`."""

@@ -1,0 +1,113 @@
+"""Small inference batches run as straight-line functions, without the loop.
+
+The executor runs any batch through one `tf.while_loop`; at batch 1 its machinery
+(loop variables, a gather per loop type, a floor of tens of µs per iteration) is
+about half of a call (BENCHMARKS.md, "Small batches"). A batch of few launches of
+few rows each runs instead as one function traced per *launch sequence*, the op of
+each launch in order (`scheduler.straight`: per launch the gathers and the op, no
+loop), on TensorFlow's single-threaded executor as the loop would be
+(`compiler.training.tf_executor`). `Compiler.run` and `Model.predict` take this
+path for a batch that the planner has planned (its launches and reads are the
+plan's) when the batch has at most `max_launches` launches of at most `max_rows`
+nodes each on average; any other batch, or one whose sequence is not traced
+(`StraightLine`'s patience: a sequence is traced when two batches in a row ask for
+it or once `PATIENCE` have, at most `MAX_SEQUENCES`), runs on the executor. The
+results are the same either way; `enabled = False` turns the path off.
+
+>>> import tensorflow as tf
+>>> import refold as td
+>>> from refold.compiler import Compiler
+>>> c = Compiler.create(td.Map(td.Scalar() >> td.Function(tf.square)) >> td.Sum())
+>>> [float(r) for r in c.run([[1, 2]])], [float(r) for r in c.run([[3, 4]])]
+([5.0], [25.0])
+>>> c.straight_inference.batches, c.straight_inference.line.traced  # the second in a row
+(1, 1)
+>>> c.straight_inference.enabled = False   # every batch on the executor
+>>> [float(r) for r in c.run([[3, 4]])], c.straight_inference.batches
+([25.0], 1)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from refold.scheduler.planner import Plan
+from refold.scheduler.straight import StraightLine
+
+
+class StraightInference:
+    """Runs a compiler's small inference batches straight-line (module docstring).
+
+    Args:
+        compiler: the `Compiler` (its executor, and its `inference_executor`, which
+            says whether TensorFlow's single-threaded executor may run them).
+        max_launches: batches of more launches run on the executor.
+        max_rows: batches of more nodes per launch, on average, run on the executor.
+    """
+
+    MAX_SEQUENCES = 16  # launch sequences traced, at most
+    PATIENCE = 8  # batches of a sequence, not in a row, that make it traced
+
+    def __init__(self, compiler, max_launches: int = 24, max_rows: float = 4.0):
+        from refold.compiler.training.tf_executor import _gpu_visible
+        self.choice = compiler.inference_executor
+        self.layout = compiler.executor.layout
+        self.max_rows = max_rows
+        self.enabled = True
+        self.batches = 0  # batches run straight-line
+        self.line = StraightLine(compiler.executor, max_launches=max_launches,
+                                 max_sequences=self.MAX_SEQUENCES, patience=self.PATIENCE,
+                                 scope=lambda: self.choice.calling(self.single))
+        self.single = not _gpu_visible()
+
+    @property
+    def max_launches(self) -> int:
+        """Batches of more launches run on the executor."""
+        return self.line.max_launches
+
+    @max_launches.setter
+    def max_launches(self, value: int) -> None:
+        self.line.max_launches = value
+
+    @property
+    def fallbacks(self):
+        """Why batches within the limits ran on the executor: reason -> batches."""
+        return self.line.fallbacks
+
+    def fits(self, plan: Plan) -> bool:
+        """Whether a planned batch is small enough to run straight-line: few launches,
+        and few rows in those of the loop (`scheduler.weight_grads.mean_loop_rows`;
+        the prelude's embedding lookups, one launch of every leaf, do not count)."""
+        from refold.scheduler.weight_grads import mean_loop_rows
+        if not (self.enabled and 0 < len(plan.group_op) <= self.max_launches):
+            return False
+        rows = mean_loop_rows(self.layout, {"index": plan.index, "layout": plan.layout})
+        return rows is None or rows <= self.max_rows
+
+    def run(self, plan: Plan) -> tuple | None:
+        """`(outputs per value type (numpy), read_type, read_pos)` of a planned batch
+        (read i is row `read_pos[i]` of `outputs[read_type[i]]`), or None where it
+        runs on the executor."""
+        if not self.fits(plan):
+            return None
+        line = self.line
+        got = line.plan(plan.graph, plan.reads, plan)
+        if got is None:
+            return None
+        traced = line.traced
+        fn = line.function(got.key)
+        if line.traced > traced and self.single and not self.choice.admits(True, fn):
+            self.single = False  # an Assert: the default executor from now on
+            line.clear()
+        outputs = line.call(got)
+        self.batches += 1
+        return outputs, got.read_type, got.read_pos
+
+    def outputs_of(self, plan: Plan, type_id: int, n: int) -> np.ndarray | None:
+        """The first `n` values of type `type_id` a grouped batch reads (its results,
+        as a step's `y_pred`), or None where the batch runs on the executor."""
+        got = self.run(plan)
+        return None if got is None else got[0][type_id][:n]
+
+
+__all__ = ["StraightInference"]

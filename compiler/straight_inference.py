@@ -7,12 +7,18 @@ few rows each runs instead as one function traced per *launch sequence*, the op 
 each launch in order (`scheduler.straight`: per launch the gathers and the op, no
 loop), on TensorFlow's single-threaded executor as the loop would be
 (`compiler.training.tf_executor`). `Compiler.run` and `Model.predict` take this
-path for a batch that the planner has planned (its launches and reads are the
-plan's) when the batch has at most `max_launches` launches of at most `max_rows`
-nodes each on average; any other batch, or one whose sequence is not traced
-(`StraightLine`'s patience: a sequence is traced when two batches in a row ask for
-it or once `PATIENCE` have, at most `MAX_SEQUENCES`), runs on the executor. The
-results are the same either way; `enabled = False` turns the path off.
+path for a batch the planner has planned (its launches and reads are the plan's)
+with at most `max_launches` launches and `max_nodes` nodes in the loop's: a
+sentence or a tree at batch 1 (1.3 to 2.5 times faster there; from about 100 loop
+nodes on, batch 4 of the BiLSTM tagger or 16 of the TreeLSTM, the loop measured as
+fast or faster, BENCHMARKS.md "Small batches"). Other batches, and those whose
+sequence is not traced, run on the executor: a sequence is traced when two batches
+in a row ask for it or once `PATIENCE` have, at most `MAX_SEQUENCES`; a trace
+costs a second or so, a call a millisecond. A batch whose sequence is not traced
+runs on a traced one that holds its launches in order and at most `SLACK` more, run
+empty (a sentence on the function of one a few words longer): this cut the
+BiLSTM tagger's traces from 16 to 5 at the same speed. Results are the same
+either way; `enabled = False` turns the path off.
 
 >>> import tensorflow as tf
 >>> import refold as td
@@ -42,21 +48,23 @@ class StraightInference:
         compiler: the `Compiler` (its executor, and its `inference_executor`, which
             says whether TensorFlow's single-threaded executor may run them).
         max_launches: batches of more launches run on the executor.
-        max_rows: batches of more nodes per launch, on average, run on the executor.
+        max_nodes: batches of more nodes in the loop's launches run on the executor.
     """
 
     MAX_SEQUENCES = 16  # launch sequences traced, at most
     PATIENCE = 8  # batches of a sequence, not in a row, that make it traced
+    SLACK = 4  # empty launches a batch may run with on a longer sequence's function
 
-    def __init__(self, compiler, max_launches: int = 24, max_rows: float = 4.0):
+    def __init__(self, compiler, max_launches: int = 64, max_nodes: int = 64):
         from refold.compiler.training.tf_executor import _gpu_visible
         self.choice = compiler.inference_executor
         self.layout = compiler.executor.layout
-        self.max_rows = max_rows
+        self.max_nodes = max_nodes
         self.enabled = True
         self.batches = 0  # batches run straight-line
         self.line = StraightLine(compiler.executor, max_launches=max_launches,
                                  max_sequences=self.MAX_SEQUENCES, patience=self.PATIENCE,
+                                 slack=self.SLACK,
                                  scope=lambda: self.choice.calling(self.single))
         self.single = not _gpu_visible()
 
@@ -76,13 +84,13 @@ class StraightInference:
 
     def fits(self, plan: Plan) -> bool:
         """Whether a planned batch is small enough to run straight-line: few launches,
-        and few rows in those of the loop (`scheduler.weight_grads.mean_loop_rows`;
-        the prelude's embedding lookups, one launch of every leaf, do not count)."""
-        from refold.scheduler.weight_grads import mean_loop_rows
+        and few nodes in those of the loop (the prelude's, such as an embedding
+        lookup of every leaf in one launch, do not count)."""
         if not (self.enabled and 0 < len(plan.group_op) <= self.max_launches):
             return False
-        rows = mean_loop_rows(self.layout, {"index": plan.index, "layout": plan.layout})
-        return rows is None or rows <= self.max_rows
+        i = self.layout.segment_id.get("group_size")
+        return i is None or int(plan.index[plan.layout[i]:plan.layout[i + 1]].sum()) \
+            <= self.max_nodes
 
     def run(self, plan: Plan) -> tuple | None:
         """`(outputs per value type (numpy), read_type, read_pos)` of a planned batch

@@ -556,12 +556,12 @@ def test_every_epoch_sees_its_own_order_and_a_resumed_run_sees_the_same():
     def orders(epochs, initial_epoch=0):
         model = compiled(Model(factories.tree_sign(), seed=7))
         seen = []
-        pack = model.pipeline.pack
+        plan = model.pipeline.plan
 
         def spy(batch, graphs=None):
             seen.append([trees.index(t) for t in batch])
-            return pack(batch, graphs)
-        model.pipeline.pack = spy
+            return plan(batch, graphs)
+        model.pipeline.plan = spy
         model.fit(trees, y, batch_size=24, epochs=epochs, initial_epoch=initial_epoch,
                   verbose=0)
         return seen

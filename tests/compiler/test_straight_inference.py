@@ -98,7 +98,7 @@ def test_traces_are_bounded_and_a_repeated_sequence_is_traced():
     for _ in range(3):
         c.run([[word] * 2])  # two in a row: traced from the second
     assert straight.line.traced == 1 and straight.batches == 2
-    straight.line.patience = 2
+    straight.line.patience, straight.line.slack = 2, 0
     for n in rng.integers(1, 30, 120):  # sentences of many lengths: many sequences
         c.run([[word] * int(n)])
     assert straight.line.traced == straight.MAX_SEQUENCES
@@ -158,3 +158,20 @@ def test_predict_with_a_subclass_predict_step_keeps_the_traced_step():
     got = model.predict(trees, batch_size=1, verbose=0)
     assert model.compiler.straight_inference.batches == 0
     np.testing.assert_allclose(got[0], 2.0 * reference_eval(c.block, trees[0]), atol=1e-5)
+
+
+def test_a_sentence_runs_on_the_function_of_a_slightly_longer_one():
+    c = Compiler.create(case("bidirectional_tagger").block)
+    straight = c.straight_inference
+    rng = np.random.default_rng(3)
+    sentence = rng.uniform(-1, 1, (10, 3)).astype("float32").tolist()
+    for _ in range(2):
+        c.run([sentence])
+    assert straight.line.traced == 1
+    for n in range(10 - straight.SLACK, 10):  # its launches and up to SLACK more, empty
+        got = c.run([sentence[:n]])[0]
+        assert_same_result(got, reference_eval(case("bidirectional_tagger").block,
+                                               sentence[:n]), f"{n} words")
+    assert straight.line.traced == 1 and straight.batches == 1 + straight.SLACK
+    c.run([sentence[:9 - straight.SLACK]])  # one more empty launch than SLACK: not run
+    assert straight.batches == 1 + straight.SLACK and straight.fallbacks["new"] == 2

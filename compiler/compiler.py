@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -435,10 +436,12 @@ class Compiler:
             straight = self.straight_inference.run(plan.plan)
             if straight is not None:
                 return self.results(plan, straight[0], tolist, rows=straight[1:])
-            outputs = self._compute(plan.feed.arrays)
+            start = time.perf_counter()
+            outputs = [o.numpy() for o in self._compute(plan.feed.arrays)]
+            self.straight_inference.looped(time.perf_counter() - start)
         except Exception as e:
             raise _blame(self.program.root, inputs, e) from e
-        return self.results(plan, [o.numpy() for o in outputs], tolist=tolist)
+        return self.results(plan, outputs, tolist=tolist)
 
     def _run_in_rounds(self, inputs: list, tolist: bool) -> list:
         """`run` of a block that reads computed values: the results are read from the

@@ -9,31 +9,37 @@ loop), on TensorFlow's single-threaded executor as the loop would be
 (`compiler.training.tf_executor`). `Compiler.run` and `Model.predict` take this
 path for a batch the planner has planned (its launches and reads are the plan's)
 with at most `max_launches` launches and `max_nodes` nodes in the loop's: a
-sentence or a tree at batch 1 (1.3 to 2.5 times faster there; from about 100 loop
-nodes on, batch 4 of the BiLSTM tagger or 16 of the TreeLSTM, the loop measured as
-fast or faster, BENCHMARKS.md "Small batches"). Other batches, and those whose
-sequence is not traced, run on the executor: a sequence is traced when two batches
-in a row ask for it or once `PATIENCE` have, at most `MAX_SEQUENCES`; a trace
-costs a second or so, a call a millisecond. A batch whose sequence is not traced
-runs on a traced one that holds its launches in order and at most `SLACK` more, run
-empty (a sentence on the function of one a few words longer): this cut the
-BiLSTM tagger's traces from 16 to 5 at the same speed. Results are the same
+sentence or a tree at batch 1 (BENCHMARKS.md "Straight-line inference"; at batch 4
+of the BiLSTM tagger or 16 of the TreeLSTM, about 100 loop nodes, the loop
+measured as fast or faster).
+Other batches run on the executor, as do those of a sequence not traced yet: a
+trace costs about half a second, a batch's call a millisecond, so a sequence is
+traced once its batches have spent on the executor what a trace took (the mean
+of those timed; at most `MAX_SEQUENCES`): a short `predict` traces nothing, a
+long stream of requests traces its common sequences. A batch whose sequence is not
+traced runs on a traced one that holds its launches in order and at most `SLACK`
+more, run empty (a sentence on the function of one a few words longer): this cut
+the BiLSTM tagger's traces from 16 to 5 at the same speed. Results are the same
 either way; `enabled = False` turns the path off.
 
 >>> import tensorflow as tf
 >>> import refold as td
 >>> from refold.compiler import Compiler
 >>> c = Compiler.create(td.Map(td.Scalar() >> td.Function(tf.square)) >> td.Sum())
+>>> c.straight_inference.trace_seconds = 0.0  # (trace at once, for the example)
 >>> [float(r) for r in c.run([[1, 2]])], [float(r) for r in c.run([[3, 4]])]
 ([5.0], [25.0])
->>> c.straight_inference.batches, c.straight_inference.line.traced  # the second in a row
-(1, 1)
+>>> c.straight_inference.batches, c.straight_inference.line.traced  # one sequence
+(2, 1)
 >>> c.straight_inference.enabled = False   # every batch on the executor
 >>> [float(r) for r in c.run([[3, 4]])], c.straight_inference.batches
-([25.0], 1)
+([25.0], 2)
 """
 
 from __future__ import annotations
+
+import collections
+import time
 
 import numpy as np
 
@@ -52,8 +58,8 @@ class StraightInference:
     """
 
     MAX_SEQUENCES = 16  # launch sequences traced, at most
-    PATIENCE = 8  # batches of a sequence, not in a row, that make it traced
     SLACK = 4  # empty launches a batch may run with on a longer sequence's function
+    TRACE_SECONDS = 0.5  # what a trace is taken to cost until one is timed
 
     def __init__(self, compiler, max_launches: int = 64, max_nodes: int = 64):
         from refold.compiler.training.tf_executor import _gpu_visible
@@ -62,10 +68,14 @@ class StraightInference:
         self.max_nodes = max_nodes
         self.enabled = True
         self.batches = 0  # batches run straight-line
+        self.trace_seconds = self.TRACE_SECONDS  # the mean of the traces timed
+        self._traces: list[float] = []
+        self._looped: collections.Counter = collections.Counter()  # sequence -> seconds
+        self._waiting: tuple | None = None  # the sequence of the batch left to the loop
         self.line = StraightLine(compiler.executor, max_launches=max_launches,
-                                 max_sequences=self.MAX_SEQUENCES, patience=self.PATIENCE,
-                                 slack=self.SLACK,
-                                 scope=lambda: self.choice.calling(self.single))
+                                 max_sequences=self.MAX_SEQUENCES, slack=self.SLACK,
+                                 scope=lambda: self.choice.calling(self.single),
+                                 ready=lambda key: self._looped[key] >= self.trace_seconds)
         self.single = not _gpu_visible()
 
     @property
@@ -95,21 +105,34 @@ class StraightInference:
     def run(self, plan: Plan) -> tuple | None:
         """`(outputs per value type (numpy), read_type, read_pos)` of a planned batch
         (read i is row `read_pos[i]` of `outputs[read_type[i]]`), or None where it
-        runs on the executor."""
+        runs on the executor; then `looped` is to be told what that cost."""
+        self._waiting = None
         if not self.fits(plan):
             return None
         line = self.line
         got = line.plan(plan.graph, plan.reads, plan)
         if got is None:
+            self._waiting = tuple(plan.group_op.tolist())
             return None
         traced = line.traced
+        start = time.perf_counter()
         fn = line.function(got.key)
-        if line.traced > traced and self.single and not self.choice.admits(True, fn):
-            self.single = False  # an Assert: the default executor from now on
-            line.clear()
+        if line.traced > traced:
+            self._traces.append(time.perf_counter() - start)
+            self.trace_seconds = sum(self._traces) / len(self._traces)
+            if self.single and not self.choice.admits(True, fn):
+                self.single = False  # an Assert: the default executor from now on
+                line.clear()
         outputs = line.call(got)
         self.batches += 1
         return outputs, got.read_type, got.read_pos
+
+    def looped(self, seconds: float) -> None:
+        """The batch `run` left to the executor took `seconds` there: a sequence is
+        traced once its batches have spent there what a trace costs."""
+        if self._waiting is not None:
+            self._looped[self._waiting] += seconds
+            self._waiting = None
 
     def outputs_of(self, plan: Plan, type_id: int, n: int) -> np.ndarray | None:
         """The first `n` values of type `type_id` a grouped batch reads (its results,

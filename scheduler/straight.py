@@ -185,11 +185,14 @@ class StraightLine:
             launches in order with at most this many more, empty (each of an op that
             `handles_empty`); a sequence about to be traced is traced as the longest
             such one asked for. 0: each sequence runs on its own function.
+        ready: if given, whether a sequence not traced is to be traced now (called
+            each time a graph asks for it), instead of `patience`.
     """
 
     def __init__(self, executor, scheduler: str = "agenda", max_launches: int = 16,
                  max_sequences: int = 16, patience: int = 8,
-                 scope: Callable[[], Any] | None = None, slack: int = 0):
+                 scope: Callable[[], Any] | None = None, slack: int = 0,
+                 ready: Callable[[tuple], bool] | None = None):
         self.launches = executor.launches
         self.layout = executor.layout
         self.output_dtypes = executor.output_dtypes
@@ -198,6 +201,7 @@ class StraightLine:
         self.max_sequences = max_sequences
         self.patience = patience
         self.slack = slack
+        self.ready = ready
         self._served: dict = {}  # sequence -> the traced one that runs it (or None)
         self._served_by = 0  # the traced sequences `_served` was found among
         self._asked: collections.Counter = collections.Counter()  # untraced sequences
@@ -252,7 +256,8 @@ class StraightLine:
                     self.fallbacks["sequences"] += 1
                     return None
                 self._asked[key] += 1
-                if self._asked[key] < self.patience and key != last:
+                if not (self.ready(key) if self.ready is not None
+                        else self._asked[key] >= self.patience or key == last):
                     self.fallbacks["new"] += 1
                     return None
                 # traced as the longest sequence asked for that can run this one

@@ -24,6 +24,7 @@ which of TensorFlow's executors runs a batch (`compiler.training.tf_executor`). 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Collection, Sequence
 
 import tensorflow as tf
@@ -215,7 +216,8 @@ class StepFunction:
             `step` for every variant.
         straight: for an inference step in graph mode, called with the feeder
             after it packed a batch: the step's outputs computed another way
-            (`compiler.straight_inference`), or None to run the traced step.
+            (`compiler.straight_inference`), or None to run the traced step;
+            `looped` is then told the seconds the traced step took.
     """
 
     def __init__(self, step: Callable, feeder: Callable[[], BatchFeeder],
@@ -224,9 +226,11 @@ class StepFunction:
                  choice: WeightGradsChoice | InferenceExecutorChoice | None = None,
                  before_trace: Callable | None = None, after_trace: Callable | None = None,
                  step_for_mode: Callable[[GradientMode], Callable] | None = None,
-                 straight: Callable[[BatchFeeder], object] | None = None):
+                 straight: Callable[[BatchFeeder], object] | None = None,
+                 looped: Callable[[float], None] | None = None):
         self._step, self._feeder, self._eager = step, feeder, eager
         self._straight = straight or (lambda feeder: None)
+        self._looped = looped or (lambda seconds: None)
         self._step_for_mode = step_for_mode
         self._before_trace = before_trace or (lambda signature: None)
         self._after_trace = after_trace or (lambda concrete_fn: None)
@@ -267,7 +271,9 @@ class StepFunction:
         else:
             outputs = self._straight(feeder)
             if outputs is None:
+                start = time.perf_counter()
                 outputs = self._call_graph_step(feeder, data)
+                self._looped(time.perf_counter() - start)
         if isinstance(outputs, dict) and STEP_FINITE in outputs:
             outputs = dict(outputs)
             finite, loss = outputs.pop(STEP_FINITE), outputs.pop(STEP_LOSS)

@@ -198,7 +198,8 @@ class StepTracer:
                             step_for_mode=step_for_mode,
                             before_trace=model.loss_and_metrics.build_compiled,
                             after_trace=self.after_trace,
-                            straight=self._straight_predict if kind == "predict" else None)
+                            straight=self._straight_predict if kind == "predict" else None,
+                            looped=model.compiler.straight_inference.looped)
 
     def _straight_predict(self, feeder):
         """`predict_step`'s output on the batch `feeder` packed last, run straight-line

@@ -5,6 +5,7 @@ and Keras callbacks as on the executor's path."""
 from __future__ import annotations
 
 import functools
+import time
 
 import keras
 import numpy as np
@@ -29,7 +30,7 @@ def eager_compiler(name: str, scheduler: str) -> Compiler:
     is traced the first time it comes (the default waits for a few batches)."""
     c = Compiler.create(case(name).block, scheduler=scheduler)
     line = c.straight_inference.line
-    line.patience, line.max_sequences = 1, 1000
+    line.ready, line.patience, line.max_sequences = None, 1, 1000
     c.straight_inference.max_launches = 200
     return c
 
@@ -74,7 +75,7 @@ def test_every_workload_batch_of_one_takes_the_straight_path():
 def test_big_batches_and_long_schedules_run_on_the_loop():
     c = Compiler.create(case("tree_lstm").block)
     straight = c.straight_inference
-    straight.line.patience = 1
+    straight.trace_seconds = 0.0
     trees = [((1, 2), (3, (4, 5)))] * 40  # 40 nodes a loop launch
     c.run(trees)
     assert straight.batches == 0 and not straight.fits(c.plan(trees).plan)
@@ -89,9 +90,38 @@ def test_big_batches_and_long_schedules_run_on_the_loop():
     assert straight.batches == 1
 
 
+def test_a_sequence_is_traced_once_its_batches_spent_a_trace_on_the_loop():
+    c = Compiler.create(case("tree_lstm").block)
+    straight = c.straight_inference
+    tree = ((1, 2), (3, (4, 5)))
+    straight.trace_seconds = 1e9
+    for _ in range(20):
+        c.run([tree])
+    assert straight.line.traced == 0 and straight.batches == 0
+    straight.trace_seconds, spent, calls = 0.05, 0.0, 0
+    while straight.line.traced == 0 and calls < 5000:
+        start = time.perf_counter()
+        c.run([tree])
+        calls += 1
+        if straight.line.traced == 0:
+            spent += time.perf_counter() - start
+    assert straight.line.traced == 1 and straight.batches == 1
+    assert spent >= 0.05 - sum(straight._traces)  # (the loop's time before, at least)
+    assert straight.trace_seconds == straight._traces[0]  # a timed trace from now on
+
+
+def test_first_predict_of_a_fresh_model_traces_no_straight_line():
+    c = models.make_tree_lstm()
+    model = Model(c.block)
+    trees = [((1, 2), (3, 4)), ((0, 1), (2, 3)), (5, (6, 0))] * 22
+    model.predict(trees, batch_size=1, verbose=0)
+    assert model.compiler.straight_inference.line.traced == 0
+
+
 def test_traces_are_bounded_and_a_repeated_sequence_is_traced():
     c = Compiler.create(case("bidirectional_tagger").block)
     straight = c.straight_inference
+    straight.line.ready = None  # the line's own policy: two in a row, or `patience` asks
     straight.max_launches = 200  # (a sentence of n words is about 2n launches)
     rng = np.random.default_rng(0)
     word = [0.5, -0.25, 1.0]
@@ -110,8 +140,8 @@ def test_a_bad_id_is_named_on_the_straight_path():
     words = td.Map(td.Scalar("int32") >> td.Embedding(10, 2, name="words"))
     block = td.Record({"words": words}) >> td.GetItem(0) >> td.Sum() >> td.FC(2, name="out")
     c = Compiler.create(block)
-    for _ in range(2):
-        c.run([{"words": [1, 2]}])
+    c.straight_inference.trace_seconds = 0.0
+    c.run([{"words": [1, 2]}])
     assert c.straight_inference.batches == 1
     with pytest.raises(InputError, match=r"^example 0 at \['words'\]\[1\]: .*id 10 is not"):
         c.run([{"words": [1, 10]}])
@@ -133,6 +163,7 @@ def test_predict_at_batch_one_runs_straight_line_with_its_callbacks(scheduler):
     c = models.make_tree_lstm()
     model = Model(c.block, scheduler=scheduler)
     straight = model.compiler.straight_inference
+    straight.trace_seconds = 0.0
     trees = [((1, 2), (3, 4)), ((0, 1), (2, 3)), (5, (6, 0))] * 4
     seen = _Outputs()
     got = model.predict(trees, batch_size=1, verbose=0, callbacks=[seen])
@@ -163,15 +194,16 @@ def test_predict_with_a_subclass_predict_step_keeps_the_traced_step():
 def test_a_sentence_runs_on_the_function_of_a_slightly_longer_one():
     c = Compiler.create(case("bidirectional_tagger").block)
     straight = c.straight_inference
+    straight.trace_seconds = 0.0
     rng = np.random.default_rng(3)
     sentence = rng.uniform(-1, 1, (10, 3)).astype("float32").tolist()
-    for _ in range(2):
-        c.run([sentence])
+    c.run([sentence])
     assert straight.line.traced == 1
     for n in range(10 - straight.SLACK, 10):  # its launches and up to SLACK more, empty
         got = c.run([sentence[:n]])[0]
         assert_same_result(got, reference_eval(case("bidirectional_tagger").block,
                                                sentence[:n]), f"{n} words")
     assert straight.line.traced == 1 and straight.batches == 1 + straight.SLACK
+    straight.trace_seconds = 1e9
     c.run([sentence[:9 - straight.SLACK]])  # one more empty launch than SLACK: not run
-    assert straight.batches == 1 + straight.SLACK and straight.fallbacks["new"] == 2
+    assert straight.batches == 1 + straight.SLACK and straight.fallbacks["new"] == 1

@@ -199,7 +199,8 @@ class StepTracer:
                             before_trace=model.loss_and_metrics.build_compiled,
                             after_trace=self.after_trace,
                             straight=self._straight_predict if kind == "predict" else None,
-                            looped=model.compiler.straight_inference.looped)
+                            looped=(model.compiler.straight_inference.looped
+                                    if kind == "predict" else None))
 
     def _straight_predict(self, feeder):
         """`predict_step`'s output on the batch `feeder` packed last, run straight-line

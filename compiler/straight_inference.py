@@ -43,6 +43,7 @@ import time
 
 import numpy as np
 
+from refold.scheduler import straight
 from refold.scheduler.planner import Plan
 from refold.scheduler.straight import StraightLine
 
@@ -133,6 +134,9 @@ class StraightInference:
         if self._waiting is not None:
             self._looped[self._waiting] += seconds
             self._waiting = None
+            keep = straight.MEMORY
+            if len(self._looped) > keep:  # a long stream of sequences: the costliest
+                self._looped = collections.Counter(dict(self._looped.most_common(keep // 2)))
 
     def outputs_of(self, plan: Plan, type_id: int, n: int) -> np.ndarray | None:
         """The first `n` values of type `type_id` a grouped batch reads (its results,

@@ -71,6 +71,9 @@ from refold import compat
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.schedules import SCHEDULERS
 
+# sequences not traced that a line remembers (asks, where they run), at most
+MEMORY = 4096
+
 
 @numba.njit(cache=True, nogil=True)
 def _index(node_group, group_op, n_outputs, out_type, arity, const_rows, value_node,
@@ -245,8 +248,8 @@ class StraightLine:
         last, self._last = self._last, key
         node_group = schedule.node_group
         if key not in self._functions:
-            if self._served_by != len(self._functions):  # a sequence traced since
-                self._served, self._served_by = {}, len(self._functions)
+            if self._served_by != len(self._functions) or len(self._served) > MEMORY:
+                self._served, self._served_by = {}, len(self._functions)  # traced since
             if key in self._served:
                 bucket = self._served[key]
             else:
@@ -256,6 +259,8 @@ class StraightLine:
                     self.fallbacks["sequences"] += 1
                     return None
                 self._asked[key] += 1
+                if len(self._asked) > MEMORY:  # a long stream of sequences: the most asked
+                    self._asked = collections.Counter(dict(self._asked.most_common(MEMORY // 2)))
                 if not (self.ready(key) if self.ready is not None
                         else self._asked[key] >= self.patience or key == last):
                     self.fallbacks["new"] += 1
@@ -406,4 +411,4 @@ def _joined(pieces: list):
     return pieces[0]
 
 
-__all__ = ["StraightLine", "StraightPlan"]
+__all__ = ["MEMORY", "StraightLine", "StraightPlan"]

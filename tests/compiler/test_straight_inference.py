@@ -222,3 +222,25 @@ def test_a_long_stream_of_new_sequences_is_remembered_within_bounds(monkeypatch)
     line = straight.line
     assert line.traced == 0 and straight.batches == 0
     assert len(line._asked) <= 8 and len(line._served) <= 9 and len(straight._looped) <= 8
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_straight_line_under_a_mixed_policy_equals_the_loop(policy):
+    before = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        c = models.make_tree_lstm()
+        comp = Compiler.create(c.block)
+    finally:
+        keras.mixed_precision.set_global_policy(before)
+    assert comp.compute_dtype == policy[len("mixed_"):]
+    straight = comp.straight_inference
+    straight.trace_seconds = 0.0
+    trees = [((1, 2), (3, (4, 5))), (6, 0)]
+    got = comp.run(trees)
+    assert straight.batches == 1
+    straight.enabled = False
+    looped = comp.run(trees)
+    for g, w in zip(got, looped):
+        assert g.dtype == w.dtype == np.float32
+        np.testing.assert_allclose(g, w, atol=1e-2, rtol=1e-2)

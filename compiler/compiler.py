@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -32,6 +33,7 @@ from refold.compiler.graphs.op_feeds import op_feeds
 from refold.compiler.rounds.context import expand_in_rounds
 from refold.compiler.rounds.engines import RoundEngines
 from refold.compiler.scheduler_choice import AUTO, FALLBACK, SchedulerChoice
+from refold.compiler.straight_inference import StraightInference
 from refold.compiler.training.tf_executor import InferenceExecutorChoice
 from refold.scheduler.executor import Executor
 from refold.scheduler.graph import OpGraph
@@ -114,6 +116,8 @@ class Compiler:
         self._run_flat: dict = {}
         # which TensorFlow executor runs a batch of `run` and of Model's inference
         self.inference_executor = InferenceExecutorChoice(self.executor)
+        # small batches of `run` and of Model.predict, run without the loop
+        self.straight_inference = StraightInference(self)
         self.last_rounds = 0  # engine calls the last expansion in rounds made
         # executors of the parts of the program that rounds run
         self.round_engines = RoundEngines(self) if self.program.reads_values else None
@@ -421,17 +425,23 @@ class Compiler:
         """Evaluates a batch of inputs together; one result per input, in order.
 
         A bad input raises `blocks.InputError` naming its index in the batch and
-        the block path where it failed.
+        the block path where it failed. A batch of few small launches runs as a
+        straight-line function (`compiler.straight_inference`).
         """
         inputs = _as_list(inputs)
         if self.program.reads_values:
             return self._run_in_rounds(inputs, tolist)
         plan = self.plan(inputs)
         try:
-            outputs = self._compute(plan.feed.arrays)
+            straight = self.straight_inference.run(plan.plan)
+            if straight is not None:
+                return self.results(plan, straight[0], tolist, rows=straight[1:])
+            start = time.perf_counter()
+            outputs = [o.numpy() for o in self._compute(plan.feed.arrays)]
+            self.straight_inference.looped(time.perf_counter() - start)
         except Exception as e:
             raise _blame(self.program.root, inputs, e) from e
-        return self.results(plan, [o.numpy() for o in outputs], tolist=tolist)
+        return self.results(plan, outputs, tolist=tolist)
 
     def _run_in_rounds(self, inputs: list, tolist: bool) -> list:
         """`run` of a block that reads computed values: the results are read from the
@@ -486,11 +496,14 @@ class Compiler:
             raise _blame(self.program.root, inputs, e) from e
         return self.results(plan, [o.numpy() for o in outputs], tolist=tolist)
 
-    def results(self, plan: BatchPlan, outputs: list, tolist: bool = False) -> list:
-        """Per-input results (as `block.eval` returns them) from the executor's outputs."""
+    def results(self, plan: BatchPlan, outputs: list, tolist: bool = False,
+                rows: tuple | None = None) -> list:
+        """Per-input results (as `block.eval` returns them) from the executor's outputs
+        (`rows`: where each read lands, `(read_type, read_pos)`, if not the plan's)."""
         if plan.grouped:
             raise ValueError("results() needs a plan made with grouped=False")
-        rows = iter(zip(plan.plan.read_type.tolist(), plan.plan.read_pos.tolist()))
+        read_type, read_pos = rows or (plan.plan.read_type, plan.plan.read_pos)
+        rows = iter(zip(read_type.tolist(), read_pos.tolist()))
         out_type = self.program.root.output_type
         names = self.program.metric_names
         results = []

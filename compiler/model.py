@@ -283,6 +283,10 @@ class Model(compat.AutoJitOff, keras.Model):
         y_pred, _ = self.tracer.forward(x)
         return y_pred
 
+    # the block's output and nothing else: a small batch may compute it straight-line
+    # (`compiler.straight_inference`); a subclass's own predict_step is traced as it is
+    predict_step.block_output_only = True
+
     # --- the functions Keras' loop calls (compiler.training.steps) -------------------
 
     @property

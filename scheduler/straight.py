@@ -14,7 +14,10 @@ gather indices enter as one int32 vector, so one trace serves every round of the
 same sequence.
 
 The launches are the compiler's scheduler's (`scheduler.schedules`) on the graph;
-every launch has nodes, so ops need not handle zero rows. A graph whose schedule has
+every launch has nodes, so ops need not handle zero rows, unless `slack` lets a
+graph run on a traced sequence that holds its launches and a few more: those run
+empty (a sentence on the trace of a slightly longer one's), so their ops must
+handle empty batches (`handles_empty`). A graph whose schedule has
 more than `max_launches` launches, or whose sequence is new once `max_sequences` are
 traced, is not run (`plan` gives None and counts the reason in `fallbacks`): its
 caller runs it through the executor. A sequence is traced when two graphs in a
@@ -46,6 +49,12 @@ one loop serves every length.
 [20.0]
 >>> line.traced   # the same sequence as g's: no new trace
 2
+>>> double.handles_empty = True
+>>> padded = StraightLine(Executor([double], [t]), patience=1, slack=1)
+>>> padded.run(g3, np.array([3]))[0][0].tolist(), padded.run(g, np.array([2]))[0][0].tolist()
+([8.0], [4.0])
+>>> padded.traced   # g ran on g3's function, its third launch empty
+1
 """
 
 from __future__ import annotations
@@ -61,6 +70,9 @@ import numpy as np
 from refold import compat
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.schedules import SCHEDULERS
+
+# sequences not traced that a line remembers (asks, where they run), at most
+MEMORY = 4096
 
 
 @numba.njit(cache=True, nogil=True)
@@ -172,11 +184,18 @@ class StraightLine:
             unless two in a row do (the ones before are left to the executor).
         scope: a function giving the context each function is traced and called in
             (e.g. TensorFlow's single-threaded executor); none by default.
+        slack: a graph of a sequence not traced runs on a traced one that holds its
+            launches in order with at most this many more, empty (each of an op that
+            `handles_empty`); a sequence about to be traced is traced as the longest
+            such one asked for. 0: each sequence runs on its own function.
+        ready: if given, whether a sequence not traced is to be traced now (called
+            each time a graph asks for it), instead of `patience`.
     """
 
     def __init__(self, executor, scheduler: str = "agenda", max_launches: int = 16,
                  max_sequences: int = 16, patience: int = 8,
-                 scope: Callable[[], Any] | None = None):
+                 scope: Callable[[], Any] | None = None, slack: int = 0,
+                 ready: Callable[[tuple], bool] | None = None):
         self.launches = executor.launches
         self.layout = executor.layout
         self.output_dtypes = executor.output_dtypes
@@ -184,6 +203,10 @@ class StraightLine:
         self.max_launches = max_launches
         self.max_sequences = max_sequences
         self.patience = patience
+        self.slack = slack
+        self.ready = ready
+        self._served: dict = {}  # sequence -> the traced one that runs it (or None)
+        self._served_by = 0  # the traced sequences `_served` was found among
         self._asked: collections.Counter = collections.Counter()  # untraced sequences
         self._last: tuple | None = None  # the sequence of the last graph planned
         self.scope = scope or contextlib.nullcontext
@@ -199,6 +222,7 @@ class StraightLine:
     def clear(self) -> None:
         """Forgets the traced functions (the next calls trace them again)."""
         self._functions.clear()
+        self._served = {}
 
     def run(self, graph: OpGraph, reads: np.ndarray) -> tuple | None:
         """`(outputs per value type, read_type, read_pos)` for `graph` (value `reads[i]`
@@ -209,26 +233,46 @@ class StraightLine:
             return None
         return self.call(plan), plan.read_type, plan.read_pos
 
-    def plan(self, graph: OpGraph, reads: np.ndarray) -> StraightPlan | None:
+    def plan(self, graph: OpGraph, reads: np.ndarray, schedule=None) -> StraightPlan | None:
         """The graph's launches and index vectors, or None (see `run`). The graph must
-        have passed `Planner.check`."""
+        have passed `Planner.check`. `schedule`: the graph's launches (`group_op`,
+        `node_group`) if a planner made them already; this line's scheduler's otherwise."""
         lay = self.layout
-        schedule = self.schedule(graph)
+        if schedule is None:
+            schedule = self.schedule(graph)
         group_op = schedule.group_op
         if len(group_op) > self.max_launches:
             self.fallbacks["launches"] += 1
             return None
         key = tuple(group_op.tolist())
         last, self._last = self._last, key
+        node_group = schedule.node_group
         if key not in self._functions:
-            if len(self._functions) >= self.max_sequences:
-                self.fallbacks["sequences"] += 1
-                return None
-            self._asked[key] += 1
-            if self._asked[key] < self.patience and key != last:
-                self.fallbacks["new"] += 1
-                return None
-            del self._asked[key]
+            if self._served_by != len(self._functions) or len(self._served) > MEMORY:
+                self._served, self._served_by = {}, len(self._functions)  # traced since
+            if key in self._served:
+                bucket = self._served[key]
+            else:
+                bucket = self._served[key] = self._bucket(key, self._functions)
+            if bucket is None:
+                if len(self._functions) >= self.max_sequences:
+                    self.fallbacks["sequences"] += 1
+                    return None
+                self._asked[key] += 1
+                if len(self._asked) > MEMORY:  # a long stream of sequences: the most asked
+                    self._asked = collections.Counter(dict(self._asked.most_common(MEMORY // 2)))
+                if not (self.ready(key) if self.ready is not None
+                        else self._asked[key] >= self.patience or key == last):
+                    self.fallbacks["new"] += 1
+                    return None
+                # traced as the longest sequence asked for that can run this one
+                bucket = self._bucket(key, self._asked, longest=True) or key
+                for k in [k for k in self._asked if k == bucket or k == key]:
+                    del self._asked[k]
+            if bucket != key:  # this graph's launches among the bucket's, the rest empty
+                at = _embedding(key, bucket)
+                group_op, node_group = np.asarray(bucket, np.int64), at[node_group]
+                key = bucket
         seq = self._sequences.get(key)
         if seq is None:
             seq = self._sequences[key] = _Sequence(lay, key)
@@ -242,7 +286,7 @@ class StraightLine:
         const_rows = np.array([len(graph.constants[k]) if k < len(graph.constants) else 0
                                for k in range(lay.n_types)], np.int64)
         index, lengths, read_pos = _index(
-            schedule.node_group, group_op, lay.n_outputs, lay.out_type_table, lay.arity,
+            node_group, group_op, lay.n_outputs, lay.out_type_table, lay.arity,
             const_rows, graph.value_node, graph.value_index, graph.node_args,
             graph.node_arity, reads, read_type, np.asarray(seq.made, np.int64))
         flat = {d: [] for d in seq.dtypes}
@@ -260,6 +304,29 @@ class StraightLine:
             tensors.append(tf.constant(pieces[0] if len(pieces) == 1 else np.concatenate(pieces),
                                        dtype=tf.as_dtype(d)))
         return StraightPlan(key, tensors, read_type, read_pos)
+
+    def _bucket(self, key: tuple, among, longest: bool = False) -> tuple | None:
+        """The shortest (`longest`: longest) sequence of `among`, other than `key`,
+        that can run `key`'s graphs: it holds `key`'s launches in order, with at most
+        `slack` more, each of an op that handles empty batches."""
+        best = None
+        for other in among:
+            if len(key) < len(other) <= len(key) + self.slack and (
+                    best is None or (len(other) > len(best)) == longest) \
+                    and self._runs(key, other):
+                best = other
+        return best
+
+    def _runs(self, key: tuple, bucket: tuple) -> bool:
+        """Whether sequence `bucket` can run `key`'s graphs (`_bucket`)."""
+        at = _embedding(key, bucket)
+        if at is None:
+            return False
+        extra = np.ones(len(bucket), bool)
+        extra[at] = False
+        ops = self.launches.ops
+        return all(getattr(ops[bucket[i]], "handles_empty", False) is True
+                   for i in np.flatnonzero(extra))
 
     def call(self, plan: StraightPlan) -> list:
         """Runs a plan; returns per value type its rows read (numpy), in read order."""
@@ -324,6 +391,18 @@ class StraightLine:
         return result
 
 
+def _embedding(key: tuple, bucket: tuple) -> np.ndarray | None:
+    """Where each launch of `key` falls in `bucket` (each at the first place after
+    the one before with its op), or None if `bucket` does not hold them in order."""
+    at = np.empty(len(key), np.int64)
+    i = 0
+    for j, o in enumerate(bucket):
+        if i < len(key) and key[i] == o:
+            at[i] = j
+            i += 1
+    return at if i == len(key) else None
+
+
 def _joined(pieces: list):
     """The row blocks concatenated; joined once, the result kept in their place."""
     if len(pieces) > 1:
@@ -332,4 +411,4 @@ def _joined(pieces: list):
     return pieces[0]
 
 
-__all__ = ["StraightLine", "StraightPlan"]
+__all__ = ["MEMORY", "StraightLine", "StraightPlan"]

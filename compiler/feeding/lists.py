@@ -226,9 +226,13 @@ class InputPipeline:
     def pack(self, batch: list, graphs: list | None = None) -> dict:
         """The arrays (`signature()`'s keys) one batch of inputs becomes; `graphs`,
         their expanded graphs if they are known (and checked) already."""
+        return self.arrays(self.plan(batch, graphs))
+
+    def plan(self, batch: list, graphs: list | None = None) -> BatchPlan:
+        """The grouped `BatchPlan` of one batch of inputs (`graphs` as in `pack`)."""
         if graphs is not None:
-            return self.arrays(self.compiler.plan_expanded(graphs, grouped=True))
-        return self.arrays(self.compiler.plan(batch, grouped=True))
+            return self.compiler.plan_expanded(graphs, grouped=True)
+        return self.compiler.plan(batch, grouped=True)
 
     def arrays(self, plan: BatchPlan) -> dict:
         """The packed arrays of a batch planned with `grouped=True`."""
@@ -285,6 +289,7 @@ class BatchFeeder(Feeder):
         self._order: np.ndarray | None = None
         self.positions: np.ndarray | None = None  # inputs' indices in x, if some were skipped
         self.offset = 0  # added to an index in errors (a validation split's start in x)
+        self.last_plan: BatchPlan | None = None  # the plan of the batch packed last
         spec = (pipeline.signature(), *labels.signature())
         self.signature = spec if with_labels else spec[:1]
 
@@ -305,7 +310,8 @@ class BatchFeeder(Feeder):
         if graphs is not None and any(g is None for g in graphs):
             graphs = None
         try:
-            arrays = self.pipeline.pack([self.inputs[j] for j in idx], graphs)
+            self.last_plan = self.pipeline.plan([self.inputs[j] for j in idx], graphs)
+            arrays = self.pipeline.arrays(self.last_plan)
         except InputError as e:
             if e.example_index is None:
                 raise

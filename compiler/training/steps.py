@@ -24,6 +24,7 @@ which of TensorFlow's executors runs a batch (`compiler.training.tf_executor`). 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Collection, Sequence
 
 import tensorflow as tf
@@ -213,6 +214,10 @@ class StepFunction:
         step_for_mode: for a training step, the step to trace for a `GradientMode`
             (`Model.training_step`), which `choice.mode` gives per variant; None:
             `step` for every variant.
+        straight: for an inference step in graph mode, called with the feeder
+            after it packed a batch: the step's outputs computed another way
+            (`compiler.straight_inference`), or None to run the traced step;
+            `looped` is then told the seconds the traced step took.
     """
 
     def __init__(self, step: Callable, feeder: Callable[[], BatchFeeder],
@@ -220,8 +225,12 @@ class StepFunction:
                  xla: Callable[[], object] | None = None,
                  choice: WeightGradsChoice | InferenceExecutorChoice | None = None,
                  before_trace: Callable | None = None, after_trace: Callable | None = None,
-                 step_for_mode: Callable[[GradientMode], Callable] | None = None):
+                 step_for_mode: Callable[[GradientMode], Callable] | None = None,
+                 straight: Callable[[BatchFeeder], object] | None = None,
+                 looped: Callable[[float], None] | None = None):
         self._step, self._feeder, self._eager = step, feeder, eager
+        self._straight = straight or (lambda feeder: None)
+        self._looped = looped or (lambda seconds: None)
         self._step_for_mode = step_for_mode
         self._before_trace = before_trace or (lambda signature: None)
         self._after_trace = after_trace or (lambda concrete_fn: None)
@@ -260,15 +269,11 @@ class StepFunction:
                 self._after_trace(fn)
             outputs = fn(data)
         else:
-            variant = None if self._choice is None else self._choice.key(
-                data[0], self._choices(feeder.signature))
-            handoff, fn, variant = self._graph_step(feeder.signature, variant)
-            tensors = handoff.tensors(data)
-            if variant is None:
-                outputs = handoff.call(fn, tensors)
-            else:
-                with self._choice.calling(variant):
-                    outputs = handoff.call(fn, tensors)
+            outputs = self._straight(feeder)
+            if outputs is None:
+                start = time.perf_counter()
+                outputs = self._call_graph_step(feeder, data)
+                self._looped(time.perf_counter() - start)
         if isinstance(outputs, dict) and STEP_FINITE in outputs:
             outputs = dict(outputs)
             finite, loss = outputs.pop(STEP_FINITE), outputs.pop(STEP_LOSS)
@@ -276,6 +281,18 @@ class StepFunction:
                 epoch = self._epoch() if self._epoch is not None else 0
                 raise NonFiniteLossError(feeder.examples(i), float(loss), epoch, i)
         return outputs
+
+    def _call_graph_step(self, feeder, data):
+        """The traced step's outputs on a packed batch (traced for its signature and
+        its choice's variant if need be)."""
+        variant = None if self._choice is None else self._choice.key(
+            data[0], self._choices(feeder.signature))
+        handoff, fn, variant = self._graph_step(feeder.signature, variant)
+        tensors = handoff.tensors(data)
+        if variant is None:
+            return handoff.call(fn, tensors)
+        with self._choice.calling(variant):
+            return handoff.call(fn, tensors)
 
     def _choices(self, signature) -> set:
         """The choices (`choice.key`) traced for batches of `signature`."""

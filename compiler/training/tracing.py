@@ -197,7 +197,21 @@ class StepTracer:
                                     else model.inference_executor),
                             step_for_mode=step_for_mode,
                             before_trace=model.loss_and_metrics.build_compiled,
-                            after_trace=self.after_trace)
+                            after_trace=self.after_trace,
+                            straight=self._straight_predict if kind == "predict" else None,
+                            looped=(model.compiler.straight_inference.looped
+                                    if kind == "predict" else None))
+
+    def _straight_predict(self, feeder):
+        """`predict_step`'s output on the batch `feeder` packed last, run straight-line
+        (`compiler.straight_inference`) if it is small; None otherwise, or where the
+        model's `predict_step` is its own (a subclass's)."""
+        model = self.model
+        plan = getattr(feeder, "last_plan", None)
+        if plan is None or self.out_type is None or not getattr(
+                type(model).predict_step, "block_output_only", False):
+            return None
+        return model.compiler.straight_inference.outputs_of(plan.plan, self.out_type, plan.size)
 
     @contextlib.contextmanager
     def jit_for_call(self, jit_compile):

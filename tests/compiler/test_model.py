@@ -556,12 +556,12 @@ def test_every_epoch_sees_its_own_order_and_a_resumed_run_sees_the_same():
     def orders(epochs, initial_epoch=0):
         model = compiled(Model(factories.tree_sign(), seed=7))
         seen = []
-        pack = model.pipeline.pack
+        plan = model.pipeline.plan
 
         def spy(batch, graphs=None):
             seen.append([trees.index(t) for t in batch])
-            return pack(batch, graphs)
-        model.pipeline.pack = spy
+            return plan(batch, graphs)
+        model.pipeline.plan = spy
         model.fit(trees, y, batch_size=24, epochs=epochs, initial_epoch=initial_epoch,
                   verbose=0)
         return seen
@@ -712,7 +712,7 @@ def test_the_on_batch_methods_take_a_list_of_inputs_as_one_batch():
     trees, labels = [(1.0, 2.0), -1.0, (0.5, (1.0, -3.0))], np.array([1, 0, 0])
     model = _on_batch_model()
     before = model.predict(trees, verbose=0)
-    np.testing.assert_allclose(model.predict_on_batch(trees), before, rtol=1e-6)
+    np.testing.assert_allclose(model.predict_on_batch(trees), before, rtol=1e-6, atol=1e-6)
     loss = model.test_on_batch(trees, labels)
     assert np.isclose(loss, model.evaluate(trees, labels, batch_size=3, verbose=0))
     logs = model.train_on_batch(trees, labels, return_dict=True)

@@ -8,6 +8,8 @@ reading a variable (`bias`), prelude-only lookups.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -137,3 +139,35 @@ def test_a_sequence_is_traced_when_it_comes_twice_in_a_row_or_patience_times():
     assert line.traced == 2 and line.fallbacks == {"new": 4}
     assert [run([0, 1]), run([0, 1]), run([0, 1])] == [False, True, True]  # in a row
     assert line.traced == 3
+
+
+def test_slack_runs_a_graph_on_a_longer_traced_sequence_with_empty_launches():
+    double, sine = (dataclasses.replace(op, handles_empty=True) for op in (DOUBLE, SINE))
+    line = StraightLine(Executor([double, sine], [F]), patience=1, slack=2)
+    rng = np.random.default_rng(7)
+    graph, reads = _chain(rng.normal(size=(2, 3)), [0, 1, 0, 1])
+    assert line.run(graph, reads) is not None and line.traced == 1
+    for ops, want in (([0, 1], lambda x: np.sin(2 * x)), ([1, 0], lambda x: 2 * np.sin(x)),
+                      ([0, 0], lambda x: 4 * x), ([1, 0, 1], lambda x: np.sin(2 * np.sin(x)))):
+        graph, reads = _chain(rng.normal(size=(3, 3)), ops)
+        outputs, _, read_pos = line.run(graph, reads)
+        np.testing.assert_allclose(outputs[0][read_pos], want(graph.constants[0]), atol=ATOL,
+                                   err_msg=str(ops))
+    assert line.traced == 1  # each ran on [0, 1, 0, 1], the launches it lacks empty
+    graph, reads = _chain(rng.normal(size=(2, 3)), [1])  # 3 launches more than it has
+    assert line.run(graph, reads) is not None and line.traced == 2
+    # ops that may not run empty: every sequence its own trace
+    strict = StraightLine(Executor([DOUBLE, SINE], [F]), patience=1, slack=2)
+    for ops in ([0, 1, 0], [0, 1]):
+        graph, reads = _chain(rng.normal(size=(2, 3)), ops)
+        assert strict.run(graph, reads) is not None
+    assert strict.traced == 2
+
+
+def test_a_ready_policy_replaces_patience():
+    asked = []
+    line = StraightLine(Executor([DOUBLE, SINE], [F]), patience=1,
+                        ready=lambda key: asked.append(key) or len(asked) >= 3)
+    rng = np.random.default_rng(8)
+    runs = [line.run(*_chain(rng.normal(size=(2, 3)), [0])) is not None for _ in range(4)]
+    assert runs == [False, False, True, True] and asked == [(0,)] * 3

@@ -627,14 +627,15 @@ REPLAY_VARIANTS = {"replayed": (float("inf"), True), "TF backward, once": (float
 
 
 def fit_replay(batch_sizes: list, rounds: int, instances: int = 2,
-               items: int | None = None, workloads=("TreeLSTM", "tagger", "char tagger")
-               ) -> dict:
+               items: int | None = None, workloads=("TreeLSTM", "tagger", "char tagger"),
+               cpu_time: bool = False) -> dict:
     """ms per item of whole `Model.fit` calls with the loop's backward pass replayed
     by the engine, against TensorFlow's with the weight gradients once per step and
-    in every iteration (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
+    in every iteration (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise;
+    `cpu_time`: this process's CPU time rather than wall time)."""
     names = list(REPLAY_VARIANTS)
-    print(f"\n## The loop's backward pass, ms per item of whole Model.fit calls (median of "
-          f"{rounds}, {instances} models each)")
+    print(f"\n## The loop's backward pass, {'CPU' if cpu_time else 'wall'} ms per item of "
+          f"whole Model.fit calls (median of {rounds}, {instances} models each)")
     ratios = " | ".join(f"{v} ÷ replayed" for v in names[1:])
     print(f"| workload | B | {' | '.join(names)} | {ratios} |")
     print("|---|---|" + "---|" * (2 * len(names) - 1))
@@ -650,7 +651,8 @@ def fit_replay(batch_sizes: list, rounds: int, instances: int = 2,
                     model.weight_grads.max_rows, model.weight_grads.replay = \
                         REPLAY_VARIANTS[name]
                     fns[(work, name, i)] = fit
-        raw = _rounds(fns, rounds)  # the first calls (untimed) trace
+        # the first calls (untimed) trace
+        raw = _rounds(fns, rounds, time.process_time if cpu_time else time.perf_counter)
         for work in workloads:
             t = _per_item(raw, work, names, instances, n)
             ratios = {v: float(np.median(t[v] / t[names[0]])) for v in names[1:]}
@@ -852,7 +854,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--instances", type=int, default=3,
                         help="engines per variant, conds and weightgrads")
     parser.add_argument("--cpu-time", action="store_true",
-                        help="fusedcells: time calls by this process's CPU time")
+                        help="fusedcells, replay: time calls by this process's CPU time")
+    parser.add_argument("--replay-workloads", default="TreeLSTM,tagger,char tagger",
+                        help="replay: of TreeLSTM, tagger, char tagger")
     args = parser.parse_args(argv)
     only = args.only.split(",")
     out = {}
@@ -875,7 +879,11 @@ def main(argv=None) -> dict:
         if name in only:
             out[name] = fit_weightgrads(sizes, args.rounds, args.instances, jit)
     # whole-call ablations of two variants: (batch sizes, rounds, models a variant)
-    for name, ablation in (("replay", fit_replay), ("transpose", fit_transpose),
+    if "replay" in only:
+        out["replay"] = fit_replay(sizes, args.rounds, args.instances,
+                                   workloads=tuple(args.replay_workloads.split(",")),
+                                   cpu_time=args.cpu_time)
+    for name, ablation in (("transpose", fit_transpose),
                            ("outer", fit_outer), ("grugates", fit_grugates),
                            ("executor", predict_executor), ("projection", fit_projection)):
         if name in only:

@@ -66,8 +66,9 @@ time per call counts, so the machine's load drifts over all of them alike.
   chooses for batches of small launches) against TensorFlow's gradient of the
   loop with the weight gradients once per step (`Model.weight_grads.replay =
   False`) and with them in every backward iteration (`max_rows = 0`), each forced
-  for every batch; whole `Model.fit` calls as in `fitweightgrads`; the ratio
-  columns are medians of per-round ratios to the replayed variant.
+  for every batch; whole `Model.fit` calls as in `fitweightgrads` (and the char
+  tagger's, four ops in its loop); the ratio columns are medians of per-round
+  ratios to the replayed variant.
 - `bidirectional`: the bilstm tagger with `encoders.bidirectional` (both cells as
   one `rnn_cells.CellPair`) against the same encoder written as two RNNs, and the
   padded Keras BiLSTM, train and inference steps (planning included).
@@ -561,8 +562,9 @@ def _fits(b: int, trees, labels, sentences, workloads=("TreeLSTM", "tagger"),
           jit: bool = False) -> dict:
     """`{workload: (model, fit)}`: a fresh sst-synth TreeLSTM (the zoo's cells, or
     "user TreeLSTM": a user's `td.Function`s over Keras `Dense` layers) and bilstm
-    tagger (SGD; "GRU tagger": the same with GRU cells), `fit()` one whole
-    `Model.fit` epoch over their items at batch `b`."""
+    tagger (SGD; "GRU tagger": the same with GRU cells; "char tagger": the peer
+    benchmark's, on as many of its sentences), `fit()` one whole `Model.fit` epoch
+    over their items at batch `b`."""
     import keras
 
     from benchmarks.peers.refold_side import tagger_models
@@ -580,6 +582,13 @@ def _fits(b: int, trees, labels, sentences, workloads=("TreeLSTM", "tagger"),
             tagger, _ = tagger_models(cell=cell)
             tagger.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit)
             out[name] = (tagger, functools.partial(tagger.fit, sentences))
+    if "char tagger" in workloads:  # the peer benchmark's, on as many of its sentences
+        from benchmarks.peers.refold_side import char_tagger_models
+        from benchmarks.peers.run import make_data
+        data = make_data(["chartagger"], len(sentences))["chartagger"]
+        tagger, _ = char_tagger_models(data["vocabulary"])
+        tagger.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit)
+        out["char tagger"] = (tagger, functools.partial(tagger.fit, data["sentences"]))
     return {work: (model, functools.partial(fit, batch_size=b, epochs=1, verbose=0,
                                             shuffle=False))
             for work, (model, fit) in out.items()}
@@ -618,13 +627,15 @@ REPLAY_VARIANTS = {"replayed": (float("inf"), True), "TF backward, once": (float
 
 
 def fit_replay(batch_sizes: list, rounds: int, instances: int = 2,
-               items: int | None = None, workloads=("TreeLSTM", "tagger")) -> dict:
+               items: int | None = None, workloads=("TreeLSTM", "tagger", "char tagger"),
+               cpu_time: bool = False) -> dict:
     """ms per item of whole `Model.fit` calls with the loop's backward pass replayed
     by the engine, against TensorFlow's with the weight gradients once per step and
-    in every iteration (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise)."""
+    in every iteration (`items` per call: 32 at batch 1, 128 at 16, 256 otherwise;
+    `cpu_time`: this process's CPU time rather than wall time)."""
     names = list(REPLAY_VARIANTS)
-    print(f"\n## The loop's backward pass, ms per item of whole Model.fit calls (median of "
-          f"{rounds}, {instances} models each)")
+    print(f"\n## The loop's backward pass, {'CPU' if cpu_time else 'wall'} ms per item of "
+          f"whole Model.fit calls (median of {rounds}, {instances} models each)")
     ratios = " | ".join(f"{v} ÷ replayed" for v in names[1:])
     print(f"| workload | B | {' | '.join(names)} | {ratios} |")
     print("|---|---|" + "---|" * (2 * len(names) - 1))
@@ -640,7 +651,8 @@ def fit_replay(batch_sizes: list, rounds: int, instances: int = 2,
                     model.weight_grads.max_rows, model.weight_grads.replay = \
                         REPLAY_VARIANTS[name]
                     fns[(work, name, i)] = fit
-        raw = _rounds(fns, rounds)  # the first calls (untimed) trace
+        # the first calls (untimed) trace
+        raw = _rounds(fns, rounds, time.process_time if cpu_time else time.perf_counter)
         for work in workloads:
             t = _per_item(raw, work, names, instances, n)
             ratios = {v: float(np.median(t[v] / t[names[0]])) for v in names[1:]}
@@ -842,7 +854,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--instances", type=int, default=3,
                         help="engines per variant, conds and weightgrads")
     parser.add_argument("--cpu-time", action="store_true",
-                        help="fusedcells: time calls by this process's CPU time")
+                        help="fusedcells, replay: time calls by this process's CPU time")
+    parser.add_argument("--replay-workloads", default="TreeLSTM,tagger,char tagger",
+                        help="replay: of TreeLSTM, tagger, char tagger")
     args = parser.parse_args(argv)
     only = args.only.split(",")
     out = {}
@@ -865,7 +879,11 @@ def main(argv=None) -> dict:
         if name in only:
             out[name] = fit_weightgrads(sizes, args.rounds, args.instances, jit)
     # whole-call ablations of two variants: (batch sizes, rounds, models a variant)
-    for name, ablation in (("replay", fit_replay), ("transpose", fit_transpose),
+    if "replay" in only:
+        out["replay"] = fit_replay(sizes, args.rounds, args.instances,
+                                   workloads=tuple(args.replay_workloads.split(",")),
+                                   cpu_time=args.cpu_time)
+    for name, ablation in (("transpose", fit_transpose),
                            ("outer", fit_outer), ("grugates", fit_grugates),
                            ("executor", predict_executor), ("projection", fit_projection)):
         if name in only:

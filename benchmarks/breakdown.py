@@ -256,6 +256,14 @@ def _workload_calls(workload: str, b: int, n: int) -> dict:
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         x = [sst_synth_tree(rng) for _ in range(n)]
         y, words = rng.integers(0, CLASSES, n).astype(np.int32), x
+    elif workload == "chartagger":
+        from benchmarks.peers.refold_side import char_tagger_models
+        from benchmarks.peers.run import make_data
+        data = make_data(["chartagger"], n)["chartagger"]
+        train, infer = char_tagger_models(data["vocabulary"])
+        train.compile(optimizer=keras.optimizers.SGD(0.01))
+        x, y = data["sentences"], None
+        words = [{"words": s["words"]} for s in x]
     else:
         from benchmarks.bilstm import sentence
         train, infer = tagger_models()
@@ -349,7 +357,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--profile-calls", action="store_true",
                         help="whole fit/predict calls of --workloads profiled (only that)")
     parser.add_argument("--workloads", default="treelstm,bilstm",
-                        help="for --profile-calls: treelstm, bilstm")
+                        help="for --profile-calls: treelstm, bilstm, chartagger")
     parser.add_argument("--switches", action="store_true",
                         help="context switches, CPU and page faults per step (only that)")
     parser.add_argument("--intra", type=int, help="TensorFlow's intra-op threads")

@@ -97,6 +97,13 @@ def _model(workload: str):
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         return model, lambda n: ([sst_synth_tree(rng) for _ in range(n)],
                                  rng.integers(0, CLASSES, n).astype(np.int32))
+    if workload == "chartagger":
+        from benchmarks.peers.refold_side import char_tagger_models
+        from benchmarks.peers.run import make_data
+        data = make_data(["chartagger"], 256)["chartagger"]
+        model = char_tagger_models(data["vocabulary"])[0]
+        model.compile(optimizer=keras.optimizers.SGD(0.01))
+        return model, lambda n: (data["sentences"][:n], None)
     from benchmarks.bilstm import sentence
     from benchmarks.peers.refold_side import tagger_models
     model = tagger_models()[0]

@@ -124,9 +124,9 @@ class Model(compat.AutoJitOff, keras.Model):
     1, say) the engine replays the loop backward itself and takes the weight
     gradients once per step (`scheduler.reverse`), for the others TensorFlow
     differentiates the loop with a weight gradient in every backward iteration; its
-    `max_rows` (rows per launch on average, `0`: never) changes the threshold. Each
-    choice is its own trace; a batch near the threshold (within a factor of 2) runs
-    on the other choice's trace if only that one exists.
+    `max_rows` (rows per launch on average, 10 per loop op by default, `0`: never)
+    changes the threshold. Each choice is its own trace; a batch near the threshold
+    (within a factor of 2) runs on the other choice's trace if only that one exists.
 
     `model.inference_executor` (the compiler's, a `compiler.training.tf_executor.
     InferenceExecutorChoice`) runs `predict` and `evaluate` batches of small loop

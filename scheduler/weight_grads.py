@@ -38,11 +38,27 @@ import tensorflow as tf
 
 from refold import compat
 
-# A batch whose loop launches average at most this many rows takes the loop's weight
-# gradients once per step (and `Model` replays its loop backward): below where the
-# standard workloads cross over, a point that moves with the CPU (BENCHMARKS.md,
+# A batch whose loop launches average at most this many rows per loop op takes the
+# loop's weight gradients once per step (and `Model` replays its loop backward): below
+# where the standard workloads cross over, a point that moves with the CPU (BENCHMARKS.md,
 # "The replay threshold").
 ONCE_PER_STEP_ROWS = 10
+
+
+def once_per_step_rows(layout) -> float:
+    """The default threshold of `mean_loop_rows` for taking the weight gradients once
+    per step: `ONCE_PER_STEP_ROWS` per loop op. TensorFlow's gradient of a loop of
+    several ops keeps, every iteration, the intermediates of every branch of its
+    `switch_case`, so its cost an iteration grows with the ops, while the replayed
+    loop's extra cost (each op run once more) grows with the rows.
+
+    >>> from types import SimpleNamespace as Layout
+    >>> once_per_step_rows(Layout(loop_ops=[3])), once_per_step_rows(Layout(loop_ops=[1, 4]))
+    (10, 20)
+    >>> once_per_step_rows(Layout(loop_ops=[]))
+    10
+    """
+    return ONCE_PER_STEP_ROWS * max(1, len(layout.loop_ops))
 
 
 def mean_loop_rows(layout, arrays: dict) -> float | None:

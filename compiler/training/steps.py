@@ -112,7 +112,8 @@ def apply_if_finite_on_every_replica(optimizer, finite, grads: list, weights: li
 class WeightGradsChoice:
     """Per training batch, where the step takes the loop's weight gradients: once per
     step where the batch's loop launches average at most `max_rows` rows
-    (`scheduler.weight_grads.mean_loop_rows`), in every backward iteration
+    (`scheduler.weight_grads.mean_loop_rows`; by default 10 per loop op,
+    `scheduler.weight_grads.once_per_step_rows`), in every backward iteration
     otherwise; always once per step if the executor says so (`Executor(
     batched_weight_grads=True)`). `max_rows=0` never chooses it. A batch that takes
     them once per step also gets the loop's backward pass replayed by the engine
@@ -123,9 +124,9 @@ class WeightGradsChoice:
     NEAR = 2.0  # `key`: a batch this close to `max_rows` may take the other choice's trace
 
     def __init__(self, executor, max_rows: float | None = None, replay: bool = True):
-        from refold.scheduler.weight_grads import ONCE_PER_STEP_ROWS
+        from refold.scheduler.weight_grads import once_per_step_rows
         self.executor = executor
-        self.max_rows = ONCE_PER_STEP_ROWS if max_rows is None else max_rows
+        self.max_rows = once_per_step_rows(executor.layout) if max_rows is None else max_rows
         self.replay = replay
 
     @property
@@ -172,7 +173,8 @@ class WeightGradsChoice:
         while it is traced: the executor is shared by every step of the model.
 
         >>> from types import SimpleNamespace
-        >>> choice = WeightGradsChoice(SimpleNamespace(batched_weight_grads=False))
+        >>> choice = WeightGradsChoice(SimpleNamespace(
+        ...     batched_weight_grads=False, layout=SimpleNamespace(loop_ops=[0])))
         >>> choice.mode(True)
         GradientMode(weights_once_per_step=True, replay_backward=True)
         >>> choice.mode(False) == GradientMode()   # TensorFlow's gradient of the loop

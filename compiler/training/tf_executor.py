@@ -46,8 +46,11 @@ class InferenceExecutorChoice:
     A step that holds an `Assert` (a `tf.debugging` check in a user's function) is
     refused (`admits`) and runs on the default executor from then on: TensorFlow's
     single-threaded executor hangs on an `Assert` inside a `tf.cond` branch, even
-    one that holds (TensorFlow 2.21). Where a GPU is visible the choice is never
-    made: that executor is measured and tested on the CPU only.
+    one that holds (TensorFlow 2.21). So is a step holding a `tf.cond` or a
+    `tf.switch_case` (a loop of several ops: the char tagger's) where TensorFlow's
+    inter-op pool has one thread (`tf.config.threading`): that executor then waits
+    for the branch on the pool's only thread, its own. Where a GPU is visible the
+    choice is never made: that executor is measured and tested on the CPU only.
     """
 
     NEAR = 2.0
@@ -90,8 +93,10 @@ class InferenceExecutorChoice:
         """Whether the step `traced` (a concrete function) for choice `single` can
         run that way: not on the single-threaded executor if it holds an `Assert`
         in any function it calls (then no later batch is given that choice)."""
-        if single and "Assert" in op_types(traced):
-            self.refused = True
+        if single:
+            found = op_types(traced)
+            if "Assert" in found or (found & BRANCHING_OPS and one_inter_op_thread()):
+                self.refused = True
         return not (single and self.refused)
 
     def tracing(self, single: bool):
@@ -129,6 +134,20 @@ def rows_limit(value, what: str) -> float:
         raise ValueError(f"{what} must be a number >= 0 (rows per loop launch), got "
                          f"{value!r}")
     return value
+
+
+BRANCHING_OPS = frozenset({"If", "StatelessIf", "Case", "StatelessCase"})
+"""The functional conds, which the single-threaded executor runs on the inter-op pool."""
+
+
+def one_inter_op_thread() -> bool:
+    """Whether TensorFlow's inter-op pool has a single thread (set so, or by default
+    on a machine of one core)."""
+    import os
+
+    import tensorflow as tf
+    n = tf.config.threading.get_inter_op_parallelism_threads()
+    return n == 1 or (n == 0 and (os.cpu_count() or 1) == 1)
 
 
 def op_types(traced) -> set:

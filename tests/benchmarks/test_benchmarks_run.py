@@ -295,6 +295,13 @@ def test_breakdown_profiles_whole_calls_of_both_workloads(capsys):
         ["| bilstm", "predict"]]
 
 
+def test_breakdown_profiles_whole_calls_of_the_char_tagger(capsys):
+    out = breakdown.main(["--profile-calls", "--workloads", "chartagger", "--batch-sizes", "2",
+                          "--trees", "2", "--rounds", "1"])
+    assert sorted(out[2]) == [("chartagger", "fit"), ("chartagger", "predict")]
+    assert all(_rate(row["ms"]) and row["matmuls"] >= 1 for row in out[2].values())
+
+
 def test_dropout_compares_a_checkout_with_itself_and_the_cost_of_dropout(capsys):
     # an A/A run against this very checkout (two worker processes), tiny calls
     from benchmarks import dropout

@@ -43,6 +43,15 @@ def test_the_census_of_a_batch_1_tree_lstm_step_has_a_forward_and_a_replayed_loo
     assert any(line.startswith("| treelstm | 1 | backward (replayed) |") for line in lines)
 
 
+def test_the_char_taggers_loop_of_four_ops_is_counted_too(capsys):
+    # batch 2: a few rows a launch, under 40 (10 per loop op): the replayed loop
+    out = census.main(["--workloads", "chartagger", "--batch-size", "2"])
+    r = out[("chartagger", 2)]
+    assert r["replayed"] and r["launches"] > 0
+    assert set(r["loops"]) == {"forward", "backward"}
+    assert "| chartagger | 2 | backward (replayed) |" in capsys.readouterr().out
+
+
 def test_the_loop_variable_cost_is_timed_for_each_count():
     out = census.main(["--loop-vars", "0,2", "--rounds", "1"])
     assert sorted(out) == [0, 2]

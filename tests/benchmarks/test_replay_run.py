@@ -18,3 +18,11 @@ def test_replay_ablation_times_every_variant_and_prints_their_ratios(capsys):
     header = next(i for i, line in enumerate(lines) if line.startswith("| workload | B |"))
     assert lines[header].count("|") == 2 * len(names) + 2
     assert lines[header + 2].startswith("| TreeLSTM | 1 | ")
+
+
+def test_replay_ablation_times_the_char_tagger_by_cpu_time(capsys):
+    out = ablations.fit_replay([1], 1, instances=1, items=2, workloads=("char tagger",),
+                               cpu_time=True)
+    assert sorted(out) == [("char tagger", 1)]
+    assert all(math.isfinite(x) and x > 0 for x in out[("char tagger", 1)].values())
+    assert "CPU ms per item" in capsys.readouterr().out

@@ -41,8 +41,9 @@ def engine(name: str, scheduler: str):
     return engine_for(case(name), scheduler)
 
 
-def engine_for(c: models.Case, scheduler: str):
-    """A compiler and a traced function returning (outputs, loss, gradients)."""
+def engine_for(c: models.Case, scheduler: str, mode=None):
+    """A compiler and a traced function returning (outputs, loss, gradients) (`mode`:
+    the loop's `GradientMode`, the executor's by default)."""
     comp = Compiler.create(c.block, scheduler=scheduler)
     weights = _type_weights(comp.program.value_types)
     ex = comp.executor
@@ -50,7 +51,7 @@ def engine_for(c: models.Case, scheduler: str):
     @tf.function(input_signature=[ex.input_signature()], autograph=False)
     def run(arrays):
         with tf.GradientTape() as tape:
-            outs = ex.compute(arrays)
+            outs = ex.compute(arrays, mode)
             loss = tf.add_n([tf.reduce_sum(o * w) for o, w in zip(outs, weights)
                              if o.dtype == tf.float32] + [tf.constant(0.0)])
         grads = tape.gradient(loss, c.variables,

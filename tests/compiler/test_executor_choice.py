@@ -128,6 +128,46 @@ def test_a_step_holding_an_assert_runs_on_the_default_executor():
     assert model.inference_executor.refused
 
 
+def test_a_step_holding_a_branch_is_refused_where_the_inter_op_pool_has_one_thread(
+        monkeypatch):
+    """TensorFlow's single-threaded executor runs a `tf.cond` or `tf.switch_case` branch
+    on the inter-op pool: with one thread there (its own) it waits forever."""
+    import refold.compiler.training.tf_executor as tf_executor
+    from refold.examples.tagger.char_tagger import char_tagger_model
+    block = char_tagger_model(6, "char", char_embed=3, char_hidden=2, hidden=3, tags=None)
+    for one, admitted in ((False, True), (True, False)):
+        comp = Compiler.create(block)
+        assert len(comp.executor.layout.loop_ops) > 1  # a loop of several ops: a switch_case
+        _, single = comp._trace_run(True)
+        assert "Case" in tf_executor.op_types(single) or \
+            "StatelessCase" in tf_executor.op_types(single)
+        monkeypatch.setattr(tf_executor, "one_inter_op_thread", lambda one=one: one)
+        assert comp.inference_executor.admits(True, single) is admitted
+        assert comp.inference_executor.refused is not admitted
+        assert comp.inference_executor.admits(False, single)  # the default one runs it
+
+
+def test_one_threaded_tensorflow_predicts_the_char_tagger_at_batch_1():
+    # in a process of its own: TensorFlow sets its pools once, before the first op
+    import subprocess
+    import sys
+    code = """
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+import refold as td
+from refold.examples.tagger.char_tagger import char_tagger_model
+model = td.Model(char_tagger_model(6, "char", char_embed=3, char_hidden=2, hidden=3, tags=None))
+out = model.predict([{"words": [{"word": 1}, {"word": 0, "chars": [1, 2]}]}], batch_size=1,
+                    verbose=0)
+print(len(out), model.inference_executor.refused)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["1", "True"]
+
+
 @pytest.mark.parametrize("bad", [-1, "4", None, True])
 def test_max_rows_must_be_a_number_of_rows(bad):
     comp = Compiler.create(td.Scalar())

@@ -244,6 +244,27 @@ def test_a_batch_near_the_threshold_runs_on_the_other_choices_trace():
     assert set(Counting.traces) == {first}  # every batch ran on the first batch's trace
 
 
+def test_the_default_replay_threshold_is_ten_rows_a_launch_per_loop_op():
+    # TensorFlow's backward loop costs more an iteration the more ops its switch_case
+    # has: the char tagger (four loop ops) replays up to 40 rows a launch (BENCHMARKS.md,
+    # "The replay threshold")
+    from types import SimpleNamespace
+
+    from refold.compiler.training.steps import WeightGradsChoice
+    from refold.examples.tagger.char_tagger import char_tagger_model
+    from refold.examples.tagger.tagger import tagger_model
+    chars = Model(char_tagger_model(6, "char", char_embed=3, char_hidden=2, hidden=3))
+    words = Model(tagger_model(embed=3, hidden=3))
+    assert [len(m.compiler.executor.layout.loop_ops) for m in (chars, words)] == [4, 1]
+    assert (chars.weight_grads.max_rows, words.weight_grads.max_rows) == (40, 10)
+    chars.weight_grads.max_rows = 10  # a threshold set stays as set
+    assert chars.weight_grads.max_rows == 10
+    batch = {"index": np.array([0, 30, 30]), "layout": np.array([0, 1, 3])}  # 30 rows a launch
+    choices = [WeightGradsChoice(SimpleNamespace(batched_weight_grads=False, layout=SimpleNamespace(
+        loop_ops=list(range(n)), segment_id={"group_size": 1}))) for n in (4, 1)]
+    assert [c.key(batch) for c in choices] == [True, False]
+
+
 def mean_loop_rows(model, trees) -> float:
     from refold.scheduler.weight_grads import mean_loop_rows
     plan = model.compiler.plan(trees, grouped=True)
@@ -281,9 +302,9 @@ def test_batches_of_small_launches_replay_the_loop_backward(monkeypatch):
     replay_loop = refold.scheduler.reverse.replay_loop
     monkeypatch.setattr(refold.scheduler.reverse, "replay_loop",
                         lambda *args: traced.append(1) or replay_loop(*args))
-    trees, y = sign_data(40, seed=6)
+    trees, y = sign_data(120, seed=6)
     model = compiled(Model(factories.tree_sign(), seed=1))
-    model.fit(trees, y, batch_size=20, epochs=1, verbose=0)
+    model.fit(trees, y, batch_size=60, epochs=1, verbose=0)
     assert traced == []  # wide launches: TensorFlow's backward loop
     model.fit(trees[:4], y[:4], batch_size=1, epochs=1, verbose=0)
     assert traced == [1]  # traced once, replayed at every step

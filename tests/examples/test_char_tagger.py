@@ -18,8 +18,9 @@ from refold.examples.tagger.rare_words import (
     spell,
 )
 from refold.models import heads
+from refold.scheduler.gradient_mode import GradientMode
 from tests.compiler.models import Case
-from tests.compiler.test_batched_equals_reference import check_case_batch
+from tests.compiler.test_batched_equals_reference import check_case_batch, engine_for
 
 
 def _sentences(n=800, seed=0):
@@ -92,18 +93,31 @@ def test_only_the_char_model_reads_a_rare_words_spelling(words):
     assert a[1].shape == (len(TAGS),)
 
 
+@pytest.mark.parametrize("replay", [False, True])
 @pytest.mark.parametrize("scheduler", ["agenda", "depth"])
-def test_the_batched_char_tagger_equals_the_reference(scheduler):
+def test_the_batched_char_tagger_equals_the_reference(scheduler, replay, monkeypatch):
+    # its loop holds four ops (both LSTMs' cells, the spelling's concat, the word
+    # LSTMs' input projection): gradients through TensorFlow's backward loop and
+    # through the replayed one (what `Model` picks for it up to 40 rows a launch)
     block = char_tagger_model(6, "char", char_embed=3, char_hidden=2, hidden=3)
     variables = heads.variables(block)
     vocab = Vocabulary.build([["she", "she", "the", "the", "sings", "sings"]])
     rng = np.random.default_rng(5)
-    sentences = [vocab.encode(*random_sentence(rng)) for _ in range(2)]
+    sentences = [vocab.encode(*random_sentence(rng)) for _ in range(4)]
     sentences.append(vocab.encode(["she", "sings"], ["PRON", "VERB"]))
     sentences.append({"words": [], "tags": []})
     assert any("chars" in w for s in sentences for w in s["words"])
-    check_case_batch(Case("char_tagger_example", block, None, variables), scheduler,
-                     sentences)
+    import refold.scheduler.reverse
+    traced = []
+    replay_loop = refold.scheduler.reverse.replay_loop
+    monkeypatch.setattr(refold.scheduler.reverse, "replay_loop",
+                        lambda *args: traced.append(1) or replay_loop(*args))
+    case = Case("char_tagger_example", block, None, variables)
+    built = engine_for(case, scheduler, GradientMode.once_per_step(replay=True)
+                       if replay else GradientMode())
+    assert len(built[0].executor.layout.loop_ops) == 4
+    check_case_batch(case, scheduler, sentences, built)
+    assert traced == ([1] if replay else [])
 
 
 def test_accuracies_count_all_rare_and_unseen_words():

@@ -431,7 +431,11 @@ class Compiler:
         inputs = _as_list(inputs)
         if self.program.reads_values:
             return self._run_in_rounds(inputs, tolist)
-        plan = self.plan(inputs)
+        return self.run_planned(self.plan(inputs), inputs, tolist)
+
+    def run_planned(self, plan: BatchPlan, inputs: list, tolist: bool = False) -> list:
+        """`run(inputs)` of a batch planned already (`plan(inputs)`, or `plan_expanded`
+        of their graphs, which `Model.predict` has checked once: no second look-up)."""
         try:
             straight = self.straight_inference.run(plan.plan)
             if straight is not None:

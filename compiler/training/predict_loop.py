@@ -79,11 +79,16 @@ def predict(model, x, batch_size: int | None, verbose, callbacks, steps,
                 return keras_predict(feeder.dataset())
             return predict_loop(model, feeder.n_batches, verbose, callbacks)
     check_batch_size(batch_size)
-    inputs, _, _ = feed.expand(as_inputs(x), Labels(None, None), raise_errors=True,
-                               verbose=verbose)
-    results = []
+    inputs, _, graphs = feed.expand(as_inputs(x), Labels(None, None), raise_errors=True,
+                                    verbose=verbose)
+    compiler, results = model.compiler, []
     for b in range(0, len(inputs), batch_size):
-        results.extend(model.compiler.run(inputs[b:b + batch_size]))
+        batch = inputs[b:b + batch_size]
+        known = None if graphs is None else graphs[b:b + batch_size]
+        if known is None or any(g is None for g in known):
+            results.extend(compiler.run(batch))
+        else:  # expanded and checked above: planned from the graphs, no second look-up
+            results.extend(compiler.run_planned(compiler.plan_expanded(known), batch))
     return results
 
 

@@ -225,6 +225,25 @@ def test_fit_checks_each_input_once_an_epoch(monkeypatch):
     assert sorted(checked) == sorted(map(id, xs))
 
 
+def test_predict_of_per_item_outputs_checks_each_input_once(monkeypatch):
+    """A model whose output is not one tensor an input (a value per word) predicts
+    through `Compiler.run_planned` from the graphs it checked, not a second look-up."""
+    from refold.compiler.graphs import expansion_cache
+    model = td.Model(td.Map(td.Vector(1) >> td.FC(2)))
+    xs = [[[1.0], [2.0]], [[0.5]], [[4.0], [1.0], [2.0]]]
+    want = model.predict(xs, batch_size=2, verbose=0)  # expanded and cached
+    checked = []
+    real = expansion_cache.fingerprint
+    monkeypatch.setattr(expansion_cache, "fingerprint",
+                        lambda x: checked.append(id(x)) or real(x))
+    got = model.predict(xs, batch_size=2, verbose=0)
+    assert sorted(checked) == sorted(map(id, xs))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.stack(g), np.stack(w))
+    xs[0].append([3.0])  # changed in place: expanded again, not answered from its old graph
+    assert len(model.predict(xs, batch_size=2, verbose=0)[0]) == 3
+
+
 def test_inputs_that_cannot_change_are_found_by_identity_alone(monkeypatch):
     from refold.compiler.graphs import expansion_cache
     cache = ExpansionCache(4)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import threading
 import weakref
 
+from refold import compat
 from refold.blocks.evaluation.training_mode import INFERENCE, current
 from refold.blocks.op import Op
 
@@ -41,7 +42,7 @@ _traces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # op -> {signa
 def call(op: Op, args: list):
     """`op.fn(*args)`, through its traced function where one is due (module docstring)."""
     fn = _function(op, args) if op.traceable else None
-    return op.fn(*args) if fn is None else fn(*args)
+    return op.fn(*args) if fn is None else compat.call_flat(fn, args)
 
 
 def traced(op: Op) -> int:

@@ -242,7 +242,7 @@ def op_profile(b: int, steps: int = 30, top: int = 12) -> str:
 def _workload_calls(workload: str, b: int, n: int) -> dict:
     """`{"fit": f, "predict": g}`: whole `Model.fit(epochs=1)` and `Model.predict`
     calls at batch `b` over `n` items of a workload (the peer benchmark's models;
-    `predict` on TensorFlow's default executor at every batch size)."""
+    `predict` on TensorFlow's default executor and the loop at every batch size)."""
     import functools
 
     import keras
@@ -271,8 +271,11 @@ def _workload_calls(workload: str, b: int, n: int) -> dict:
         x, y = [sentence(rng) for _ in range(n)], None
         words = [{"words": s["words"]} for s in x]
     # the profiler records no op the single-threaded executor runs: predict on the
-    # default one (compiler.training.tf_executor), as before that choice existed
+    # default one (compiler.training.tf_executor), as before that choice existed, and
+    # through the loop, not straight-line (compiler.straight_inference runs on that
+    # executor once a sequence has repeated long enough, sooner on a loaded machine)
     infer.inference_executor.max_rows = 0
+    infer.compiler.straight_inference.enabled = False
     return {"fit": functools.partial(train.fit, x, y, batch_size=b, epochs=1, verbose=0,
                                      shuffle=False),
             "predict": functools.partial(infer.predict, words, batch_size=b, verbose=0)}

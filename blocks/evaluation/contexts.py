@@ -275,6 +275,10 @@ class ReferenceContext:
         if getattr(op, "random", False):  # its key: (example, node), as the engine's
             args = [*args, tf.constant([self._example, self._random_nodes], tf.int32)]
             self._random_nodes += 1
+        if self._mode is None and self._low is None:
+            traced = traced_ops.rows(op, args)
+            if traced is not None:
+                return traced
         if self._mode is not None:
             from refold.blocks.evaluation.training_mode import using
             with using(self._mode):
@@ -302,7 +306,7 @@ class ReferenceContext:
     def _call(self, op: Op, args: list):
         tf = self._tf
         if args:
-            return traced_ops.call(op, [tf.expand_dims(a, 0) for a in args])
+            return op.fn(*[tf.expand_dims(a, 0) for a in args])
         return op.fn(tf.constant(1, tf.int32))
 
     def metric(self, name: str, value, label: Any = None) -> None:

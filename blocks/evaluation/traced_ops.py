@@ -16,8 +16,10 @@ eager.
 >>> from refold.blocks.types import TensorType
 >>> t = TensorType((2,))
 >>> op = Op("double", keras.layers.Lambda(lambda x: 2 * x), [t], [t], traceable=True)
->>> x = tf.ones((1, 2))
->>> [call(op, [x]).numpy().tolist() for _ in range(CALLS_BEFORE_TRACING + 1)][-1]
+>>> x = tf.ones((2,))
+>>> [rows(op, [x]) for _ in range(CALLS_BEFORE_TRACING)][-1] is None   # eager so far
+True
+>>> [r.numpy().tolist() for r in rows(op, [x])]
 [[2.0, 2.0]]
 >>> traced(op)
 1
@@ -39,10 +41,14 @@ _calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # op -> eager c
 _traces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # op -> {signature: fn}
 
 
-def call(op: Op, args: list):
-    """`op.fn(*args)`, through its traced function where one is due (module docstring)."""
+def rows(op: Op, args: list) -> list | None:
+    """The op's outputs for one node, `args` being its inputs without the batch
+    dimension, through the op's traced function where one is due (module docstring);
+    None where the op runs eagerly (the caller calls it). The traced function adds
+    the batch dimension and takes it off itself, its outputs' types checked once, when
+    it is traced: a node costs one call into TensorFlow."""
     fn = _function(op, args) if op.traceable else None
-    return op.fn(*args) if fn is None else compat.call_flat(fn, args)
+    return None if fn is None else compat.call_flat(fn, args)
 
 
 def traced(op: Op) -> int:
@@ -63,10 +69,28 @@ def _function(op: Op, args: list):
         if _calls[op] <= CALLS_BEFORE_TRACING:
             return None
     try:
-        fn = tf.function(op.fn).get_concrete_function(
+        fn = tf.function(_one_row(op)).get_concrete_function(
             *[tf.TensorSpec(shape, dtype) for shape, dtype in signature])
     except Exception:  # noqa: BLE001  (not traceable: it stays eager)
         fn = None
     with _lock:
         functions[signature] = fn
     return fn
+
+
+def _one_row(op: Op):
+    """`op.fn` on one node's inputs: the batch dimension added, taken off the outputs,
+    which must be of the op's types (else tracing fails and the op stays eager, where
+    the reference evaluator names what is wrong)."""
+    import tensorflow as tf
+
+    def one_row(*xs):
+        outs = op.fn(*[tf.expand_dims(x, 0) for x in xs])
+        outs = [tf.convert_to_tensor(o) for o in
+                (outs if isinstance(outs, (list, tuple)) else [outs])]
+        if len(outs) != len(op.output_types) or any(
+                tuple(o.shape) != (1, *t.shape) or o.dtype.name != t.dtype
+                for o, t in zip(outs, op.output_types)):
+            raise ValueError(f"op {op.name!r}: outputs not of its types")
+        return [tf.squeeze(o, 0) for o in outs]
+    return one_row

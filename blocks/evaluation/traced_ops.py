@@ -51,6 +51,13 @@ def rows(op: Op, args: list) -> list | None:
     return None if fn is None else compat.call_flat(fn, args)
 
 
+def forget() -> None:
+    """Drops every trace and call count (for comparisons: `benchmarks.deep_eval`)."""
+    with _lock:
+        _traces.clear()
+        _calls.clear()
+
+
 def traced(op: Op) -> int:
     """How many argument signatures of `op` run traced."""
     return sum(f is not None for f in _traces.get(op, {}).values())

@@ -1,0 +1,14 @@
+"""`benchmarks.deep_eval` times `block.eval` eager and traced on a deep chain."""
+
+import math
+
+from benchmarks import deep_eval
+from refold.blocks.evaluation import traced_ops
+
+
+def test_the_deep_eval_benchmark_runs_and_leaves_the_threshold_as_it_was(capsys):
+    limit = traced_ops.CALLS_BEFORE_TRACING
+    out = deep_eval.main(["--nodes", "60", "--rounds", "1", "--deep", "80"])
+    assert traced_ops.CALLS_BEFORE_TRACING == limit
+    assert all(math.isfinite(v) and v > 0 for v in out.values())
+    assert "| 60 |" in capsys.readouterr().out

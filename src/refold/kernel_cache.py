@@ -22,10 +22,8 @@ Numba, Numba cache directory and machine. `REFOLD_WARM_KERNELS=0` in the environ
 starts nothing (the first plan then compiles the kernels, saying so); POSIX only
 (`fcntl`).
 
->>> compiling() in (True, False)
-True
 >>> wait()          # returns once no background compilation is under way
->>> compiling()
+>>> compiling()     # so none is
 False
 """
 

@@ -20,8 +20,9 @@ import pytest
 import tensorflow as tf
 
 import refold as td
-from refold import kernel_cache
+from refold import kernel_cache, kernel_calls
 from refold.compiler import Compiler, kernels
+from refold.kernel_calls import KERNEL
 from refold.scheduler import SCHEDULERS
 from tests.scheduler.test_kernel_calls import replayed
 
@@ -206,6 +207,28 @@ def test_the_background_process_runs_at_a_lower_priority(tmp_path, monkeypatch):
         stamp = f.read()
     nice = min(19, os.nice(0) + kernel_cache.NICE)
     assert stamp.endswith(f"(at nice {nice})\n"), stamp
+
+
+def test_forking_and_compiling_here_wait_for_the_background_process(monkeypatch):
+    """`load` (before a pool forks workers that plan) waits for the background process,
+    then plans with the compiled kernels: the children must not load them after the
+    fork. `compile_all` (the warm-up command) waits before it compiles anything."""
+    waited = []
+    monkeypatch.setattr(kernel_cache, "wait", lambda timeout=600.0: waited.append(timeout))
+    monkeypatch.setattr(kernel_cache, "compiling", lambda: True)  # it never ends
+    monkeypatch.setattr(kernel_calls, "_plain", True)
+    KERNEL.clear()
+    depth = SCHEDULERS["depth"].kernel
+    assert KERNEL[depth] is not depth
+    kernels.load(Compiler, ["depth"])
+    assert waited and not kernel_calls._plain and KERNEL[depth] is depth
+
+    def stop(timeout=600.0):
+        raise InterruptedError
+    monkeypatch.setattr(kernel_cache, "wait", stop)
+    with kernels.compilations() as compiled, pytest.raises(InterruptedError):
+        kernels.compile_all()
+    assert compiled == []
 
 
 def test_signatures():

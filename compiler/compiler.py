@@ -23,7 +23,7 @@ import numpy as np
 
 from refold.blocks.evaluation.precision import compute_dtype, held_program
 from refold.blocks.types import TensorType
-from refold.compiler import kernels  # noqa: F401  (a new install's first plan waits there)
+from refold.compiler import kernels  # noqa: F401  (says when a kernel compiles here)
 from refold.compiler.feeding.prefetch import Prefetch
 from refold.compiler.graphs.batch_plan import BatchPlan
 from refold.compiler.graphs.expansion import BatchGraph, ExampleGraph, expand_all, expand_batch

@@ -4,10 +4,11 @@ The kernels are compiled with `cache=True`; the first process on a machine compi
 them and later ones load them from Numba's on-disk cache. On a new install
 `import refold` compiles them in a process of its own (`refold.kernel_cache`) with
 `compile_all`, from their explicit signatures (`KERNELS`), while the user's program
-imports TensorFlow; this process's first Numba compilation waits for it and then finds
-them cached. A process that forks workers that plan (`compiler.feeding.process_pool`)
-loads them first with `load`, since loading them in a forked child runs Numba's and
-LLVM's initialisation there, which is not safe after a fork; and
+imports TensorFlow and fits; until it is done the user's process runs them as plain
+Python (`refold.kernel_calls`), then loads them from the cache. A process
+that forks workers that plan (`compiler.feeding.process_pool`) loads them first with
+`load`, which waits for that process (a forked child must not load them: that runs
+Numba's and LLVM's initialisation there, which is not safe after a fork); and
 `python -m refold.compiler.warmup` pays the compilation at install time. The
 `Compiler` class is passed in, so that this module (which the worker pools use) does
 not import the compiler that uses the pools.
@@ -32,7 +33,7 @@ import numba
 from numba.core import types
 
 import refold.blocks as td
-from refold import kernel_cache
+from refold import kernel_cache, kernel_calls
 from refold.scheduler.schedules import SCHEDULERS
 
 # The kernels Python code calls, by module, with the argument types they are called
@@ -95,7 +96,9 @@ FIRST_PART = {"_pack_plan", "_pack", "_segments"}
 def compile_all(part: int | None = None) -> list:
     """Compiles every kernel of `KERNELS` for its signature, or loads it from Numba's
     cache (`part` 0: those of `FIRST_PART`, 1: the others; None: all); the kernels
-    compiled (`compilations`). Imports no TensorFlow."""
+    compiled (`compilations`), after any background compilation (`refold.kernel_cache`)
+    has ended. Imports no TensorFlow."""
+    kernel_cache.wait()
     with compilations() as compiled:
         for module, kernels in KERNELS.items():
             found = importlib.import_module(module)
@@ -141,8 +144,11 @@ def load(compiler_class, schedulers=None) -> dict:
     """Plans a batch with `compiler_class` (`Compiler`) under every scheduler (or
     those named), grouped and not; `{"seconds": s, "compiled": [kernels compiled here,
     not loaded from the cache]}`. A scheduler warmed up once in a process is not
-    planned again there."""
+    planned again there. Waits for any background compilation (`refold.kernel_cache`),
+    then plans with the compiled kernels (`kernel_calls.use_compiled`)."""
     start = time.perf_counter()
+    kernel_cache.wait()
+    kernel_calls.use_compiled()
     inputs = [((1.0, (2.0, -1.0)), 0.5), (3.0, -2.0), ((1.0, 2.0), 1.0)]
     block = None
     with compilations() as compiled:
@@ -181,26 +187,3 @@ class _Announce(numba.core.event.Listener):
 
 
 numba.core.event.register("numba:compile", _Announce())
-
-
-class _WaitForBackground(numba.core.event.Listener):
-    """Before this process's first Numba compilation (or cache load): waits for a
-    process compiling the kernels (`refold.kernel_cache`), so that this one loads them
-    from the cache rather than compiling them too."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._done = False
-
-    def on_start(self, event):
-        if not self._done:
-            with self._lock:
-                if not self._done:
-                    kernel_cache.wait()
-                    self._done = True
-
-    def on_end(self, event):
-        pass
-
-
-numba.core.event.register("numba:compiler_lock", _WaitForBackground())

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from refold.kernel_calls import KERNEL
+
 
 @dataclass
 class OpGraph:
@@ -106,7 +108,7 @@ class OpGraph:
         pieces = list(map(_MERGE_RECORD, graphs))
         starts = np.zeros(len(pieces), np.int64)
         np.cumsum(np.fromiter(map(len, pieces[:-1]), np.int64, len(pieces) - 1), out=starts[1:])
-        fields = _merge_records(np.concatenate(pieces), starts, n_types)
+        fields = KERNEL[_merge_records](np.concatenate(pieces), starts, n_types)
         tables = list(map(_CONSTANTS, graphs))
         constants = [_concat_rows([t[k] for t in tables]) for k in range(n_types)]
         node_op, node_arity, sdepth, node_args, value_type, value_node, value_index = fields

@@ -30,6 +30,8 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from refold.kernel_calls import KERNEL
+
 
 class Packed(NamedTuple):
     """What `pack_rows` computes (int64 arrays; G launches, K value types).
@@ -73,7 +75,7 @@ def pack_rows(node_op, node_arity, node_args, value_type, value_node, value_inde
     The nodes of launches `< const_only` are checked to read constants only, and
     every node to read values of earlier launches only (`Packed.out_of_order`).
     """
-    return Packed(*_pack(*(_ints(a) for a in (
+    return Packed(*KERNEL[_pack](*(_ints(a) for a in (
         node_op, node_arity, node_args, value_type, value_node, value_index, node_launch,
         launch_op, const_counts, out_count, in_count, slot_typepos, arg_typepos)),
         const_only))
@@ -155,7 +157,7 @@ def pack_segments(packed: Packed, lo: int, hi: int, branch, loop_types, const_co
     """The executor's index segments of a batch, in `Layout.segments` order
     (all but the constant sizes, which come last): `(index int32, segment lengths,
     read_type, read_pos)`. See `Planner.feed` for what each segment holds."""
-    return _segments(
+    return KERNEL[_segments](
         lo, hi, _ints(branch), _ints(loop_types), _ints(const_counts), packed.group_size,
         packed.group_start, packed.order, packed.in_cum, packed.out_cum, packed.type_base,
         packed.gathered, packed.value_row, packed.arg_start, _ints(node_args),

@@ -39,6 +39,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from refold.kernel_calls import KERNEL
 from refold.scheduler.executor import Feed
 from refold.scheduler.graph import OpGraph, _merge_records
 from refold.scheduler.layout import (
@@ -173,12 +174,12 @@ class Planner:
                              f"{n} constant lists")
         flat = (records[0] if n == 1 else np.concatenate(records) if n
                 else np.zeros(0, np.int32)).astype(np.int32, copy=False)
-        merged = _merge(flat, n, lay.n_types, grouped, self.n_metrics)
+        merged = KERNEL[_merge](flat, n, lay.n_types, grouped, self.n_metrics)
         node_op, node_arity, sdepth, node_args, _, value_node = merged[:6]
         chosen = self.scheduler if scheduler is None else SCHEDULERS[scheduler]
-        schedule = chosen.kernel(node_op, node_arity, node_args, value_node, sdepth)
-        *feed, error, bad_op = _pack_plan(*merged[:8], merged[9], *schedule,
-                                          *self._pack_tables)
+        schedule = KERNEL[chosen.kernel](node_op, node_arity, node_args, value_node, sdepth)
+        *feed, error, bad_op = KERNEL[_pack_plan](*merged[:8], merged[9], *schedule,
+                                                  *self._pack_tables)
         if error != OK:
             raise lay.planning_error(int(error), int(bad_op))
         per_type = _merged_constants(lay, constants, merged[7])

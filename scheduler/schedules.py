@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from refold.kernel_calls import KERNEL
 from refold.scheduler.graph import OpGraph
 
 
@@ -142,9 +143,9 @@ def agenda_schedule(graph: OpGraph, op_cost: Sequence[float] | None = None) -> S
     """
     if op_cost is None:
         return SCHEDULERS["agenda"](graph)
-    return Schedule(graph, *_agenda(graph.node_op, graph.node_arity, graph.node_args,
-                                    graph.value_node, graph.sdepth,
-                                    np.asarray(op_cost, np.float64).reshape(-1)))
+    return Schedule(graph, *KERNEL[_agenda](graph.node_op, graph.node_arity, graph.node_args,
+                                            graph.value_node, graph.sdepth,
+                                            np.asarray(op_cost, np.float64).reshape(-1)))
 
 
 def depth_reference(graph: OpGraph) -> Schedule:
@@ -386,8 +387,9 @@ class Scheduler:
 
     def __call__(self, graph: OpGraph) -> Schedule:
         """The kernel's schedule of `graph`."""
-        return Schedule(graph, *self.kernel(graph.node_op, graph.node_arity,
-                                            graph.node_args, graph.value_node, graph.sdepth))
+        return Schedule(graph, *KERNEL[self.kernel](graph.node_op, graph.node_arity,
+                                                    graph.node_args, graph.value_node,
+                                                    graph.sdepth))
 
 
 SCHEDULERS: dict[str, Scheduler] = {}

@@ -68,6 +68,7 @@ import numba
 import numpy as np
 
 from refold import compat
+from refold.kernel_calls import KERNEL
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.schedules import SCHEDULERS
 
@@ -285,7 +286,7 @@ class StraightLine:
             return None
         const_rows = np.array([len(graph.constants[k]) if k < len(graph.constants) else 0
                                for k in range(lay.n_types)], np.int64)
-        index, lengths, read_pos = _index(
+        index, lengths, read_pos = KERNEL[_index](
             node_group, group_op, lay.n_outputs, lay.out_type_table, lay.arity,
             const_rows, graph.value_node, graph.value_index, graph.node_args,
             graph.node_arity, reads, read_type, np.asarray(seq.made, np.int64))

@@ -184,7 +184,9 @@ def frozen_garbage():
 def warm_planner(compiler) -> None:
     """Loads (or compiles) the planning kernels in this process before it forks, so
     that children inherit them: loading them in a forked child runs Numba's and
-    LLVM's initialisation there, which is not safe after a fork."""
+    LLVM's initialisation there, which is not safe after a fork. On a new install it
+    waits for the background compilation (`kernels.load`) rather than plan in plain
+    Python: the children would switch to the compiled kernels after the fork."""
     scheduler = getattr(compiler, "scheduler", None)
     if scheduler is not None:
         kernels.load(type(compiler), [scheduler])

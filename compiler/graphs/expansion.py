@@ -34,6 +34,7 @@ from refold.blocks.errors import BadValueError, InputError
 from refold.blocks.evaluation.contexts import call_with_deep_stack, root_input
 from refold.blocks.op import NODE_KEY, IdRange
 from refold.blocks.types import TensorType
+from refold.kernel_calls import KERNEL
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.planner import plan_record
 
@@ -268,7 +269,7 @@ class ExpansionContext:
         `mark` of the two taken together). Node ids are the graph's."""
         first = bisect.bisect_left(self.constant_value, values)
         n_out, out_type = program.op_outputs
-        fields, ok = _number_values(
+        fields, ok = KERNEL[_number_values](
             np.asarray(self.node_op[nodes:], np.int64), n_out, out_type,
             np.asarray(self.constant_value[first:], np.int64) - values,
             np.asarray(self.constant_code[first:], np.int64), self._n_types,
@@ -377,7 +378,7 @@ def checks_pass(program, graph: OpGraph) -> bool:
     for o, check in program.input_checks:
         if isinstance(check, IdRange):
             table = graph.constants[program.type_id[program.ops[o].input_types[0]]]
-            if not _ids_in_range(graph.node_op, graph.sdepth, graph.node_arity,
+            if not KERNEL[_ids_in_range](graph.node_op, graph.sdepth, graph.node_arity,
                                  graph.node_args, graph.value_index, table.reshape(-1), o,
                                  check.num_rows):
                 return False

@@ -68,6 +68,7 @@ from refold.blocks.evaluation.contexts import call_on_kept_deep_thread, root_inp
 from refold.blocks.op import NODE_KEY
 from refold.blocks.types import TensorType
 from refold.compiler.graphs.expansion import BatchGraph, ExampleGraph, ExpansionContext
+from refold.kernel_calls import KERNEL
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.planner import plan_record
 
@@ -167,7 +168,7 @@ class _Shared(ExpansionContext):
                         local.astype(np.int32), np.concatenate([out_type, tail_type]).astype(
                             np.int32), value_node.astype(np.int32),
                         np.concatenate([out_index, tail_row]).astype(np.int32), constants,
-                        _depths(node_arity, local, value_node))
+                        KERNEL[_depths](node_arity, local, value_node))
         return graph, m + produced, v0 + produced
 
     def computed(self, run_round: RunRound) -> None:

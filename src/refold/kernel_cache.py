@@ -1,24 +1,30 @@
-"""A new install's planning kernels, compiled in a background process: `start`, `wait`.
+"""A new install's planning kernels, compiled in a background process: `start`,
+`compiling`, `wait`.
 
 Numba compiles the scheduler's planning kernels on first use and caches them on disk;
 a wheel cannot carry that cache (it is specific to the CPU). On a new install the
 compilation took about 10 s of CPU inside the first `fit`. So `import refold`, while
 this installation's kernels are not known to be cached, starts a Python process that
-compiles them into Numba's cache (`refold.compiler.kernels.compile_all`) while this one
-imports TensorFlow and builds its model; this process's first Numba compilation waits
-for that process and then loads them (`refold.compiler.kernels`). A process of its own
-rather than a thread: the two compile and import on two cores rather than sharing
-one interpreter lock, and nothing runs in the user's process (a thread compiling
-there once made the suite's doctests lose their output, cause not found).
+compiles them into Numba's cache (`refold.compiler.kernels.compile_all`), at a lower
+priority (`os.nice`), while this one imports TensorFlow, builds its model and fits;
+until that process is done (`compiling`), this one runs the kernels as plain Python
+(`refold.kernel_calls`), then loads the compiled ones from the cache. A
+process of its own rather than a thread: the two compile and import on two cores
+rather than sharing one interpreter lock, and nothing compiles in the user's process
+(a thread compiling there once made the suite's doctests lose their output, cause not
+found).
 
 That process imports Numba and the kernels' modules only (not TensorFlow), holds a
 lock file while it compiles (a process importing Refold meanwhile starts none and
-waits on the lock), and leaves a stamp when it is done: later imports cost one
-`os.path.exists`. The stamp is per installation, Python, Numba, Numba cache directory
-and machine. `REFOLD_WARM_KERNELS=0` in the environment starts nothing (the first
-plan then compiles the kernels, saying so); POSIX only (`fcntl`).
+runs plain Python until the lock is released), and leaves a stamp when it is done:
+later imports cost one `os.path.exists`. The stamp is per installation, Python,
+Numba, Numba cache directory and machine. `REFOLD_WARM_KERNELS=0` in the environment
+starts nothing (the first plan then compiles the kernels, saying so); POSIX only
+(`fcntl`).
 
 >>> wait()          # returns once no background compilation is under way
+>>> compiling()     # so none is
+False
 """
 
 from __future__ import annotations
@@ -38,15 +44,20 @@ except ImportError:  # Windows: no background compilation
 ENV = "REFOLD_WARM_KERNELS"
 
 MESSAGE = ("refold: compiling the planner's Numba kernels in a background process, once per "
-           "installation (later processes load them from Numba's cache); the first plan "
-           "waits for it")
+           "installation (later processes load them from Numba's cache); until they are "
+           "ready the first batches plan in plain Python")
 
 # The process that compiles: `refold` as a bare namespace over the installed package's
 # folders, so that importing the kernels' modules runs no `refold/__init__.py` (which
-# imports Keras and TensorFlow); argv: the package's folders, the stamp to write.
+# imports Keras and TensorFlow); argv: the package's folders, the stamp to write, how
+# much to lower its priority (`NICE`).
 _CHILD = """
 import os, sys, time, types
 start = time.perf_counter()
+try:  # behind the user's process (its import of TensorFlow, its first epoch)
+    os.nice(int(sys.argv[3]))
+except OSError:
+    pass
 package = types.ModuleType("refold")
 package.__path__ = sys.argv[1].split(os.pathsep)
 sys.modules["refold"] = package
@@ -71,8 +82,12 @@ try:  # the stamp either way: a failure is not retried by every import (the firs
 except BaseException as e:
     done = repr(e)
 with open(sys.argv[2], "w") as f:
-    f.write(done + "\\n")
+    f.write(f"{done} (at nice {os.nice(0)})\\n")
 """
+
+# The background process's priority below the user's (`os.nice`): it takes the cores
+# the user's process leaves.
+NICE = 10
 
 _child: subprocess.Popen | None = None
 
@@ -122,7 +137,7 @@ def start(package_path: list[str]) -> subprocess.Popen | None:
         return None
     try:  # the child holds the lock (its inherited descriptor) until it exits
         _child = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, os.pathsep.join(package_path), stamp],
+            [sys.executable, "-c", _CHILD, os.pathsep.join(package_path), stamp, str(NICE)],
             pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True, env={**os.environ, ENV: "0"})
     except OSError:
@@ -143,34 +158,39 @@ def mark_ready() -> None:
             f.write("compiled\n")
 
 
+def compiling() -> bool:
+    """Whether a process is compiling this installation's kernels now: the one `start`
+    started here (one `waitpid`), or another's (no stamp, its lock held)."""
+    if _child is not None:
+        return _child.poll() is None
+    if fcntl is None or os.environ.get(ENV, "1") == "0":  # the compiling process's own
+        return False
+    where = paths()
+    if where is None or os.path.exists(where[0]):
+        return False
+    try:
+        fd = os.open(where[1], os.O_RDONLY)
+    except OSError:  # no lock file: nobody started compiling
+        return False
+    try:  # the compiling process holds the lock until it exits
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def wait(timeout: float = 600.0) -> None:
     """Returns when no process is compiling this installation's kernels (at once if
-    none is): the one `start` started here, or another process's; or after `timeout`
-    seconds (a stuck process: this one then compiles what it needs itself)."""
+    none is; `compiling`), or after `timeout` seconds (a stuck process). A process that
+    forks workers that plan waits so (`refold.compiler.kernels.load`)."""
     if _child is not None:
         try:
             _child.wait(timeout)
         except subprocess.TimeoutExpired:
             pass
         return
-    if fcntl is None or os.environ.get(ENV, "1") == "0":  # the compiling process's own
-        return
-    where = paths()
-    if where is None or os.path.exists(where[0]) or not os.path.exists(where[1]):
-        return
-    try:
-        fd = os.open(where[1], os.O_RDONLY)
-    except OSError:
-        return
     deadline = time.monotonic() + timeout
-    try:
-        while True:  # the compiling process holds the lock until it exits
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    return
-                time.sleep(0.05)
-    finally:
-        os.close(fd)
+    while compiling() and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -1,0 +1,177 @@
+"""The planning kernels' plain-Python twins give what the compiled kernels give.
+
+While a new install's kernels compile in a background process, Python code calls
+their twins (`refold.kernel_calls`). Under `plain_python()`, every kernel call a
+workload makes is recorded (arguments copied, read-only flags kept) and replayed
+on the compiled kernel: results and arguments afterwards must be equal, dtypes
+included. The workloads here: random batches planned under every scheduler, grouped
+and not, merged, scheduled with op costs and packed step by step; the compiler's
+(expansion, rounds, straight-line) are in tests/compiler/test_kernel_cache.py. Then
+the switch itself: twins until the background process is done, compiled after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from numba.core.dispatcher import Dispatcher
+
+from refold import kernel_cache, kernel_calls
+from refold.kernel_calls import KERNEL, plain_python, twin
+from refold.scheduler import SCHEDULERS, OpGraph, agenda_schedule
+from refold.scheduler.graph import _merge_records
+from refold.scheduler.planner import Planner, _merge, _pack, _pack_plan, _segments, plan_record
+from refold.scheduler.schedules import _agenda, group_by_step
+from tests.scheduler.test_executor import ALL, INT, Builder
+from tests.scheduler.test_planner import N_METRICS, draw_example
+
+
+def _copy(a):
+    if not isinstance(a, np.ndarray):
+        return a
+    c = a.copy()
+    c.flags.writeable = a.flags.writeable  # a read-only array is another Numba type
+    return c
+
+
+def assert_same(a, b, where: str = "result") -> None:
+    """Equal values of equal kinds: arrays of one dtype, nested tuples and lists."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        assert isinstance(a, np.ndarray) and isinstance(b, np.ndarray), where
+        assert a.dtype == b.dtype, (where, a.dtype, b.dtype)
+        np.testing.assert_array_equal(a, b, where)
+    elif isinstance(a, (tuple, list)):
+        assert isinstance(b, (tuple, list)) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:  # a scalar: the twin's may be a NumPy scalar where Numba gives a Python one
+        assert np.asarray(a).dtype.kind == np.asarray(b).dtype.kind, (where, a, b)
+        assert a == b, (where, a, b)
+
+
+@contextlib.contextmanager
+def replayed(kernels) -> Iterator[dict]:
+    """Inside, Python code calls the twins of `kernels`; each call is replayed on the
+    compiled kernel and compared. Yields the number of calls per kernel name."""
+    calls: dict = {}
+
+    def recorder(kernel):
+        plain = twin(kernel)
+
+        def call(*args):
+            copies = [_copy(a) for a in args]
+            got = plain(*args)
+            want = kernel(*copies)
+            assert_same(got, want, kernel.py_func.__name__)
+            assert_same(list(args), copies, kernel.py_func.__name__ + " arguments")
+            calls[kernel.py_func.__name__] = calls.get(kernel.py_func.__name__, 0) + 1
+            return got
+
+        return call
+
+    with plain_python():
+        for kernel in kernels:
+            KERNEL[kernel] = recorder(kernel)
+        yield calls
+
+
+def scheduler_kernels() -> list:
+    return [s.kernel for s in SCHEDULERS.values()]
+
+
+def test_a_twin_calls_twins_only():
+    plain = twin(_pack_plan)
+    assert not isinstance(plain, Dispatcher) and plain.__code__ is _pack_plan.py_func.__code__
+    assert plain.__globals__["_pack"] is twin(_pack)
+    assert plain.__globals__["_segments"] is twin(_segments)
+    assert twin(_pack_plan) is plain  # made once
+    for kernel in (_pack_plan, *scheduler_kernels()):
+        assert not any(isinstance(v, Dispatcher) for v in twin(kernel).__globals__.values())
+    assert twin(len) is len  # not a Numba function: its own twin
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_plain_python_plans_as_the_compiled_kernels(seed):
+    rng = np.random.default_rng(seed)
+    kernels = [_merge, _merge_records, _pack_plan, _pack, _segments, _agenda,
+               *scheduler_kernels()]
+    with replayed(kernels) as calls:
+        for _ in range(3):
+            examples = [draw_example(rng) for _ in range(int(rng.integers(1, 5)))]
+            records = [plan_record(*e) for e in examples]
+            for name in SCHEDULERS:
+                for grouped in (False, True):
+                    Planner(ALL.executor.layout, name, N_METRICS).plan(
+                        records, [e[0].constants for e in examples], grouped)
+            graph = OpGraph.concatenate([e[0] for e in examples])
+            schedule = agenda_schedule(graph, rng.random(len(ALL.executor.layout.arity)))
+            ALL.planner.feed(graph, schedule, np.zeros(0, np.int64))
+    assert set(calls) == {k.py_func.__name__ for k in kernels}, calls
+
+
+def test_twins_raise_as_the_kernels_do():
+    b = ALL.executor.layout  # a lookup of a value the loop computes: the planner's error
+    builder = Builder()
+    builder.node("look", builder.node("inc", builder.const(INT, 2))[0])
+    graph, _ = builder.graph()
+    record = plan_record(graph, [graph.num_values - 1], [], [])
+    errors = []
+    for context in (contextlib.nullcontext, plain_python):
+        with context(), pytest.raises(ValueError) as e:
+            Planner(b, "agenda").plan([record], [graph.constants])
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and "looks up a variable" in errors[0]
+
+
+@pytest.fixture
+def background(monkeypatch):
+    """A background compilation under way until `done` is set; the switch as at the
+    import of a new install's process."""
+    state = {"done": False, "asked": 0}
+
+    def compiling():
+        state["asked"] += 1
+        return not state["done"]
+
+    monkeypatch.setattr(kernel_cache, "compiling", compiling)
+    monkeypatch.setattr(kernel_calls, "_plain", True)
+    KERNEL.clear()
+    yield state
+    KERNEL.clear()
+
+
+def steps():
+    return np.array([1, 0, 1, 2]), np.array([0, 0, 1, 0])
+
+
+def test_python_runs_twins_until_the_background_process_is_done(background, monkeypatch):
+    ran, plain = [], twin(group_by_step)
+    monkeypatch.setitem(kernel_calls._TWINS, group_by_step,
+                        lambda *a: ran.append("twin") or plain(*a))
+    step, op = steps()
+    first = KERNEL[group_by_step](op, step)
+    assert ran == ["twin"] and background["asked"] == 1 and KERNEL[group_by_step] \
+        is not group_by_step
+    background["done"] = True
+    second = KERNEL[group_by_step](op, step)  # asks once more, then runs compiled for good
+    assert ran == ["twin"] and background["asked"] == 2
+    assert KERNEL[group_by_step] is group_by_step and not kernel_calls._plain
+    assert_same(list(first), list(second))
+
+
+def test_a_stuck_background_process_is_not_waited_on_for_good(background, monkeypatch):
+    monkeypatch.setattr(kernel_calls, "_give_up", 0.0)
+    step, op = steps()
+    KERNEL[group_by_step](op, step)
+    assert KERNEL[group_by_step] is group_by_step
+
+
+def test_plain_python_whatever_the_background_process_does(background):
+    background["done"] = True
+    with plain_python():
+        assert KERNEL[group_by_step] is twin(group_by_step)
+    assert background["asked"] == 0  # then as before: asks at the next call
+    assert KERNEL[group_by_step] is not group_by_step

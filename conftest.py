@@ -44,3 +44,54 @@ def _freeze_what_the_module_left_alive():
 # and a module imported so would be a second copy of `refold.<name>`, with its own classes.
 _FOLDERS = {"blocks", "compiler", "scheduler", "models", "serving", "examples"}
 
+
+
+# Longest test files first. `pytest -n auto --dist loadfile` hands each worker whole
+# files in collection order (once xdist's own order, by number of tests, is switched off
+# in `pytest_configure`: it put the one-test files that start processes last, where one
+# worker could run them alone). `tests/durations.json` holds each file's seconds
+# from a recorded run (`--record-durations tests/durations.json`); a file it does not
+# know runs after those it knows. A stale table changes the order only, never a result.
+DURATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests", "durations.json")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-durations", metavar="PATH", default=None,
+                     help="write each test file's seconds (setup, call, teardown) as JSON")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's option
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    seconds = _file_seconds(DURATIONS)
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))
+
+
+def _file_seconds(path: str) -> dict:
+    import json
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+_recorded: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    file = report.nodeid.split("::")[0]
+    _recorded[file] = _recorded.get(file, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--record-durations")
+    if path and not hasattr(session.config, "workerinput"):  # the controller writes
+        import json
+        with open(path, "w") as f:
+            json.dump({k: round(v, 1) for k, v in sorted(_recorded.items(),
+                                                          key=lambda kv: -kv[1])}, f, indent=0)
+            f.write("\n")

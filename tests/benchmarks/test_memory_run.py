@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import memory
-from tests.benchmarks.test_benchmarks_run import _table
+from tests.benchmarks.tables import table
 
 
 def test_memory_prints_one_row_per_sample_and_the_growth(capsys):
     results = memory.main(["--calls", "20", "--warm-up", "2", "--cases", "predict"])
     assert [r["case"] for r in results] == ["predict"]
-    rows = _table(capsys.readouterr().out, "| calls after warm-up | predict RSS MB |")
+    rows = table(capsys.readouterr().out, "| calls after warm-up | predict RSS MB |")
     calls = [int(r.split(" | ")[0][2:]) for r in rows[:-4]]
     assert calls == list(range(21))  # a sample every 20th of the calls, and one at the end
     assert [r.split(" | ")[0][2:] for r in rows[-4:]] == [

@@ -4,13 +4,9 @@ its tables and results have the stated structure and every rate is a positive nu
 from __future__ import annotations
 
 import json
-import math
 
 from benchmarks.peers import run
-
-
-def _rate(x) -> bool:
-    return isinstance(x, float) and math.isfinite(x) and x > 0
+from tests.benchmarks.tables import rate
 
 
 def test_refold_side_alone_reports_every_workload_mode_and_batch(tmp_path, capsys):
@@ -27,7 +23,7 @@ def test_refold_side_alone_reports_every_workload_mode_and_batch(tmp_path, capsy
                 row = out["results"][workload][b][mode]
                 assert row["items"] == items and "ratio" not in row
                 assert len(row["rates"]["refold"]) == 2
-                assert all(map(_rate, row["rates"]["refold"])) and _rate(row["median"]["refold"])
+                assert all(map(rate, row["rates"]["refold"])) and rate(row["median"]["refold"])
     saved = json.loads(path.read_text())
     assert saved["results"]["bilstm"]["2"]["infer"]["items"] == 3
     printed = capsys.readouterr().out
@@ -69,7 +65,7 @@ def test_the_parser_workload_runs_on_refolds_side_with_both_schedulers(capsys):
     for mode in ("train", "infer", "parse"):
         row = out["results"]["parser"][2][mode]
         assert row["items"] == 3
-        assert all(map(_rate, row["rates"]["refold"] + row["rates"]["refold-depth"]))
+        assert all(map(rate, row["rates"]["refold"] + row["rates"]["refold-depth"]))
     lines = capsys.readouterr().out.split("### parser:")[1].strip().splitlines()
     assert lines[2] == ("| B | items | train Refold / Refold depth | infer Refold / Refold "
                         "depth | parse Refold / Refold depth |")
@@ -93,7 +89,7 @@ def test_the_explore_workload_runs_on_refolds_side_and_its_data_holds_gold_trees
     out = run.main(["--peer", "none", "--tf-threads", "default", "--workloads", "explore",
                     "--batch-sizes", "2", "--items", "3", "--rounds", "1"])
     row = out["results"]["explore"][2]
-    assert list(row) == ["train"] and all(map(_rate, row["train"]["rates"]["refold"]))
+    assert list(row) == ["train"] and all(map(rate, row["train"]["rates"]["refold"]))
     assert "### explore:" in capsys.readouterr().out
 
 
@@ -159,7 +155,7 @@ def test_the_jit_side_runs_the_same_models_under_xla(capsys):
     assert out["meta"]["sides"] == ["refold", "refold-jit"]
     assert out["meta"]["workers"]["refold-jit"]["jit_compile"] is True
     for mode in ("train", "infer"):
-        assert all(map(_rate, out["results"]["treelstm"][4][mode]["rates"]["refold-jit"]))
+        assert all(map(rate, out["results"]["treelstm"][4][mode]["rates"]["refold-jit"]))
     assert "train Refold / Refold jit" in capsys.readouterr().out
 
 
@@ -169,5 +165,5 @@ def test_the_onednn_side_runs_in_a_worker_with_onednn_on(capsys):
     assert out["meta"]["sides"] == ["refold", "refold-onednn"]
     assert out["meta"]["workers"]["refold-onednn"]["onednn"] is True
     for mode in ("train", "infer"):
-        assert _rate(out["results"]["bilstm"][2][mode]["median"]["refold-onednn"])
+        assert rate(out["results"]["bilstm"][2][mode]["median"]["refold-onednn"])
     assert "oneDNN's kernels (TF_ENABLE_ONEDNN_OPTS=1)" in capsys.readouterr().out

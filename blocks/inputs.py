@@ -268,6 +268,12 @@ class OneHot(Block):
 
     def __init__(self, start: int, stop: int | None = None, dtype: Any = "float32",
                  name: str | None = None):
+        for bound in (start, stop):
+            if bound is not None and (isinstance(bound, bool) or
+                                      not isinstance(bound, (int, np.integer))):
+                hint = " (for one of a list of values: td.OneHotFromList(values))" \
+                    if isinstance(bound, (list, tuple, set, dict, str)) else ""
+                raise TypeError(f"OneHot(start, stop) takes integers, got {bound!r}{hint}")
         if stop is None:
             start, stop = 0, start
         if stop <= start:

@@ -468,6 +468,15 @@ def test_one_hot_empty_range_raises_index_error(args):
         td.OneHot(*args)
 
 
+@pytest.mark.parametrize("args, shown", [
+    ((["num", "+"],), "td.OneHotFromList"), ((0, "3"), "td.OneHotFromList"), ((2.5,), "2.5"),
+    ((True, 3), "True")])
+def test_one_hot_of_a_list_or_a_non_integer_bound_says_what_it_takes(args, shown):
+    with pytest.raises(TypeError, match="OneHot\\(start, stop\\) takes integers") as e:
+        td.OneHot(*args)
+    assert shown in str(e.value)
+
+
 @pytest.mark.parametrize("value", [3, -1])
 def test_one_hot_out_of_range_is_an_input_key_error(value):
     err = raises_key_error(td.GetItem("k") >> td.OneHot(3), {"k": value})

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import re
 import time
 
 import numpy as np
@@ -65,20 +66,44 @@ def kind(op) -> str:
     return "compute"
 
 
+# a `tf.while_loop`'s functions (`while_body_12`, `while_1_cond_40`); the branches inside
+# a body are named `while_switch_case_..._branch0_7`
+_LOOP = re.compile(r"while(?:_\d+)?_(body|cond)_\d+$")
+
+
 def loop_census(graph) -> dict:
     """`{loop body name: Counter of kinds}` for every `while` body traced in
-    `graph` and in the functions it calls (cond branches, nested loops)."""
+    `graph` and in the functions it calls (nested loops get their own entry). A body's
+    count includes the nodes of the `tf.cond` and `tf.switch_case` branches it runs (a
+    loop of several ops picks its op through a `switch_case`)."""
     out, seen = {}, set()
 
-    def walk(g):
+    def functions(g):
         for name, fn in g._functions.items():
             body = getattr(fn, "graph", None)
-            if body is None or id(body) in seen:
-                continue
-            seen.add(id(body))
-            if "while" in name and "body" in name:
-                out[name] = collections.Counter(kind(op) for op in body.get_operations())
-            walk(body)
+            if body is not None and id(body) not in seen:
+                seen.add(id(body))
+                yield name, body
+
+    def count(g, counter):  # g's nodes and its branches', not its loops'
+        counter.update(kind(op) for op in g.get_operations())
+        for name, body in functions(g):
+            if _LOOP.search(name):
+                walk_loop(name, body)
+            else:
+                count(body, counter)
+
+    def walk_loop(name, body):
+        if _LOOP.search(name).group(1) == "body":
+            out[name] = counter = collections.Counter()
+            count(body, counter)
+
+    def walk(g):
+        for name, body in functions(g):
+            if _LOOP.search(name):
+                walk_loop(name, body)
+            else:
+                walk(body)
     walk(graph)
     return out
 

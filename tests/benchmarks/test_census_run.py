@@ -32,6 +32,25 @@ def test_each_kind_of_node_in_a_loop_body_is_counted_as_its_kind():
     assert set(counts) <= set(census.KINDS)
 
 
+def test_the_branches_a_loop_body_runs_are_counted_in_its_census():
+    import tensorflow as tf
+    w = tf.Variable(tf.ones([4, 4]))
+
+    @tf.function(autograph=False)
+    def f(x, which):
+        def body(i, x):
+            y = tf.switch_case(which[i], [lambda: tf.tanh(tf.matmul(x, w)),
+                                          lambda: tf.sigmoid(x), lambda: tf.exp(x)])
+            return i + 1, y
+        return tf.while_loop(lambda i, x: i < 2, body, (tf.constant(0), x))[1]
+    graph = f.get_concrete_function(tf.zeros([3, 4]), tf.constant([0, 1])).graph
+    (name, counts), = census.loop_census(graph).items()
+    assert "body" in name
+    # the Case node itself, then MatMul, Tanh; Sigmoid; Exp in the branches
+    assert counts["compute"] == 5
+    assert counts["weights"] == 1  # read in the first branch
+
+
 def test_the_census_of_a_batch_1_tree_lstm_step_has_a_forward_and_a_replayed_loop(capsys):
     out = census.main(["--workloads", "treelstm"])
     r = out[("treelstm", 1)]
@@ -49,6 +68,8 @@ def test_the_char_taggers_loop_of_four_ops_is_counted_too(capsys):
     r = out[("chartagger", 2)]
     assert r["replayed"] and r["launches"] > 0
     assert set(r["loops"]) == {"forward", "backward"}
+    # its four ops' nodes sit in `switch_case` branches, counted as the body's
+    assert all(loop["compute"] > 4 for loop in r["loops"].values())
     assert "| chartagger | 2 | backward (replayed) |" in capsys.readouterr().out
 
 

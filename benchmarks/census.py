@@ -75,7 +75,8 @@ def loop_census(graph) -> dict:
     """`{loop body name: Counter of kinds}` for every `while` body traced in
     `graph` and in the functions it calls (nested loops get their own entry). A body's
     count includes the nodes of the `tf.cond` and `tf.switch_case` branches it runs (a
-    loop of several ops picks its op through a `switch_case`)."""
+    loop of several ops picks its op through a `switch_case`), their arguments as
+    pass-through."""
     out, seen = {}, set()
 
     def functions(g):
@@ -85,13 +86,16 @@ def loop_census(graph) -> dict:
                 seen.add(id(body))
                 yield name, body
 
-    def count(g, counter):  # g's nodes and its branches', not its loops'
-        counter.update(kind(op) for op in g.get_operations())
+    def count(g, counter, branch=False):  # g's nodes and its branches', not its loops'
+        kinds = (kind(op) for op in g.get_operations())
+        # a branch's placeholders are its arguments, handed in from the body
+        counter.update("pass-through" if branch and k == "loop variables" else k
+                       for k in kinds)
         for name, body in functions(g):
             if _LOOP.search(name):
                 walk_loop(name, body)
             else:
-                count(body, counter)
+                count(body, counter, branch=True)
 
     def walk_loop(name, body):
         if _LOOP.search(name).group(1) == "body":

@@ -49,6 +49,9 @@ def test_the_branches_a_loop_body_runs_are_counted_in_its_census():
     # the Case node itself, then MatMul, Tanh; Sigmoid; Exp in the branches
     assert counts["compute"] == 5
     assert counts["weights"] == 1  # read in the first branch
+    # i, x, the captured table and variable, while_v2's counter and bound; the
+    # branches' arguments are pass-through
+    assert counts["loop variables"] == 6 and counts["pass-through"] >= 4
 
 
 def test_the_census_of_a_batch_1_tree_lstm_step_has_a_forward_and_a_replayed_loop(capsys):

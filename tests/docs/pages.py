@@ -53,6 +53,19 @@ def code_pages() -> list[str]:
 
 
 def run_page(page: str, folder) -> None:
+    """Runs the page's code in `folder`; what it registers process-wide (a scheduler:
+    docs/guide/extending.md) is unregistered after, so that later tests in the worker
+    see the registry as the library ships it."""
+    from refold.scheduler.schedules import SCHEDULERS
+    registered = dict(SCHEDULERS)
+    try:
+        _run_page(page, folder)
+    finally:
+        SCHEDULERS.clear()
+        SCHEDULERS.update(registered)
+
+
+def _run_page(page: str, folder) -> None:
     with open(os.path.join(DOCS, page), encoding="utf-8") as f:
         text = f.read()
     namespace: dict = {"__name__": "__docs__"}

@@ -1,5 +1,6 @@
 """Test-wide settings: quiet TensorFlow, cheaper XLA compilations, deterministic hypothesis
-profiles, and a garbage collector that does not rescan what earlier test files left alive."""
+profiles, a garbage collector that does not rescan what earlier test files left alive, and
+the longest test files handed to the workers first."""
 
 import gc
 import os
@@ -43,7 +44,6 @@ def _freeze_what_the_module_left_alive():
 # The repository's layer folders: in a clone they are importable by these bare names too,
 # and a module imported so would be a second copy of `refold.<name>`, with its own classes.
 _FOLDERS = {"blocks", "compiler", "scheduler", "models", "serving", "examples"}
-
 
 
 # Longest test files first. `pytest -n auto --dist loadfile` hands each worker whole

@@ -86,28 +86,21 @@ def loop_census(graph) -> dict:
                 seen.add(id(body))
                 yield name, body
 
-    def count(g, counter, branch=False):  # g's nodes and its branches', not its loops'
-        kinds = (kind(op) for op in g.get_operations())
-        # a branch's placeholders are its arguments, handed in from the body
-        counter.update("pass-through" if branch and k == "loop variables" else k
-                       for k in kinds)
+    def walk(g, counter=None, branch=False):
+        """Counts g's nodes into `counter` (None: outside any loop body) and walks the
+        functions it calls: a loop body gets a counter of its own, a branch adds to
+        its body's."""
+        if counter is not None:  # a branch's placeholders are its arguments
+            counter.update("pass-through" if branch and k == "loop variables" else k
+                           for k in map(kind, g.get_operations()))
         for name, body in functions(g):
-            if _LOOP.search(name):
-                walk_loop(name, body)
-            else:
-                count(body, counter, branch=True)
+            loop = _LOOP.search(name)
+            if loop is None:
+                walk(body, counter, branch=counter is not None)
+            elif loop.group(1) == "body":
+                out[name] = collections.Counter()
+                walk(body, out[name])
 
-    def walk_loop(name, body):
-        if _LOOP.search(name).group(1) == "body":
-            out[name] = counter = collections.Counter()
-            count(body, counter)
-
-    def walk(g):
-        for name, body in functions(g):
-            if _LOOP.search(name):
-                walk_loop(name, body)
-            else:
-                walk(body)
     walk(graph)
     return out
 

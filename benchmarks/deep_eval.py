@@ -1,20 +1,24 @@
-"""What `block.eval` costs a node of a deep input, with a layer's op called eagerly
-and traced (`refold.blocks.evaluation.traced_ops`).
+"""What `block.eval` costs on deep and large inputs: a layer's op called eagerly or
+traced (`refold.blocks.evaluation.traced_ops`), and calls made one node at a time or
+deferred and run in batches (`refold.blocks.evaluation.deferred`).
 
-A chain of the zoo's child-sum TreeLSTM cells (`tree_lstm.child_sum_cell`, hidden
-16, input 8) `--nodes` deep, evaluated whole by `block.eval` as a user calls it:
-each round once with every layer's op eager (the traces forgotten, the threshold
-out of reach) and once as shipped (the traces forgotten too, so each traced round
-pays its traces), in alternating order; then one traced evaluation of a `--deep`
-chain.
+The zoo's child-sum TreeLSTM cells (`tree_lstm.child_sum_cell`, hidden 16, input 8),
+evaluated whole by `block.eval` as a user calls it. First a chain `--nodes` deep, op
+by op, each round once with every layer's op eager (the traces forgotten, the
+threshold out of reach) and once traced (the traces forgotten too, so each traced
+round pays its traces), in alternating order. Then, once each in alternating order,
+op by op against as shipped (deferred after `EAGER_OPS` calls): a chain `--deep`
+deep and a random tree of `--tree` nodes (each node's parent among the 40 before
+it, so it is deep and bushy at once).
 
-    python -m benchmarks.deep_eval                       # 2,000 nodes, 3 rounds; 20,000 deep
-    python -m benchmarks.deep_eval --nodes 200 --rounds 1 --deep 0
+    python -m benchmarks.deep_eval      # 2,000 nodes, 3 rounds; 20,000 deep; 100,000 nodes
+    python -m benchmarks.deep_eval --nodes 200 --rounds 1 --deep 0 --tree 0
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 import time
@@ -34,14 +38,26 @@ def chain(n: int) -> dict:
     return node
 
 
-def _eval_seconds(block, tree, limit: int) -> float:
-    from refold.blocks.evaluation import traced_ops
+def random_tree(n: int, seed: int = 0) -> dict:
+    """`n` nodes; each node's parent is one of the 40 made before it."""
+    rng = random.Random(seed)
+    nodes = [{"x": [rng.random() for _ in range(8)], "children": []}]
+    for i in range(1, n):
+        node = {"x": [rng.random() for _ in range(8)], "children": []}
+        nodes[max(0, i - 1 - rng.randrange(40))]["children"].append(node)
+        nodes.append(node)
+    return nodes[0]
+
+
+def _eval_seconds(block, tree, limit: int, defer_after: int = 10 ** 12) -> float:
+    from refold.blocks.evaluation import deferred, traced_ops
     traced_ops.forget()
     before, traced_ops.CALLS_BEFORE_TRACING = traced_ops.CALLS_BEFORE_TRACING, limit
     try:
-        start = time.perf_counter()
-        block.eval(tree)
-        return time.perf_counter() - start
+        with deferred.deferring_after(defer_after):
+            start = time.perf_counter()
+            block.eval(tree)
+            return time.perf_counter() - start
     finally:
         traced_ops.CALLS_BEFORE_TRACING = before
 
@@ -51,9 +67,10 @@ def main(argv=None) -> dict:
                                 description=__doc__.splitlines()[0])
     p.add_argument("--nodes", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--deep", type=int, default=20_000, help="a traced chain this deep (0: none)")
+    p.add_argument("--deep", type=int, default=20_000, help="a chain this deep (0: none)")
+    p.add_argument("--tree", type=int, default=100_000, help="a tree of this many nodes (0: none)")
     args = p.parse_args(argv)
-    from refold.blocks.evaluation import traced_ops
+    from refold.blocks.evaluation import deferred, traced_ops
     block, tree = chain_block(), chain(args.nodes)
     block.eval(chain(2))  # the layers built
     times: dict = {"eager": [], "traced": []}
@@ -65,14 +82,23 @@ def main(argv=None) -> dict:
     out["eager / traced"] = statistics.median(ratios)
     shown = sys.argv[1:] if argv is None else argv
     print(f"python -m benchmarks.deep_eval {' '.join(shown)}".rstrip())
-    print("| nodes | eager ms/node | traced ms/node (its traces included) | eager ÷ traced |")
+    print("| chain, op by op | eager ms/node | traced ms/node (its traces included) "
+          "| eager ÷ traced |")
     print("|---|---|---|---|")
-    print(f"| {args.nodes} | {out['eager']:.2f} | {out['traced']:.2f} | "
+    print(f"| {args.nodes} deep | {out['eager']:.2f} | {out['traced']:.2f} | "
           f"{out['eager / traced']:.2f} [{min(ratios):.2f}-{max(ratios):.2f}] |")
-    if args.deep:
-        out["deep seconds"] = _eval_seconds(block, chain(args.deep),
-                                            traced_ops.CALLS_BEFORE_TRACING)
-        print(f"a {args.deep:,}-deep chain, traced: {out['deep seconds']:.1f} s")
+    large = [(f"chain {args.deep:,} deep", chain(args.deep)) if args.deep else None,
+             (f"tree of {args.tree:,} nodes", random_tree(args.tree)) if args.tree else None]
+    large = [x for x in large if x is not None]
+    if large:
+        print("| input | op by op, s | as shipped (deferred), s | op by op ÷ shipped |")
+        print("|---|---|---|---|")
+    limit = traced_ops.CALLS_BEFORE_TRACING
+    for name, x in large:
+        one_by_one = _eval_seconds(block, x, limit)
+        shipped = _eval_seconds(block, x, limit, deferred.EAGER_OPS)
+        out[f"{name}: op by op s"], out[f"{name}: shipped s"] = one_by_one, shipped
+        print(f"| {name} | {one_by_one:.1f} | {shipped:.1f} | {one_by_one / shipped:.2f} |")
     return out
 
 

@@ -643,6 +643,10 @@ class Block(IOBase):
              seed: Any = None, example: int = 0):
         """Evaluates the block on one input with the reference evaluator
         (`blocks.evaluation.contexts.reference_eval`): op by op, eagerly, with no batching.
+        On a large input (more than `blocks.evaluation.deferred.EAGER_OPS` op calls), the
+        calls after those are deferred and run level by level, each op's ready nodes in
+        one call, so that its time grows with the input's size and not with its calls
+        into TensorFlow; the values are the same.
 
         In inference by default. `training=True` computes as a training step does
         (`blocks.evaluation.training_mode`): dropout drops, with masks drawn from `seed` (an int

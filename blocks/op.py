@@ -126,12 +126,17 @@ class Op:
         traceable: `fn` is a layer's call, which runs nothing per call but
             TensorFlow ops; the reference evaluator may then call it traced
             (`blocks.evaluation.traced_ops`).
+        pure: `fn` runs TensorFlow ops only, nothing in Python that must happen once
+            per node (a layer, a TensorFlow function); on a large input the reference
+            evaluator may then compute many nodes' rows in one call
+            (`blocks.evaluation.deferred`). Defaults to `traceable`.
     """
 
     def __init__(self, name: str, fn: Callable, input_types: Sequence[TensorType],
                  output_types: Sequence[TensorType], key: Hashable | None = None,
                  cost: float = 1.0, prelude_only: bool = False, check: Callable | None = None,
-                 handles_empty: bool = False, random: bool = False, traceable: bool = False):
+                 handles_empty: bool = False, random: bool = False, traceable: bool = False,
+                 pure: bool | None = None):
         self.name = name
         self.fn = fn
         self.input_types = tuple(input_types) + ((NODE_KEY,) if random else ())
@@ -151,6 +156,7 @@ class Op:
         self.check = check
         self.handles_empty = handles_empty
         self.traceable = traceable
+        self.pure = traceable if pure is None else pure
 
     def prelude_error(self) -> ValueError:
         """The error for a prelude-only op called on the output of another op (every

@@ -401,6 +401,7 @@ def Mean(name: str | None = None) -> Block:  # noqa: N802
     def mean(total, count):
         count = tf.reshape(count, [-1] + [1] * (total.shape.rank - 1))
         return tf.math.divide_no_nan(total, tf.cast(count, total.dtype))
+    mean.pure = True  # TensorFlow ops only (`Op`'s `pure`)
 
     block = Pipe(AllOf(Sum(), Length()), Function(mean, handles_empty=True), name=name)
     block._constructor_name = "Mean"

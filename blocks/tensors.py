@@ -15,6 +15,7 @@ array(3., dtype=float32)
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -375,7 +376,7 @@ class Function(Block):
                           in_types, out_types, key=key,
                           prelude_only=getattr(self._tf_fn, "reads_sparsely", False),
                           check=getattr(self._tf_fn, "check_inputs", None), handles_empty=empty,
-                          random=random, traceable=layer)
+                          random=random, traceable=layer, pure=layer or _pure(self._tf_fn))
         return self._op
 
     def ops(self) -> list[Op]:
@@ -472,6 +473,16 @@ def batch_function(fn: Callable, in_type: ResultType, random: bool = False) -> C
     return keyed_call
 
 
+def _pure(fn) -> bool:
+    """Whether `fn` computes with TensorFlow ops only, nothing in Python per call: a
+    TensorFlow function (`tf.add`), or a function of the library's that says so
+    (`fn.pure = True`). See `Op`'s `pure`."""
+    if getattr(fn, "pure", False) is True:
+        return True
+    return isinstance(fn, types.FunctionType | types.BuiltinFunctionType) and \
+        (getattr(fn, "__module__", None) or "").startswith("tensorflow.")
+
+
 def _callable_name(fn) -> str:
     """A callable's name as the user would write it: a function's or layer's own
     name, `partial(f)` for a partial, the class name for another callable object.
@@ -519,6 +530,7 @@ class Concat(Function):
             return tf.concat(flat, axis=concat_dim + 1)
 
         concat.__name__ = "concat"
+        concat.pure = True  # TensorFlow ops only (`Op`'s `pure`)
         super().__init__(concat, name=name, infer_output_type=False, handles_empty=True)
 
     def _repr_args(self):

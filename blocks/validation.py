@@ -44,7 +44,8 @@ def iter_blocks(root: Block) -> Iterator[Block]:
 def validate(root: Block) -> list[Block]:
     """Checks the expression rooted at `root` and prepares it for evaluation.
 
-    The root's input becomes a Python object unless its type is already known.
+    The root's input becomes a Python object unless its type is already known; each
+    block's `ops()` are made (a block may make them there, and its `evaluate` use them).
     Returns every block of the expression. Raises `TypeError` (types) or
     `ValueError` (wiring) naming the block path.
     """
@@ -81,6 +82,7 @@ def validate(root: Block) -> list[Block]:
                                 f"types: {seen[0]} (at {seen[1].path}) vs {block.input_type}")
     for block in blocks:
         check_per_node(block)
+        block.ops()  # made now, as a compiler makes them: `evaluate` may expect them
     return blocks
 
 

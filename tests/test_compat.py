@@ -38,6 +38,28 @@ def test_call_flat_calls_a_concrete_function_as_a_plain_call_does():
     np.testing.assert_array_equal(compat.call_flat(fn, [a, b]), fn(a, b))
 
 
+def test_call_flat_calls_by_name_with_the_plain_call_s_outputs_and_gradients():
+    v = tf.Variable([0.5, 2.0])
+    shapes = {
+        "list": tf.function(lambda a: [a * v, a + 1.0]),
+        "dict": tf.function(lambda a: {"y": a * v, "pair": (a, 2.0 * a)}),
+        "tensor": tf.function(lambda a: tf.reduce_sum(a * v)),
+        "none": tf.function(lambda a: None),
+    }
+    a = tf.constant([1.0, 3.0])
+    for name, f in shapes.items():
+        fn = f.get_concrete_function(tf.TensorSpec([2]))
+        assert compat._direct_call(fn), name  # called by its name, not through _call_flat
+        got, want = compat.call_flat(fn, [a]), fn(a)
+        tf.nest.map_structure(np.testing.assert_array_equal, got, want)
+        assert type(got) is type(want), name
+    fn = shapes["list"].get_concrete_function(tf.TensorSpec([2]))
+    with tf.GradientTape() as tape:  # a tape records: the plain flat call, differentiable
+        tape.watch(a)
+        y = tf.reduce_sum(compat.call_flat(fn, [a])[0])
+    np.testing.assert_array_equal(tape.gradient(y, [a, v])[1], [1.0, 3.0])
+
+
 def test_while_gradients_are_the_gradients_of_a_forward_graph():
     @tf.function
     def grads(x):

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from refold.blocks.errors import BadValueError, InputError, InternalError
-from refold.blocks.evaluation import traced_ops
+from refold.blocks.evaluation import deferred, traced_ops
 from refold.blocks.evaluation.precision import compute_dtype, held_dtype, to_held
 from refold.blocks.evaluation.values import describe, to_array
 from refold.blocks.op import Op
@@ -233,12 +233,18 @@ class ReferenceContext:
         seed: in training, the step's seed random ops draw with (`blocks.noise`).
         example: the input's index in a batch, the first item of its random
             nodes' keys (0 for one input on its own).
+        defer: after `deferred.EAGER_OPS` op calls, defer the rest and run them in
+            batches (`blocks.evaluation.deferred`): handles may then be `Deferred`.
+            Only in inference and at full precision; `block.eval` sets it.
     """
 
     def __init__(self, low: str | None = None, keep=(), training: bool = False,
-                 seed: Any = None, example: int = 0):
+                 seed: Any = None, example: int = 0, defer: bool = False):
         import tensorflow as tf
         self._tf = tf
+        self._deferred = deferred.DeferredCalls(self._call_now) if (
+            defer and not training and low is None) else None
+        self._eager_calls = 0
         if training:
             from refold.blocks.evaluation.training_mode import Mode
             self._mode = Mode.of(True, seed)
@@ -257,6 +263,12 @@ class ReferenceContext:
         self.recursion_path: set = set()  # see "Cyclic inputs" above
 
     def constant(self, value: np.ndarray, ttype: TensorType):
+        if self._deferred is not None and self._eager_calls >= deferred.EAGER_OPS and \
+                ttype.dtype != "string":
+            # a NumPy array: deferred calls stack it with other rows in NumPy
+            arr = np.asarray(value, ttype.numpy_dtype)
+            self._constants[id(arr)] = arr
+            return arr
         t = self._tf.constant(value, dtype=ttype.dtype)
         if self._low is not None:
             t = to_held(t, ttype, held_dtype(ttype, self._low, self._keep))
@@ -270,11 +282,22 @@ class ReferenceContext:
         tf = self._tf
         if op.prelude_only and any(id(a) not in self._constants for a in args):
             raise op.prelude_error()
-        if op.check is not None:
-            op.check(*[np.asarray(a)[None] for a in args])
         if getattr(op, "random", False):  # its key: (example, node), as the engine's
             args = [*args, tf.constant([self._example, self._random_nodes], tf.int32)]
             self._random_nodes += 1
+        if self._deferred is not None:
+            if self._eager_calls >= deferred.EAGER_OPS:
+                return self._deferred.add(op, args)
+            self._eager_calls += 1
+        return self._call_now(op, args)
+
+    def _call_now(self, op: Op, args: list) -> list:
+        """One node's outputs, computed now (`args` with the node's key last if the op
+        is random)."""
+        tf = self._tf
+        if op.check is not None:
+            declared = args[:-1] if getattr(op, "random", False) else args
+            op.check(*[np.asarray(a)[None] for a in declared])
         if self._mode is None and self._low is None:
             traced = traced_ops.rows(op, args)
             if traced is not None:
@@ -351,6 +374,7 @@ def to_numpy(value_type: ResultType, value: Any, tolist: bool = False) -> Any:
     """Turns a result holding eager tensors into numpy arrays (or Python values)."""
     def convert(t, v):
         if isinstance(t, TensorType):
+            v = deferred.resolve(v)
             # `.numpy()` first: numpy cannot read a bfloat16 scalar tensor directly.
             arr = np.asarray(v.numpy() if hasattr(v, "numpy") else v, dtype=t.numpy_dtype)
             return arr.tolist() if tolist else arr
@@ -400,9 +424,17 @@ def reference_eval(block, inp: Any, tolist: bool = False, training: bool = False
     if training and seed is None:
         import random
         seed = random.getrandbits(31)
+    from refold import compat
     metrics_of = metric_types(validate(block))
-    ctx = ReferenceContext(compute_dtype(block), metrics_of.values(), training, seed,
-                           int(example))
+    args = (compute_dtype(block), metrics_of.values(), training, seed, int(example))
+    try:
+        return _evaluate(block, inp, ReferenceContext(*args, defer=not compat.tape_may_record()),
+                         metrics_of, tolist)
+    except deferred.RerunEagerly:  # deferred calls failed: op by op, for the error's path
+        return _evaluate(block, inp, ReferenceContext(*args), metrics_of, tolist)
+
+
+def _evaluate(block, inp: Any, ctx: ReferenceContext, metrics_of: dict, tolist: bool) -> Any:
     try:
         result = call_with_deep_stack(lambda: block.eval_in(ctx, root_input(block, ctx, inp)))
     except InputError as e:
@@ -412,7 +444,7 @@ def reference_eval(block, inp: Any, tolist: bool = False, training: bool = False
         return result
     metrics = {}
     for name, vtype in metrics_of.items():
-        values = ctx.metrics.get(name, [])
+        values = [deferred.resolve(v) for v in ctx.metrics.get(name, [])]
         arr = np.stack([np.asarray(v) for v in values]) if values else np.zeros(
             (0, *vtype.shape), vtype.dtype)
         metrics[name] = arr.tolist() if tolist else arr

@@ -51,6 +51,29 @@ def rows(op: Op, args: list) -> list | None:
     return None if fn is None else compat.call_flat(fn, args)
 
 
+def batch(op: Op, stacked: list) -> list | None:
+    """The op's outputs on many nodes' rows (`stacked`, with the batch dimension),
+    through one function traced for any number of rows (`blocks.evaluation.deferred`
+    calls it); None where the op cannot be traced. Inference mode only, as `rows`."""
+    import tensorflow as tf
+    if current() != INFERENCE or not tf.executing_eagerly():
+        return None
+    key = ("rows",) + tuple((tuple(a.shape[1:]), a.dtype) for a in stacked)
+    with _lock:
+        functions = _traces.setdefault(op, {})
+        known = key in functions
+        fn = functions.get(key)
+    if not known:
+        try:
+            fn = tf.function(_many_rows(op)).get_concrete_function(
+                *[tf.TensorSpec((None, *shape), dtype) for shape, dtype in key[1:]])
+        except Exception:  # noqa: BLE001  (not traceable: it stays eager)
+            fn = None
+        with _lock:
+            functions[key] = fn
+    return None if fn is None else compat.call_flat(fn, stacked)
+
+
 def forget() -> None:
     """Drops every trace and call count (for comparisons: `benchmarks.deep_eval`)."""
     with _lock:
@@ -83,6 +106,22 @@ def _function(op: Op, args: list):
     with _lock:
         functions[signature] = fn
     return fn
+
+
+def _many_rows(op: Op):
+    """`op.fn` on a batch of rows, its outputs checked against the op's types."""
+    import tensorflow as tf
+
+    def many_rows(*xs):
+        outs = op.fn(*xs)
+        outs = [tf.convert_to_tensor(o) for o in
+                (outs if isinstance(outs, (list, tuple)) else [outs])]
+        if len(outs) != len(op.output_types) or any(
+                tuple(o.shape[1:]) != t.shape or o.dtype.name != t.dtype
+                for o, t in zip(outs, op.output_types)):
+            raise ValueError(f"op {op.name!r}: outputs not of its types")
+        return outs
+    return many_rows
 
 
 def _one_row(op: Op):

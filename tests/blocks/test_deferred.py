@@ -176,3 +176,45 @@ def test_under_a_gradient_tape_eval_stays_op_by_op():
         calls.clear()
         assert float(block.eval([1.0, 2.0, 3.0])) == 14.0
         assert calls == [4]  # the three rows, padded to a power of two
+
+
+def _python_calls(fn) -> int:
+    """The Python and builtin function calls `fn()` makes, on every thread it starts
+    (`block.eval` runs on a thread of its own): work counted without a clock."""
+    import sys
+    import threading
+    count = [0]
+
+    def profile(frame, event, arg):
+        if event in ("call", "c_call"):
+            count[0] += 1
+    threading.setprofile(profile)
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    return count[0]
+
+
+def test_eval_of_a_large_input_does_work_linear_in_its_size():
+    # Deferred from the first call: a quadratic step anywhere in recording, levelling or
+    # running the calls would make 4x the nodes cost far more than 4x the calls.
+    block = encoders.tree_encoder(tree_lstm.child_sum_cell(3, 3),
+                                  td.GetItem("x") >> td.Vector(4) >> td.FC(3))
+    rng = np.random.default_rng(1)
+
+    def tree(n):  # deep and bushy: each node's parent among the 8 made before it
+        nodes = [{"x": [0.1] * 4, "children": []}]
+        for i in range(1, n):
+            node = {"x": rng.normal(size=4).tolist(), "children": []}
+            nodes[max(0, i - 1 - int(rng.integers(8)))]["children"].append(node)
+            nodes.append(node)
+        return nodes[0]
+
+    small, large = tree(500), tree(2000)
+    with deferred.deferring_after(0):
+        block.eval(small)  # traces made
+        calls = [_python_calls(lambda t=t: block.eval(t)) for t in (small, large)]
+    assert calls[1] < 4.6 * calls[0], calls

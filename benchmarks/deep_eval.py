@@ -6,8 +6,8 @@ The zoo's child-sum TreeLSTM cells (`tree_lstm.child_sum_cell`, hidden 16, input
 evaluated whole by `block.eval` as a user calls it. First a chain `--nodes` deep, op
 by op, each round once with every layer's op eager (the traces forgotten, the
 threshold out of reach) and once traced (the traces forgotten too, so each traced
-round pays its traces), in alternating order. Then, once each in alternating order,
-op by op against as shipped (deferred after `EAGER_OPS` calls): a chain `--deep`
+round pays its traces), in alternating order. Then, `--rounds` times each in
+alternating order (medians shown), op by op against as shipped (deferred after `EAGER_OPS` calls): a chain `--deep`
 deep and a random tree of `--tree` nodes (each node's parent among the 40 before
 it, so it is deep and bushy at once).
 
@@ -95,10 +95,13 @@ def main(argv=None) -> dict:
         print("|---|---|---|---|")
     limit = traced_ops.CALLS_BEFORE_TRACING
     for name, x in large:
-        one_by_one = _eval_seconds(block, x, limit)
-        shipped = _eval_seconds(block, x, limit, deferred.EAGER_OPS)
+        pairs = [(_eval_seconds(block, x, limit),
+                  _eval_seconds(block, x, limit, deferred.EAGER_OPS)) for _ in range(args.rounds)]
+        one_by_one, shipped = (statistics.median(p[i] for p in pairs) for i in (0, 1))
+        ratios = [a / b for a, b in pairs]
         out[f"{name}: op by op s"], out[f"{name}: shipped s"] = one_by_one, shipped
-        print(f"| {name} | {one_by_one:.1f} | {shipped:.1f} | {one_by_one / shipped:.2f} |")
+        print(f"| {name} | {one_by_one:.1f} | {shipped:.1f} | {statistics.median(ratios):.2f} "
+              f"[{min(ratios):.2f}-{max(ratios):.2f}] |")
     return out
 
 

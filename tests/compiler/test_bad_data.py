@@ -134,6 +134,24 @@ def test_any_bad_id_in_a_batch_is_named_by_eval_and_the_engine_alike(batch, data
         assert f"id {bad} is not in [0, 10)" in batched.value.reason
 
 
+@settings(max_examples=6, deadline=None)
+@given(st.integers(0, 599), st.one_of(st.integers(-50, -1), st.integers(10, 2**31 - 1)))
+def test_a_bad_id_in_a_large_input_is_named_by_eval_and_the_engine_alike(at, bad):
+    # 600 lookups: past the first 256, eval defers its calls (blocks.evaluation.deferred);
+    # a bad id there is named as op by op
+    block = _bag_of_words()
+    words = [i % 10 for i in range(600)]
+    words[at] = bad
+    with pytest.raises(InputError) as one:
+        block.eval({"words": words})
+    with pytest.raises(InputError) as batched:
+        Compiler.create(block).plan([{"words": [1]}, {"words": words}])
+    assert batched.value.example_index == 1
+    assert (batched.value.block_path, batched.value.reason, batched.value.data_path) == (
+        one.value.block_path, one.value.reason, one.value.data_path)
+    assert one.value.data_path == f"['words'][{at}]"
+
+
 def _deep_chain(depth: int, bad_at: int | None = None, bad=None):
     """A chain of pairs `depth` deep, `((leaf, 1.0), 1.0)...`; with `bad_at`, the right
     leaf of the pair at that depth (from the root, 0) is `bad`."""

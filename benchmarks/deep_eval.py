@@ -7,9 +7,9 @@ evaluated whole by `block.eval` as a user calls it. First a chain `--nodes` deep
 by op, each round once with every layer's op eager (the traces forgotten, the
 threshold out of reach) and once traced (the traces forgotten too, so each traced
 round pays its traces), in alternating order. Then, `--rounds` times each in
-alternating order (medians shown), op by op against as shipped (deferred after `EAGER_OPS` calls): a chain `--deep`
-deep and a random tree of `--tree` nodes (each node's parent among the 40 before
-it, so it is deep and bushy at once).
+alternating order (medians shown), op by op against as shipped (deferred after
+`EAGER_OPS` calls): a chain `--deep` deep and a random tree of `--tree` nodes (each
+node's parent among the 40 before it, so it is deep and bushy at once).
 
     python -m benchmarks.deep_eval      # 2,000 nodes, 3 rounds; 20,000 deep; 100,000 nodes
     python -m benchmarks.deep_eval --nodes 200 --rounds 1 --deep 0 --tree 0

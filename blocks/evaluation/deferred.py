@@ -34,8 +34,6 @@ from refold.blocks.op import Op
 
 EAGER_OPS = 256  # op calls an evaluation makes one by one before it defers
 
-_CALLS_BEFORE_TRACING = 16  # batched calls of an op before they run traced
-
 
 class RerunEagerly(BaseException):  # noqa: N818  (a signal, not an error)
     """Deferred calls failed: the reference evaluator evaluates again, op by op. A
@@ -102,7 +100,6 @@ class DeferredCalls:
     def __init__(self, one_call):
         self._one_call = one_call
         self._pending: list[_Node] = []
-        self._batched_calls: dict = {}  # op -> batched calls so far (to trace after some)
 
     def add(self, op: Op, args: list) -> list[Deferred]:
         level = 0
@@ -154,17 +151,16 @@ class DeferredCalls:
         for k, node in enumerate(nodes):
             node.outs = [a[k] for a in arrays]
 
-    def _batched(self, op: Op, stacked: list) -> list:
-        from refold.blocks.evaluation import traced_ops
-        calls = self._batched_calls[op] = self._batched_calls.get(op, 0) + 1
-        if op.traceable and calls > _CALLS_BEFORE_TRACING:
-            outs = traced_ops.batch(op, stacked)
-            if outs is not None:
-                return outs
-        outs = op.fn(*stacked)
+    @staticmethod
+    def _batched(op: Op, stacked: list) -> list:
         import tensorflow as tf
-        return [tf.convert_to_tensor(o) for o in
-                (outs if isinstance(outs, (list, tuple)) else [outs])]
+
+        from refold.blocks.evaluation import traced_ops
+        outs = traced_ops.batch(op, stacked)  # a layer called often: traced
+        if outs is None:
+            outs = op.fn(*stacked)
+            outs = outs if isinstance(outs, (list, tuple)) else [outs]
+        return [tf.convert_to_tensor(o) for o in outs]
 
 
 def _batchable(op: Op) -> bool:

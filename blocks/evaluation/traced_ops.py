@@ -38,6 +38,7 @@ CALLS_BEFORE_TRACING = 16
 
 _lock = threading.Lock()
 _calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # op -> eager calls
+_batch_calls: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # op -> eager batches
 _traces: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # op -> {signature: fn}
 
 
@@ -54,15 +55,20 @@ def rows(op: Op, args: list) -> list | None:
 def batch(op: Op, stacked: list) -> list | None:
     """The op's outputs on many nodes' rows (`stacked`, with the batch dimension),
     through one function traced for any number of rows (`blocks.evaluation.deferred`
-    calls it); None where the op cannot be traced. Inference mode only, as `rows`."""
+    calls it) once the op has been called `CALLS_BEFORE_TRACING` times so; None where
+    the op runs eagerly (the caller calls it). Inference mode only, as `rows`."""
     import tensorflow as tf
-    if current() != INFERENCE or not tf.executing_eagerly():
+    if not op.traceable or current() != INFERENCE or not tf.executing_eagerly():
         return None
     key = ("rows",) + tuple((tuple(a.shape[1:]), a.dtype) for a in stacked)
     with _lock:
         functions = _traces.setdefault(op, {})
         known = key in functions
         fn = functions.get(key)
+        if not known:
+            _batch_calls[op] = _batch_calls.get(op, 0) + 1
+            if _batch_calls[op] <= CALLS_BEFORE_TRACING:
+                return None
     if not known:
         try:
             fn = tf.function(_many_rows(op)).get_concrete_function(
@@ -79,6 +85,7 @@ def forget() -> None:
     with _lock:
         _traces.clear()
         _calls.clear()
+        _batch_calls.clear()
 
 
 def traced(op: Op) -> int:

@@ -218,3 +218,19 @@ def test_eval_of_a_large_input_does_work_linear_in_its_size():
         block.eval(small)  # traces made
         calls = [_python_calls(lambda t=t: block.eval(t)) for t in (small, large)]
     assert calls[1] < 4.6 * calls[0], calls
+
+
+def test_a_layer_called_on_many_batches_runs_traced_with_the_same_values(monkeypatch):
+    from refold.blocks.evaluation import traced_ops
+    from refold.compiler import Compiler
+    traced_ops.forget()
+    monkeypatch.setattr(traced_ops, "CALLS_BEFORE_TRACING", 2)
+    block = encoders.tree_encoder(tree_lstm.child_sum_cell(3, 3),
+                                  td.GetItem("x") >> td.Vector(4) >> td.FC(3))
+    layers = [op for op in Compiler(block).program.ops if op.traceable]
+    trees = [wide_tree(4, 3, np.random.default_rng(seed)) for seed in range(4)]
+    for tree in trees:
+        eager, batched = eval_both(block, tree)
+        assert_same(eager, batched)
+    # each layer: one trace for a row, one for any number of rows
+    assert layers and all(traced_ops.traced(op) == 2 for op in layers)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from refold.kernel_calls import KERNEL
+from refold.kernel_calls import KERNEL, vectorised
 
 
 @dataclass
@@ -206,6 +206,41 @@ def _merge_records(records, starts, n_types):
         ao += a
         vo += v
     return node_op, node_arity, sdepth, node_args, value_type, value_node, value_index
+
+
+@vectorised(_merge_records)
+def _merge_records_numpy(records, starts, n_types):
+    """`_merge_records` in NumPy: each graph's fields gathered at once."""
+    starts = np.asarray(starts, np.int64)
+    n, a, v = (records[starts + i].astype(np.int64) for i in range(3))
+    q = starts + 3 + n_types
+    node_op, node_arity, sdepth = (records[segments(q + i * n, n)].astype(np.int32)
+                                   for i in range(3))
+    vo = np.cumsum(v) - v  # values before each graph
+    node_args = (records[segments(q + 3 * n, a)] + np.repeat(vo, a)).astype(np.int32)
+    q = q + 3 * n + a
+    value_type, node, index = (records[segments(q + i * v, v)].astype(np.int64)
+                               for i in range(3))
+    counts = records[starts[:, None] + 3 + np.arange(n_types)].astype(np.int64)
+    const_off = np.cumsum(counts, axis=0) - counts  # constant rows before each graph
+    graph = np.repeat(np.arange(len(starts)), v)
+    computed = node >= 0
+    value_node = np.where(computed, node + np.repeat(np.cumsum(n) - n, v), -1)
+    value_index = np.where(computed, index, index + const_off[graph, value_type])
+    return (node_op, node_arity, sdepth, node_args, value_type.astype(np.int32),
+            value_node.astype(np.int32), value_index.astype(np.int32))
+
+
+def segments(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The positions `starts[i] .. starts[i] + lengths[i] - 1`, for every i in turn.
+
+    >>> segments(np.array([10, 20]), np.array([2, 3])).tolist()
+    [10, 11, 20, 21, 22]
+    """
+    lengths = np.asarray(lengths, np.int64)
+    total = int(lengths.sum())
+    return np.repeat(np.asarray(starts, np.int64) - (np.cumsum(lengths) - lengths),
+                     lengths) + np.arange(total)
 
 
 def _concat_rows(arrays: list) -> np.ndarray:

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from refold.kernel_calls import KERNEL
+from refold.kernel_calls import KERNEL, vectorised
 
 
 class Packed(NamedTuple):
@@ -147,6 +147,50 @@ def _pack(node_op, node_arity, node_args, value_type, value_node, value_index, n
             gathered[type_base[t] + in_cum[g, t] + arg_typepos[o, a] * group_size[g]
                      + pos[j]] = value_row[v]
             p += 1
+    return (group_size, group_start, order, pos, out_cum, in_cum, type_base, value_row,
+            gathered, arg_start, const_only_ok, out_of_order)
+
+
+@vectorised(_pack)
+def _pack_numpy(node_op, node_arity, node_args, value_type, value_node, value_index,
+                node_launch, launch_op, const_counts, out_count, in_count, slot_typepos,
+                arg_typepos, const_only):
+    """`_pack` in NumPy: the same rows and gather lists, each a whole-array step."""
+    i64 = np.int64
+    node_op, node_arity, node_args, value_type, value_node, value_index, node_launch, \
+        launch_op, const_counts, out_count, in_count, slot_typepos, arg_typepos = (
+            np.asarray(x).astype(i64) for x in (
+                node_op, node_arity, node_args, value_type, value_node, value_index,
+                node_launch, launch_op, const_counts, out_count, in_count, slot_typepos,
+                arg_typepos))
+    n, n_groups, n_types = len(node_op), len(launch_op), len(const_counts)
+    group_size = np.bincount(node_launch, minlength=n_groups).astype(i64)[:n_groups]
+    group_start = np.concatenate([np.zeros(1, i64), np.cumsum(group_size)])
+    order = np.argsort(node_launch, kind="stable").astype(i64)
+    pos = np.empty(n, i64)
+    pos[order] = np.arange(n) - group_start[node_launch[order]]
+    out_cum, in_cum = (np.concatenate([np.zeros((1, n_types), i64),
+                                       np.cumsum(group_size[:, None] * c[launch_op], axis=0)])
+                       for c in (out_count.reshape(-1, n_types), in_count.reshape(-1, n_types)))
+    value_row = value_index.copy()  # a constant's row is its index
+    c = np.flatnonzero(value_node >= 0)
+    j, t = value_node[c], value_type[c]
+    g = node_launch[j]
+    value_row[c] = (const_counts[t] + out_cum[g, t]
+                    + slot_typepos[node_op[j], value_index[c]] * group_size[g] + pos[j])
+    type_base = np.concatenate([np.zeros(1, i64), np.cumsum(in_cum[n_groups, :-1])])
+    arg_start = np.cumsum(node_arity) - node_arity
+    reader = np.repeat(np.arange(n), node_arity)
+    a = np.arange(len(node_args)) - arg_start[reader]
+    v = node_args
+    g, o, t = node_launch[reader], node_op[reader], value_type[v]
+    read = np.flatnonzero(value_node[v] >= 0)  # the arguments that read a computed value
+    const_only_ok = not bool(np.any(g[read] < const_only))
+    late = read[node_launch[value_node[v[read]]] >= g[read]]
+    out_of_order = int(reader[late[0]]) if len(late) else -1
+    gathered = np.empty(len(node_args), i64)
+    gathered[type_base[t] + in_cum[g, t] + arg_typepos[o, a] * group_size[g]
+             + pos[reader]] = value_row[v]
     return (group_size, group_start, order, pos, out_cum, in_cum, type_base, value_row,
             gathered, arg_start, const_only_ok, out_of_order)
 

@@ -38,8 +38,9 @@ from refold import kernel_cache
 
 def twin(kernel: Callable) -> Callable:
     """The plain-Python version of `kernel` (a Numba function; anything else is its
-    own twin): its code, over a copy of its module's globals in which every Numba
-    function is replaced by its twin. Made once per kernel."""
+    own twin): the NumPy version registered for it (`vectorised`), else its code over
+    a copy of its module's globals in which every Numba function is replaced by its
+    twin. Made once per kernel."""
     if not isinstance(kernel, Dispatcher):
         return kernel
     found = _TWINS.get(kernel)
@@ -56,6 +57,17 @@ def twin(kernel: Callable) -> Callable:
 
 
 _TWINS: dict = {}
+
+
+def vectorised(kernel: Callable) -> Callable[[Callable], Callable]:
+    """Registers the decorated function as `kernel`'s twin: a NumPy version, for a
+    kernel whose loops NumPy runs whole (its code line by line in Python would be
+    slow while the background process compiles). It must return what the kernel
+    returns, dtypes included (tests/scheduler/test_kernel_calls.py replays it)."""
+    def register(fn: Callable) -> Callable:
+        _TWINS[kernel] = fn
+        return fn
+    return register
 
 
 class _Calls(dict):

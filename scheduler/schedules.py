@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from refold.kernel_calls import KERNEL
-from refold.scheduler.graph import OpGraph
+from refold.kernel_calls import KERNEL, vectorised
+from refold.scheduler.graph import OpGraph, segments
 
 
 @dataclass
@@ -363,6 +363,73 @@ def _release(j, succ_start, succ, waiting, node_op, queue, tail):
         if waiting[s] == 0:
             queue[tail[node_op[s]]] = s
             tail[node_op[s]] += 1
+
+
+@vectorised(_agenda_priority)
+def _agenda_priority_numpy(node_op, sdepth, op_cost):
+    """`_agenda_priority` in NumPy (the same sums, in the same order)."""
+    node_op = np.asarray(node_op, np.int64)
+    n_ops = max(1, int(node_op.max()) + 1) if len(node_op) else 1
+    counts = np.bincount(node_op, minlength=n_ops).astype(np.int64)
+    depth_sum = np.bincount(node_op, weights=np.asarray(sdepth, np.float64), minlength=n_ops)
+    mean = depth_sum / np.maximum(counts, 1)
+    cost = np.zeros(n_ops, np.float64)
+    k = min(n_ops, len(op_cost))
+    cost[:k] = op_cost[:k]
+    by_rank = np.lexsort((np.arange(n_ops), cost, mean)).astype(np.int64)
+    return by_rank, np.concatenate([np.zeros(1, np.int64), np.cumsum(counts)])
+
+
+@vectorised(_agenda_steps)
+def _agenda_steps_numpy(node_op, node_arity, node_args, value_node, by_rank, op_base):
+    """`_agenda_steps` in NumPy: a launch's nodes released together (which order a
+    launch's nodes are queued in changes none of the results)."""
+    node_op = np.asarray(node_op, np.int64)
+    n, n_ops = len(node_op), len(op_base) - 1
+    reader = np.repeat(np.arange(n), node_arity)
+    producer = np.asarray(value_node, np.int64)[node_args]
+    edge = producer >= 0
+    waiting = np.bincount(reader[edge], minlength=n).astype(np.int64)
+    by_producer = np.argsort(producer[edge], kind="stable")
+    succ = reader[edge][by_producer]
+    succ_start = np.concatenate([np.zeros(1, np.int64),
+                                 np.cumsum(np.bincount(producer[edge], minlength=n))])
+    step = np.zeros(n, np.int32)
+    node_group = np.zeros(n, np.int32)
+    prelude = np.flatnonzero(waiting == 0)
+    prelude_ops = np.unique(node_op[prelude])  # the prelude's launches: one per op
+    group_step, group_op = [0] * len(prelude_ops), [int(o) for o in prelude_ops]
+    node_group[prelude] = np.searchsorted(prelude_ops, node_op[prelude])
+    ready: list[list] = [[] for _ in range(n_ops)]
+    _release_all(prelude, succ_start, succ, waiting, node_op, ready)
+    remaining, current = n - len(prelude), 0
+    while remaining > 0:
+        o = next((int(o) for o in by_rank if ready[o]), -1)
+        if o < 0:  # unreachable for a valid graph: every node is ready eventually
+            raise ValueError("the graph has a cycle or a node waits on a missing input")
+        current += 1
+        nodes = np.concatenate(ready[o])
+        ready[o] = []
+        remaining -= len(nodes)
+        step[nodes] = current
+        node_group[nodes] = len(group_op)
+        group_step.append(current)
+        group_op.append(o)
+        _release_all(nodes, succ_start, succ, waiting, node_op, ready)
+    return (step, np.array(group_step, np.int32), np.array(group_op, np.int32), node_group)
+
+
+def _release_all(nodes, succ_start, succ, waiting, node_op, ready) -> None:
+    # `nodes` have run: their successors wait on fewer inputs; queue those now ready
+    s = succ[segments(succ_start[nodes], succ_start[nodes + 1] - succ_start[nodes])]
+    if not len(s):
+        return
+    u, times = np.unique(s, return_counts=True)
+    waiting[u] -= times
+    now = u[waiting[u] == 0]
+    ops = node_op[now]
+    for o in np.unique(ops):
+        ready[o].append(now[ops == o])
 
 
 @dataclass(frozen=True)

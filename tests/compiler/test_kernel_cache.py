@@ -257,9 +257,14 @@ def modules() -> dict[str, ast.Module]:
 
 
 def outside_kernels(tree: ast.Module, jitted: set[str]) -> list[ast.AST]:
-    """The nodes of `tree` that are not inside a kernel's body (Python code's)."""
+    """The nodes of `tree` that are not inside a kernel's body (Python code's), nor in
+    a `@vectorised(kernel)` decorator (which names the kernel a NumPy twin stands
+    for: no call)."""
     inside = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
               and f.name in jitted for n in ast.walk(f)}
+    inside |= {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+               for d in f.decorator_list if isinstance(d, ast.Call)
+               and getattr(d.func, "id", None) == "vectorised" for n in ast.walk(d)}
     return [n for n in ast.walk(tree) if id(n) not in inside]
 
 

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from numba.core.dispatcher import Dispatcher
 
 from refold import kernel_cache, kernel_calls
@@ -25,6 +27,7 @@ from refold.scheduler import SCHEDULERS, OpGraph, agenda_schedule
 from refold.scheduler.graph import _merge_records
 from refold.scheduler.planner import Planner, _merge, _pack, _pack_plan, _segments, plan_record
 from refold.scheduler.schedules import _agenda, group_by_step
+from tests.scheduler.graphs import random_batches
 from tests.scheduler.test_executor import ALL, INT, Builder
 from tests.scheduler.test_planner import N_METRICS, draw_example
 
@@ -91,6 +94,31 @@ def test_a_twin_calls_twins_only():
     for kernel in (_pack_plan, *scheduler_kernels()):
         assert not any(isinstance(v, Dispatcher) for v in twin(kernel).__globals__.values())
     assert twin(len) is len  # not a Numba function: its own twin
+
+
+def test_the_loop_heaviest_kernels_have_numpy_twins():
+    # registered with `kernel_calls.vectorised`; the replays below check them
+    from refold.scheduler.graph import _merge_records_numpy
+    from refold.scheduler.packing import _pack_numpy
+    from refold.scheduler.schedules import (
+        _agenda_priority,
+        _agenda_priority_numpy,
+        _agenda_steps,
+        _agenda_steps_numpy,
+    )
+    assert twin(_pack) is _pack_numpy and twin(_merge_records) is _merge_records_numpy
+    assert twin(_agenda_steps) is _agenda_steps_numpy
+    assert twin(_agenda_priority) is _agenda_priority_numpy
+    assert twin(_agenda).__globals__["_agenda_steps"] is _agenda_steps_numpy
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_batches(max_nodes=40, max_graphs=4), st.lists(st.floats(0, 3), max_size=6))
+def test_the_agenda_s_numpy_twin_schedules_random_batches_as_the_kernel(batch, costs):
+    graph, _ = batch
+    args = (graph.node_op, graph.node_arity, graph.node_args, graph.value_node, graph.sdepth,
+            np.asarray(costs, np.float64))
+    assert_same(twin(_agenda)(*[_copy(a) for a in args]), _agenda(*args), "_agenda")
 
 
 @pytest.mark.parametrize("seed", range(4))

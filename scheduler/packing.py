@@ -233,6 +233,25 @@ def _remap(rows, end, post, at):
     return at
 
 
+@vectorised(_launch_arg_rows)
+def _launch_arg_rows_numpy(launch, a, group_start, order, arg_start, node_args, value_row):
+    """`_launch_arg_rows` in NumPy."""
+    nodes = order[group_start[launch]:group_start[launch + 1]]
+    return np.asarray(value_row[node_args[arg_start[nodes] + a]], np.int64)
+
+
+@vectorised(_remap)
+def _remap_numpy(rows, end, post, at):
+    """`_remap` in NumPy (in place, in the same order)."""
+    low = rows < end
+    k = int(np.count_nonzero(low))
+    post[at:at + k] = rows[low]
+    high = ~low
+    rows[high] = len(post) + rows[high] - end
+    rows[low] = np.arange(at, at + k)
+    return at + k
+
+
 @numba.njit(cache=True, nogil=True)
 def _segments(lo, hi, branch, loop_types, const_counts, group_size, group_start, order,
               in_cum, out_cum, type_base, gathered, value_row, arg_start, node_args,

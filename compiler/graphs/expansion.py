@@ -34,7 +34,7 @@ from refold.blocks.errors import BadValueError, InputError
 from refold.blocks.evaluation.contexts import call_with_deep_stack, root_input
 from refold.blocks.op import NODE_KEY, IdRange
 from refold.blocks.types import TensorType
-from refold.kernel_calls import KERNEL
+from refold.kernel_calls import KERNEL, vectorised
 from refold.scheduler.graph import OpGraph
 from refold.scheduler.planner import plan_record
 
@@ -335,6 +335,34 @@ def _number_values(node_op, n_out, out_type, constant_value, constant_code, n_ty
         j += 1
         slot = 0
     return fields, j == len(node_op) and c == len(constant_value)
+
+
+@vectorised(_number_values)
+def _number_values_numpy(node_op, n_out, out_type, constant_value, constant_code, n_types,
+                         n_values, first_node):
+    """`_number_values` in NumPy where the values and outputs add up (the common
+    case); the kernel's own code, line by line, where they do not."""
+    constants = np.asarray(constant_value, np.int64)
+    outs = np.asarray(n_out, np.int64)[node_op]
+    computed = n_values - len(constants)
+    if int(outs.sum()) != computed or len(constants) and (
+            constants[0] < 0 or constants[-1] >= n_values or np.any(np.diff(constants) <= 0)):
+        return _number_values.py_func(node_op, n_out, out_type, constant_value, constant_code,
+                                      n_types, n_values, first_node)
+    fields = np.empty((3, n_values), np.int32)
+    codes = np.asarray(constant_code, np.int64)[:len(constants)]
+    fields[0, constants] = codes % n_types
+    fields[1, constants] = -1
+    fields[2, constants] = codes // n_types
+    is_constant = np.zeros(n_values, bool)
+    is_constant[constants] = True
+    at = np.flatnonzero(~is_constant)
+    node = np.repeat(np.arange(len(node_op)), outs)
+    slot = np.arange(computed) - np.repeat(np.cumsum(outs) - outs, outs)
+    fields[0, at] = out_type[node_op[node], slot]
+    fields[1, at] = first_node + node
+    fields[2, at] = slot
+    return fields, True
 
 
 def expand(program, x: Any) -> ExampleGraph:

@@ -99,7 +99,13 @@ def test_a_twin_calls_twins_only():
 def test_the_loop_heaviest_kernels_have_numpy_twins():
     # registered with `kernel_calls.vectorised`; the replays below check them
     from refold.scheduler.graph import _merge_records_numpy
-    from refold.scheduler.packing import _pack_numpy
+    from refold.scheduler.packing import (
+        _launch_arg_rows,
+        _launch_arg_rows_numpy,
+        _pack_numpy,
+        _remap,
+        _remap_numpy,
+    )
     from refold.scheduler.schedules import (
         _agenda_priority,
         _agenda_priority_numpy,
@@ -107,6 +113,7 @@ def test_the_loop_heaviest_kernels_have_numpy_twins():
         _agenda_steps_numpy,
     )
     assert twin(_pack) is _pack_numpy and twin(_merge_records) is _merge_records_numpy
+    assert twin(_launch_arg_rows) is _launch_arg_rows_numpy and twin(_remap) is _remap_numpy
     assert twin(_agenda_steps) is _agenda_steps_numpy
     assert twin(_agenda_priority) is _agenda_priority_numpy
     assert twin(_agenda).__globals__["_agenda_steps"] is _agenda_steps_numpy
@@ -119,6 +126,17 @@ def test_the_agenda_s_numpy_twin_schedules_random_batches_as_the_kernel(batch, c
     args = (graph.node_op, graph.node_arity, graph.node_args, graph.value_node, graph.sdepth,
             np.asarray(costs, np.float64))
     assert_same(twin(_agenda)(*[_copy(a) for a in args]), _agenda(*args), "_agenda")
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 30), max_size=12), st.integers(0, 30), st.integers(0, 4))
+def test_the_remap_s_numpy_twin_changes_rows_and_post_as_the_kernel(rows, end, at):
+    from refold.scheduler.packing import _remap
+    rows = np.asarray(rows, np.int64)
+    post = np.full(at + len(rows), -1, np.int64)
+    got_rows, got_post, want_rows, want_post = rows.copy(), post.copy(), rows.copy(), post.copy()
+    assert twin(_remap)(got_rows, end, got_post, at) == _remap(want_rows, end, want_post, at)
+    assert_same([got_rows, got_post], [want_rows, want_post], "_remap")
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -180,9 +180,9 @@ def _pack_numpy(node_op, node_arity, node_args, value_type, value_node, value_in
                     + slot_typepos[node_op[j], value_index[c]] * group_size[g] + pos[j])
     type_base = np.concatenate([np.zeros(1, i64), np.cumsum(in_cum[n_groups, :-1])])
     arg_start = np.cumsum(node_arity) - node_arity
-    reader = np.repeat(np.arange(n), node_arity)
-    a = np.arange(len(node_args)) - arg_start[reader]
-    v = node_args
+    reader = np.repeat(np.arange(n), node_arity)  # the node of each argument, in order
+    a = np.arange(len(reader)) - arg_start[reader]
+    v = node_args[:len(reader)]
     g, o, t = node_launch[reader], node_op[reader], value_type[v]
     read = np.flatnonzero(value_node[v] >= 0)  # the arguments that read a computed value
     const_only_ok = not bool(np.any(g[read] < const_only))

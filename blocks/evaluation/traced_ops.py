@@ -48,7 +48,11 @@ def rows(op: Op, args: list) -> list | None:
     None where the op runs eagerly (the caller calls it). The traced function adds
     the batch dimension and takes it off itself, its outputs' types checked once, when
     it is traced: a node costs one call into TensorFlow."""
-    fn = _function(op, args) if op.traceable else None
+    if not op.traceable:
+        return None
+    signature = tuple((tuple(a.shape), a.dtype) for a in args)
+    fn = _function(op, ("row", signature), _calls, _one_row(op), [
+        (shape, dtype) for shape, dtype in signature])
     return None if fn is None else compat.call_flat(fn, args)
 
 
@@ -57,26 +61,11 @@ def batch(op: Op, stacked: list) -> list | None:
     through one function traced for any number of rows (`blocks.evaluation.deferred`
     calls it) once the op has been called `CALLS_BEFORE_TRACING` times so; None where
     the op runs eagerly (the caller calls it). Inference mode only, as `rows`."""
-    import tensorflow as tf
-    if not op.traceable or current() != INFERENCE or not tf.executing_eagerly():
+    if not op.traceable:
         return None
-    key = ("rows",) + tuple((tuple(a.shape[1:]), a.dtype) for a in stacked)
-    with _lock:
-        functions = _traces.setdefault(op, {})
-        known = key in functions
-        fn = functions.get(key)
-        if not known:
-            _batch_calls[op] = _batch_calls.get(op, 0) + 1
-            if _batch_calls[op] <= CALLS_BEFORE_TRACING:
-                return None
-    if not known:
-        try:
-            fn = tf.function(_many_rows(op)).get_concrete_function(
-                *[tf.TensorSpec((None, *shape), dtype) for shape, dtype in key[1:]])
-        except Exception:  # noqa: BLE001  (not traceable: it stays eager)
-            fn = None
-        with _lock:
-            functions[key] = fn
+    signature = tuple((tuple(a.shape[1:]), a.dtype) for a in stacked)
+    fn = _function(op, ("rows", signature), _batch_calls, _many_rows(op), [
+        ((None, *shape), dtype) for shape, dtype in signature])
     return None if fn is None else compat.call_flat(fn, stacked)
 
 
@@ -93,38 +82,43 @@ def traced(op: Op) -> int:
     return sum(f is not None for f in _traces.get(op, {}).values())
 
 
-def _function(op: Op, args: list):
+def _function(op: Op, key: tuple, counts, body, specs: list):
+    """The concrete function of `body` traced for `specs` ((shape, dtype) each), kept
+    under `key`; None while `counts[op]` eager calls are still due, in training mode,
+    in a graph, or where `body` cannot be traced."""
     import tensorflow as tf
     if current() != INFERENCE or not tf.executing_eagerly():
         return None
-    signature = tuple((tuple(a.shape), a.dtype) for a in args)
     with _lock:
         functions = _traces.setdefault(op, {})
-        if signature in functions:
-            return functions[signature]
-        _calls[op] = _calls.get(op, 0) + 1
-        if _calls[op] <= CALLS_BEFORE_TRACING:
+        if key in functions:
+            return functions[key]
+        counts[op] = counts.get(op, 0) + 1
+        if counts[op] <= CALLS_BEFORE_TRACING:
             return None
     try:
-        fn = tf.function(_one_row(op)).get_concrete_function(
-            *[tf.TensorSpec(shape, dtype) for shape, dtype in signature])
+        fn = tf.function(body).get_concrete_function(
+            *[tf.TensorSpec(shape, dtype) for shape, dtype in specs])
     except Exception:  # noqa: BLE001  (not traceable: it stays eager)
         fn = None
     with _lock:
-        functions[signature] = fn
+        functions[key] = fn
     return fn
 
 
 def _many_rows(op: Op):
-    """`op.fn` on a batch of rows, its outputs checked against the op's types."""
+    """`op.fn` on a batch of rows, its outputs of the op's types and as many rows
+    (else tracing fails and the op stays eager, where the reference evaluator names
+    what is wrong)."""
     import tensorflow as tf
 
     def many_rows(*xs):
         outs = op.fn(*xs)
         outs = [tf.convert_to_tensor(o) for o in
                 (outs if isinstance(outs, (list, tuple)) else [outs])]
+        n = xs[0].shape[0] if xs else None
         if len(outs) != len(op.output_types) or any(
-                tuple(o.shape[1:]) != t.shape or o.dtype.name != t.dtype
+                tuple(o.shape[1:]) != t.shape or o.shape[0] != n or o.dtype.name != t.dtype
                 for o, t in zip(outs, op.output_types)):
             raise ValueError(f"op {op.name!r}: outputs not of its types")
         return outs
@@ -132,18 +126,11 @@ def _many_rows(op: Op):
 
 
 def _one_row(op: Op):
-    """`op.fn` on one node's inputs: the batch dimension added, taken off the outputs,
-    which must be of the op's types (else tracing fails and the op stays eager, where
-    the reference evaluator names what is wrong)."""
+    """`op.fn` on one node's inputs: `_many_rows` of one row, the batch dimension
+    added to the inputs and taken off the outputs."""
     import tensorflow as tf
+    many_rows = _many_rows(op)
 
     def one_row(*xs):
-        outs = op.fn(*[tf.expand_dims(x, 0) for x in xs])
-        outs = [tf.convert_to_tensor(o) for o in
-                (outs if isinstance(outs, (list, tuple)) else [outs])]
-        if len(outs) != len(op.output_types) or any(
-                tuple(o.shape) != (1, *t.shape) or o.dtype.name != t.dtype
-                for o, t in zip(outs, op.output_types)):
-            raise ValueError(f"op {op.name!r}: outputs not of its types")
-        return [tf.squeeze(o, 0) for o in outs]
+        return [tf.squeeze(o, 0) for o in many_rows(*[tf.expand_dims(x, 0) for x in xs])]
     return one_row

@@ -13,6 +13,7 @@ the switch itself: twins until the background process is done, compiled after.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -184,6 +185,8 @@ def background(monkeypatch):
 
     monkeypatch.setattr(kernel_cache, "compiling", compiling)
     monkeypatch.setattr(kernel_calls, "_plain", True)
+    # patience from now: the worker may have imported kernel_calls over 10 minutes ago
+    monkeypatch.setattr(kernel_calls, "_give_up", time.monotonic() + kernel_calls._PATIENCE)
     KERNEL.clear()
     yield state
     KERNEL.clear()

@@ -60,6 +60,43 @@ def test_call_flat_calls_by_name_with_the_plain_call_s_outputs_and_gradients():
     np.testing.assert_array_equal(tape.gradient(y, [a, v])[1], [1.0, 3.0])
 
 
+def _rewrites(attrs: tuple):
+    """The Grappler options in a call's flat attributes."""
+    from tensorflow.core.protobuf import config_pb2
+    config = config_pb2.ConfigProto()
+    config.ParseFromString(dict(zip(attrs[::2], attrs[1::2]))["config_proto"])
+    return config.graph_options.rewrite_options
+
+
+def test_a_direct_call_asks_grappler_for_one_round_without_tfg_or_memory_rewrites(
+        monkeypatch):
+    """A function's first call optimizes its graph with the options its call passes:
+    Refold's calls pass one round of optimizers, no TFG and (without GPUs) no memory
+    optimizer; an option the user set in the context is kept."""
+    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+    from tensorflow.python.eager import context
+    rewrite = rewriter_config_pb2.RewriterConfig
+    compat._direct_call(tf.function(lambda: 1.0).get_concrete_function())  # its modules
+    seen, execute = [], compat._eager.execute.execute
+    monkeypatch.setattr(compat._eager.execute, "execute",
+                        lambda *a, **k: seen.append(k["attrs"]) or execute(*a, **k))
+    fn = tf.function(lambda a: a * 2.0).get_concrete_function(tf.TensorSpec([2]))
+    np.testing.assert_array_equal(compat.call_flat(fn, [tf.constant([1.0, 2.0])]), [2.0, 4.0])
+    ours = _rewrites(seen[-1])
+    assert ours.meta_optimizer_iterations == rewrite.ONE and ours.disable_tfg_optimizer
+    gpu = bool(tf.config.list_physical_devices("GPU"))
+    assert ours.memory_optimization == (rewrite.DEFAULT_MEM_OPT if gpu else rewrite.NO_MEM_OPT)
+    theirs = context.context().function_call_options.as_attrs()  # the context's: unchanged
+    assert _rewrites(tuple(x for kv in theirs.items() for x in kv)).meta_optimizer_iterations == 0
+    config = config_pb2.ConfigProto()
+    config.graph_options.rewrite_options.meta_optimizer_iterations = rewrite.TWO
+    config.graph_options.rewrite_options.memory_optimization = rewrite.HEURISTICS
+    options = context.FunctionCallOptions(config_proto=config)
+    kept = _rewrites(compat._lean_attrs(options))
+    assert kept.meta_optimizer_iterations == rewrite.TWO
+    assert kept.memory_optimization == rewrite.HEURISTICS
+
+
 def test_while_gradients_are_the_gradients_of_a_forward_graph():
     @tf.function
     def grads(x):

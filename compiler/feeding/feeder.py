@@ -14,6 +14,7 @@ and `predict`'s loop then take it as they take the others.
 from __future__ import annotations
 
 import abc
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,8 @@ class Feeder(abc.ABC):
     - `signature` holds the `tf.TensorSpec`s of a batch's tuple (of one replica's), once
       known (a stream knows it after its first batch).
     - `with_labels` says whether batches carry labels and sample weights.
+    - `planning_ahead(i)` is a scope in which the step function waits on TensorFlow (a traced
+      step's first call): the feeder may plan batches from `i` on meanwhile.
     - `close()` stops whatever works ahead for the feeder (a planning thread) and
       releases what it holds; it may be called more than once.
     """
@@ -61,6 +64,12 @@ class Feeder(abc.ABC):
     @abc.abstractmethod
     def examples(self, i: int) -> np.ndarray:
         """The positions in the caller's data of the inputs of `batch(i)`, after it."""
+
+    def planning_ahead(self, i: int) -> contextlib.AbstractContextManager:
+        """A scope in which the caller waits outside Python (a traced step's first
+        call) and the feeder may prepare batches from `i` on meanwhile; by default it
+        does nothing."""
+        return contextlib.nullcontext()
 
     def close(self) -> None:  # noqa: B027  (not abstract: most feeders hold nothing)
         """Stops and releases what works ahead for this feeder; a feeder that packs each

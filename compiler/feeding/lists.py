@@ -18,8 +18,10 @@ outputs) and `batch_size`, which is all a step, or a SavedModel's signature, nee
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +31,7 @@ import tensorflow as tf
 
 from refold import compat
 from refold.blocks.errors import InputError
+from refold.blocks.evaluation.contexts import start_deep_thread
 from refold.blocks.types import TensorType
 from refold.callsite import warn
 from refold.compiler.feeding import packed
@@ -40,6 +43,9 @@ if TYPE_CHECKING:  # annotations only: the compiler imports the pipeline's users
 
 # With `verbose` on, expanding more inputs than this shows a progress bar.
 PROGRESS_AFTER = 1000
+
+# How many batches `BatchFeeder.planning_ahead` plans at most (their packed arrays are kept).
+AHEAD = 128
 
 
 class Labels:
@@ -290,6 +296,7 @@ class BatchFeeder(Feeder):
         self.positions: np.ndarray | None = None  # inputs' indices in x, if some were skipped
         self.offset = 0  # added to an index in errors (a validation split's start in x)
         self.last_plan: BatchPlan | None = None  # the plan of the batch packed last
+        self._planned: dict = {}  # batch index -> (its plan, arrays) made ahead (`ahead`)
         spec = (pipeline.signature(), *labels.signature())
         self.signature = spec if with_labels else spec[:1]
 
@@ -303,15 +310,12 @@ class BatchFeeder(Feeder):
         if i == 0 or self._order is None:
             self._order = self._order_of_pass()
             self._passes += 1
+            self._planned.clear()
             if self._passes > 1:
                 self._graphs = None
         idx = self._order[i * self.batch_size:(i + 1) * self.batch_size]
-        graphs = None if self._graphs is None else [self._graphs[j] for j in idx]
-        if graphs is not None and any(g is None for g in graphs):
-            graphs = None
         try:
-            self.last_plan = self.pipeline.plan([self.inputs[j] for j in idx], graphs)
-            arrays = self.pipeline.arrays(self.last_plan)
+            self.last_plan, arrays = self._planned.pop(i, None) or self._plan(i)
         except InputError as e:
             if e.example_index is None:
                 raise
@@ -320,6 +324,44 @@ class BatchFeeder(Feeder):
             err = type(e)(e.block_path, reason, index)
             raise err from e.__cause__
         return (arrays, *self.labels.batch(idx)) if self.with_labels else (arrays,)
+
+    def _plan(self, i: int) -> tuple[BatchPlan, dict]:
+        """Batch i's plan and packed arrays (of the current pass)."""
+        idx = self._order[i * self.batch_size:(i + 1) * self.batch_size]
+        graphs = None if self._graphs is None else [self._graphs[j] for j in idx]
+        if graphs is not None and any(g is None for g in graphs):
+            graphs = None
+        plan = self.pipeline.plan([self.inputs[j] for j in idx], graphs)
+        return plan, self.pipeline.arrays(plan)
+
+    @contextlib.contextmanager
+    def planning_ahead(self, i: int):
+        """Inside, a thread plans the pass's batches from `i` on (at most `AHEAD`),
+        which `batch` then takes as made: for time the caller spends outside Python,
+        a traced step's first call, in which TensorFlow optimizes its graph and makes
+        its kernels (a fraction of a second, on one core). Batches planned ahead are
+        those `batch` would plan, from the same order and inputs; one that fails is
+        left for `batch` to plan again and report."""
+        stop, last = threading.Event(), min(i + AHEAD, self.n_batches)
+
+        def plan():
+            for j in range(i, last):
+                if stop.is_set() or j in self._planned:
+                    return
+                try:
+                    self._planned[j] = self._plan(j)
+                except Exception:  # noqa: BLE001 (`batch` plans it again and reports it)
+                    return
+
+        if self._order is None or i >= last:
+            yield
+            return
+        thread = start_deep_thread(plan, name="refold-plan-ahead", daemon=True)
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def examples(self, i: int) -> np.ndarray:
         """The indices in the caller's `x` of batch i's inputs (of the current pass)."""

@@ -240,6 +240,7 @@ class StepFunction:
         self._epoch = epoch
         self._xla = xla or (lambda: None)
         self._traced: dict = {}
+        self._called: set = set()  # the traced steps called so far
         # the last signature, its variant, its step, its flat form
         self._last: tuple = (None, None, None, None)
         self._variants: dict = {}  # flat signature -> the choices traced
@@ -274,7 +275,7 @@ class StepFunction:
             outputs = self._straight(feeder)
             if outputs is None:
                 start = time.perf_counter()
-                outputs = self._call_graph_step(feeder, data)
+                outputs = self._call_graph_step(feeder, data, i)
                 self._looped(time.perf_counter() - start)
         if isinstance(outputs, dict) and STEP_FINITE in outputs:
             outputs = dict(outputs)
@@ -284,17 +285,23 @@ class StepFunction:
                 raise NonFiniteLossError(feeder.examples(i), float(loss), epoch, i)
         return outputs
 
-    def _call_graph_step(self, feeder, data):
+    def _call_graph_step(self, feeder, data, i: int):
         """The traced step's outputs on a packed batch (traced for its signature and
         its choice's variant if need be)."""
         variant = None if self._choice is None else self._choice.key(
             data[0], self._choices(feeder.signature))
         handoff, fn, variant = self._graph_step(feeder.signature, variant)
         tensors = handoff.tensors(data)
-        if variant is None:
-            return handoff.call(fn, tensors)
-        with self._choice.calling(variant):
-            return handoff.call(fn, tensors)
+        first = fn not in self._called  # TensorFlow then readies the graph: plan ahead
+        with feeder.planning_ahead(i + 1) if first else contextlib.nullcontext():
+            if variant is None:
+                outputs = handoff.call(fn, tensors)
+            else:
+                with self._choice.calling(variant):
+                    outputs = handoff.call(fn, tensors)
+        if first:
+            self._called.add(fn)
+        return outputs
 
     def _choices(self, signature) -> set:
         """The choices (`choice.key`) traced for batches of `signature`."""

@@ -96,7 +96,6 @@ def _direct_call(fn: Any) -> Callable | bool:
 
 
 def _make_direct_call(fn: Any) -> Callable | None:
-    import itertools
     try:
         atomic = fn._inference_function
         name = atomic.name.decode("utf-8")
@@ -108,15 +107,60 @@ def _make_direct_call(fn: Any) -> Callable | None:
         return None
     if control or any(o.dtype._handle_data for o in outputs):
         return None
-    n, execute, chain = len(outputs), _eager.execute.execute, itertools.chain
+    n, execute = len(outputs), _eager.execute.execute
     if _flat_list_of_tensors(fn):
         pack = list  # what pack_output makes of a flat list of tensors
 
     def call(ctx, tensors):
-        attrs = tuple(chain(*ctx.function_call_options.as_attrs().items()))
+        options = ctx.function_call_options
+        attrs = _ATTRS.get((options.config_proto_serialized, options.executor_type))
+        if attrs is None:
+            attrs = _lean_attrs(options)
         return pack(execute(name, num_outputs=n, inputs=[*tensors, *captures],
                             attrs=attrs, ctx=ctx) or None) if n else pack(None)
     return call
+
+
+# (config, executor) -> the call's attributes with Grappler's lean options (`_lean_attrs`)
+_ATTRS: dict = {}
+
+
+def _lean_attrs(options: Any) -> tuple:
+    """The attributes a function call passes (`FunctionCallOptions.as_attrs`), with
+    the graph rewrites Grappler runs when the function is first called made leaner
+    where the user left them at their defaults: one round of the optimizers instead of
+    two, no TFG optimizer, no memory optimizer on a machine without GPUs (it rewrites
+    for device memory). Refold's functions are large generated graphs whose second
+    round changes a few nodes, and the rounds were a large part of a step's first
+    call (BENCHMARKS.md, "Streams and the first fit")."""
+    import itertools
+
+    from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2
+
+    attrs = options.as_attrs()
+    config = config_pb2.ConfigProto()
+    try:
+        config.ParseFromString(attrs["config_proto"])
+    except Exception:  # noqa: BLE001 (an unreadable config: passed on as it is)
+        config = None
+    if config is not None:
+        rewrites = config.graph_options.rewrite_options
+        defaults = rewriter_config_pb2.RewriterConfig
+        if rewrites.meta_optimizer_iterations == defaults.DEFAULT_NUM_ITERS:
+            rewrites.meta_optimizer_iterations = defaults.ONE
+        if not rewrites.disable_tfg_optimizer:
+            rewrites.disable_tfg_optimizer = True
+        if rewrites.memory_optimization == defaults.DEFAULT_MEM_OPT and not _has_gpu():
+            rewrites.memory_optimization = defaults.NO_MEM_OPT
+        attrs["config_proto"] = config.SerializeToString(deterministic=True)
+    found = tuple(itertools.chain(*attrs.items()))
+    _ATTRS[(options.config_proto_serialized, options.executor_type)] = found
+    return found
+
+
+def _has_gpu() -> bool:
+    import tensorflow as tf
+    return bool(tf.config.list_physical_devices("GPU"))
 
 
 def _flat_list_of_tensors(fn: Any) -> bool:

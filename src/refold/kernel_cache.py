@@ -85,9 +85,15 @@ with open(sys.argv[2], "w") as f:
     f.write(f"{done} (at nice {os.nice(0)})\\n")
 """
 
-# The background process's priority below the user's (`os.nice`): it takes the cores
-# the user's process leaves.
-NICE = 10
+# The background process's priority below the user's (`os.nice`): it takes most of the
+# cores the user's process leaves. It stays in the user's session (a process group of
+# its own, so that Ctrl-C in a terminal does not stop it): where the kernel groups
+# processes by session (Linux's autogroup, the desktop default), a new session's group
+# would get as much CPU as the user's whatever its nice value, which left the user's
+# process one core of two while it compiled (BENCHMARKS.md, "Streams and the first fit").
+NICE = 5
+# (Python 3.10's `Popen` has no `process_group`: a session of its own there.)
+_OWN_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
 
 _child: subprocess.Popen | None = None
 
@@ -139,7 +145,7 @@ def start(package_path: list[str]) -> subprocess.Popen | None:
         _child = subprocess.Popen(
             [sys.executable, "-c", _CHILD, os.pathsep.join(package_path), stamp, str(NICE)],
             pass_fds=(fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True, env={**os.environ, ENV: "0"})
+            stderr=subprocess.DEVNULL, env={**os.environ, ENV: "0"}, **_OWN_GROUP)
     except OSError:
         return None
     finally:

@@ -3,18 +3,23 @@ feeders `fit` makes keep its contract."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
+import time
 
 import numpy as np
 import pytest
 
+from refold.blocks.errors import InputError
 from refold.compiler import Model
 from refold.compiler.distribute.sharded_streams import ShardedStreamFeeder
 from refold.compiler.distribute.strategy import ShardFeeder
+from refold.compiler.feeding import lists
 from refold.compiler.feeding.feeder import Feeder
 from refold.compiler.feeding.lists import BatchFeeder
 from refold.compiler.feeding.streams import StreamFeeder
+from refold.compiler.training.steps import StepFunction
 from tests.compiler import factories
 from tests.compiler.test_model import compiled, sign_data
 
@@ -90,3 +95,96 @@ def test_a_stream_s_feeder_keeps_the_contract_and_closes_its_thread():
     finally:
         model.compiler.close()
     assert np.isfinite(model.get_weights()[0]).all()
+
+
+@contextlib.contextmanager
+def planning_ahead_before_the_call(monkeypatch):
+    """`BatchFeeder.planning_ahead` that waits, inside its scope, until its thread has planned
+    or failed every batch it would (so that the steps take batches planned ahead
+    whatever the machine's speed); yields a list of `(i, planned)` per scope, and one
+    of `(thread name, batch index)` per batch planned."""
+    scopes, made = [], []
+    plan_of, ahead_of = BatchFeeder._plan, BatchFeeder.planning_ahead
+
+    def plan(self, j):
+        try:
+            out = plan_of(self, j)
+        except Exception:
+            made.append((threading.current_thread().name, "failed"))
+            raise
+        made.append((threading.current_thread().name, j))
+        return out
+
+    @contextlib.contextmanager
+    def ahead(self, i):
+        before = len(made)
+        with ahead_of(self, i):
+            want, deadline = min(lists.AHEAD, self.n_batches - i), time.monotonic() + 60
+            while time.monotonic() < deadline and not any(
+                    m == ("refold-plan-ahead", "failed") for m in made[before:]) and sum(
+                    name == "refold-plan-ahead" for name, _ in made[before:]) < want:
+                time.sleep(0.01)
+            scopes.append((i, len(self._planned)))
+            yield
+
+    monkeypatch.setattr(BatchFeeder, "_plan", plan)
+    monkeypatch.setattr(BatchFeeder, "planning_ahead", ahead)
+    yield scopes, made
+
+
+def fitted_weights(trees, y, **fit):
+    model = compiled(Model(factories.tree_sign(seed=4)))
+    history = model.fit(trees, y, verbose=0, **fit)
+    return model, [w.numpy() for w in model.weights], history.history
+
+
+def test_batches_planned_while_a_step_is_first_called_train_as_planned_when_asked(
+        monkeypatch):
+    """The first call of a traced step (TensorFlow readies its graph then) plans the
+    pass's next batches on a thread; training on them is training on the batches
+    `batch` plans when asked: the same weights, losses and validation."""
+    trees, y = sign_data(60, seed=6)
+    fit = dict(batch_size=8, epochs=2, shuffle=True, validation_data=(trees[:20], y[:20]))
+    monkeypatch.setattr(lists, "AHEAD", 0)
+    _, asked, asked_history = fitted_weights(trees, y, **fit)
+    monkeypatch.setattr(lists, "AHEAD", 128)
+    steps, init = [], StepFunction.__init__
+
+    def keep(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        steps.append(self)
+    monkeypatch.setattr(StepFunction, "__init__", keep)
+    with planning_ahead_before_the_call(monkeypatch) as (scopes, made):
+        model, ahead, ahead_history = fitted_weights(trees, y, **fit)
+        # the train step's first call planned batches 1..7, validation's 1..2, and
+        # each batch of the 2 epochs was planned once (8 + 3 a pass)
+        assert scopes[:2] == [(1, 7), (1, 2)], scopes
+        assert len(made) == 2 * (8 + 3) and made.count(("refold-plan-ahead", 1)) == 2
+        first_calls = sum(len(s._called) for s in steps)
+        assert len(scopes) == first_calls  # a scope per traced step's first call only
+        model.fit(trees, y, verbose=0, **fit)  # traced already: no scope
+        assert len(scopes) == sum(len(s._called) for s in steps) == first_calls
+    for a, b in zip(asked, ahead):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    for key in asked_history:
+        np.testing.assert_allclose(asked_history[key], ahead_history[key], rtol=1e-6)
+
+
+def test_a_bad_input_in_a_batch_planned_ahead_is_reported_at_its_batch(monkeypatch):
+    """Without a cache, inputs are expanded as their batch is planned: a bad one
+    found by the thread that plans ahead is reported by the step of its batch, with
+    its index in x, as when it is planned there."""
+    trees, y = sign_data(40, seed=7)
+    trees[29] = "not a tree"
+    errors = []
+    for ahead in (0, 128):
+        monkeypatch.setattr(lists, "AHEAD", ahead)
+        with planning_ahead_before_the_call(monkeypatch) as (scopes, _):
+            model = compiled(Model(factories.tree_sign(seed=4), cache=False))
+            with pytest.raises(InputError) as e:
+                model.fit(trees, y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+        errors.append(str(e.value))
+        assert e.value.example_index == 29
+        if ahead:
+            assert scopes == [(1, 2)]  # batches 1 and 2 made; 3 holds the bad input
+    assert errors[0] == errors[1]

@@ -341,7 +341,8 @@ class BatchFeeder(Feeder):
         a traced step's first call, in which TensorFlow optimizes its graph and makes
         its kernels (a fraction of a second, on one core). Batches planned ahead are
         those `batch` would plan, from the same order and inputs; one that fails is
-        left for `batch` to plan again and report."""
+        left for `batch` to plan again and report. None while `scheduler="auto"`
+        measures the schedulers."""
         stop, last = threading.Event(), min(i + AHEAD, self.n_batches)
 
         def plan():
@@ -353,8 +354,9 @@ class BatchFeeder(Feeder):
                 except Exception:  # noqa: BLE001 (`batch` plans it again and reports it)
                     return
 
-        if self._order is None or i >= last:
-            yield
+        choice = self.pipeline.compiler.scheduler_choice
+        if self._order is None or i >= last or (choice is not None and choice.chosen is None):
+            yield  # (`scheduler="auto"` times each batch's planning with its step)
             return
         thread = start_deep_thread(plan, name="refold-plan-ahead", daemon=True)
         try:

@@ -99,30 +99,25 @@ def test_a_stream_s_feeder_keeps_the_contract_and_closes_its_thread():
 
 @contextlib.contextmanager
 def planning_ahead_before_the_call(monkeypatch):
-    """`BatchFeeder.planning_ahead` that waits, inside its scope, until its thread has planned
-    or failed every batch it would (so that the steps take batches planned ahead
-    whatever the machine's speed); yields a list of `(i, planned)` per scope, and one
-    of `(thread name, batch index)` per batch planned."""
+    """`BatchFeeder.planning_ahead` that waits, inside its scope, until its thread has
+    ended (planned every batch it would, or met one that fails), so that the steps
+    take batches planned ahead whatever the machine's speed; yields a list of
+    `(i, batches planned ahead)` per scope, and one of `(thread name, batch index)`
+    per batch planned."""
     scopes, made = [], []
     plan_of, ahead_of = BatchFeeder._plan, BatchFeeder.planning_ahead
 
     def plan(self, j):
-        try:
-            out = plan_of(self, j)
-        except Exception:
-            made.append((threading.current_thread().name, "failed"))
-            raise
+        out = plan_of(self, j)
         made.append((threading.current_thread().name, j))
         return out
 
     @contextlib.contextmanager
     def ahead(self, i):
-        before = len(made)
         with ahead_of(self, i):
-            want, deadline = min(lists.AHEAD, self.n_batches - i), time.monotonic() + 60
-            while time.monotonic() < deadline and not any(
-                    m == ("refold-plan-ahead", "failed") for m in made[before:]) and sum(
-                    name == "refold-plan-ahead" for name, _ in made[before:]) < want:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and any(
+                    t.name == "refold-plan-ahead" for t in threading.enumerate()):
                 time.sleep(0.01)
             scopes.append((i, len(self._planned)))
             yield
@@ -188,3 +183,15 @@ def test_a_bad_input_in_a_batch_planned_ahead_is_reported_at_its_batch(monkeypat
         if ahead:
             assert scopes == [(1, 2)]  # batches 1 and 2 made; 3 holds the bad input
     assert errors[0] == errors[1]
+
+
+def test_no_batch_is_planned_ahead_while_auto_measures_the_schedulers(monkeypatch):
+    """`scheduler="auto"` times each batch from its planning to the next's: batches
+    planned ahead would be timed without their steps, so none are until it has chosen."""
+    trees, y = sign_data(200, seed=8)
+    with planning_ahead_before_the_call(monkeypatch) as (scopes, made):
+        model = compiled(Model(factories.tree_sign(seed=4), scheduler="auto"))
+        model.fit(trees, y, batch_size=8, epochs=1, verbose=0)
+    assert model.compiler.scheduler_choice.chosen is not None  # 25 batches: it chose
+    assert scopes and all(planned == 0 for _, planned in scopes), scopes
+    assert all(name != "refold-plan-ahead" for name, _ in made)

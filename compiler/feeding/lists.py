@@ -296,7 +296,7 @@ class BatchFeeder(Feeder):
         self.positions: np.ndarray | None = None  # inputs' indices in x, if some were skipped
         self.offset = 0  # added to an index in errors (a validation split's start in x)
         self.last_plan: BatchPlan | None = None  # the plan of the batch packed last
-        self._planned: dict = {}  # batch index -> (its plan, arrays) made ahead (`ahead`)
+        self._planned: dict = {}  # batch index -> (plan, arrays) made by `planning_ahead`
         spec = (pipeline.signature(), *labels.signature())
         self.signature = spec if with_labels else spec[:1]
 

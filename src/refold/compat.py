@@ -127,12 +127,12 @@ _ATTRS: dict = {}
 
 def _lean_attrs(options: Any) -> tuple:
     """The attributes a function call passes (`FunctionCallOptions.as_attrs`), with
-    the graph rewrites Grappler runs when the function is first called made leaner
-    where the user left them at their defaults: one round of the optimizers instead of
-    two, no TFG optimizer, no memory optimizer on a machine without GPUs (it rewrites
-    for device memory). Refold's functions are large generated graphs whose second
-    round changes a few nodes, and the rounds were a large part of a step's first
-    call (BENCHMARKS.md, "Streams and the first fit")."""
+    leaner graph rewrites for Grappler to run when the function is first called: one
+    round of the optimizers instead of two and, on a machine without GPUs, no memory
+    optimizer (it rewrites for device memory), each where the user left it at its
+    default; and no TFG optimizer. Refold's functions are large generated graphs whose
+    second round changes a few nodes, and the rounds were a large part of a step's
+    first call (BENCHMARKS.md, "Streams and the first fit")."""
     import itertools
 
     from tensorflow.core.protobuf import config_pb2, rewriter_config_pb2

@@ -37,7 +37,7 @@ import re
 from collections import Counter
 
 from refold.examples.bugs.extract import KINDS, seeded
-from refold.examples.function_names.data import check_tree
+from refold.examples.function_names.data import check_tree, tokens
 from refold.examples.read_report import ReadReport, read_json_lines
 
 __all__ = ["ReadReport", "read_sites", "sample", "Task", "SPLITS", "KINDS", "MAX_POSITION",
@@ -98,15 +98,6 @@ def sample(sites: list[dict], split: str, per_kind: int | None, seed: int = 0) -
     return [sites[i] for i in sorted(chosen)]
 
 
-def _tokens(tree):
-    if isinstance(tree, str):
-        yield tree
-        return
-    yield tree[0]
-    for child in tree[1:]:
-        yield from _tokens(child)
-
-
 class Task:
     """The vocabulary, fixed from the training sites.
 
@@ -120,7 +111,7 @@ class Task:
         counts: Counter = Counter()
         for s in sites:
             if s["split"] == "train":
-                for t in _tokens(s["tree"]):
+                for t in tokens(s["tree"]):
                     counts[t] += 1
                     if len(p := parts(t)) > 1:
                         counts.update(p)

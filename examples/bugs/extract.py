@@ -52,7 +52,6 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
-import gzip
 import hashlib
 import json
 import os
@@ -61,7 +60,12 @@ import sys
 import sysconfig
 from collections.abc import Iterator, Sequence
 
-from refold.examples.function_names.extract import split_of, stdlib_files, tree_size
+from refold.examples.function_names.extract import (
+    split_of,
+    stdlib_files,
+    tree_size,
+    write_json_lines,
+)
 
 __all__ = ["KINDS", "FAMILIES", "sites_in", "seeded", "extract", "DEFAULT_PATH"]
 
@@ -303,12 +307,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--max-nodes", type=int, default=60)
     args = p.parse_args(argv)
     sites, stats = extract(args.stdlib, args.max_nodes)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    # No name nor time in the gzip header: the same data gives the same bytes.
-    with open(args.out, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", filename="",
-                                                    mtime=0) as f:
-        for s in sites:
-            f.write((json.dumps(s, separators=(",", ":")) + "\n").encode())
+    write_json_lines(args.out, sites)
     version = ".".join(map(str, sys.version_info[:3]))
     found = ", ".join(f"{stats[f'{k}_sites']} {k}" for k in KINDS)
     print(f"Python {version}, {args.stdlib}: {stats['files']} files "

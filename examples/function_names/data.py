@@ -69,13 +69,14 @@ def read_records(path: str) -> tuple[list[dict], ReadReport]:
     return read_json_lines(path, _check)
 
 
-def _tokens(tree):
+def tokens(tree):
+    """The tokens of a `[label, child, ...]` tree (a leaf: a string), in preorder."""
     if isinstance(tree, str):
         yield tree
         return
     yield tree[0]
     for child in tree[1:]:
-        yield from _tokens(child)
+        yield from tokens(child)
 
 
 class Task:
@@ -98,8 +99,8 @@ class Task:
         self._class_id = {w: i for i, w in enumerate(self.classes)}
         self.other = other
         kept = [r for r in train if other or r["label"] in self._class_id]
-        tokens = Counter(t for r in kept for t in _tokens(r["tree"]))
-        self.vocabulary = ["<unk>"] + sorted(t for t, n in tokens.items() if n >= min_count)
+        seen = Counter(t for r in kept for t in tokens(r["tree"]))
+        self.vocabulary = ["<unk>"] + sorted(t for t, n in seen.items() if n >= min_count)
         self._token_id = {t: i for i, t in enumerate(self.vocabulary)}
         self.max_nodes = max_nodes
 
@@ -122,7 +123,7 @@ class Task:
         label = self.label(record["label"])
         if label is None:
             return None
-        tokens = [self._token_id.get(t, 0) for t in _tokens(record["tree"])]
-        if self.max_nodes is not None and len(tokens) > self.max_nodes:
+        ids = [self._token_id.get(t, 0) for t in tokens(record["tree"])]
+        if self.max_nodes is not None and len(ids) > self.max_nodes:
             return None
-        return {"tree": self._node(record["tree"]), "tokens": tokens, "label": label}
+        return {"tree": self._node(record["tree"]), "tokens": ids, "label": label}

@@ -179,6 +179,16 @@ def extract(root: str, max_nodes: int = 500) -> tuple[list[dict], dict]:
     return records, stats
 
 
+def write_json_lines(path: str, records: list[dict]) -> None:
+    """Writes `records` to `path`, gzipped JSON, one record a line, with no name nor time
+    in the gzip header: the same records give the same bytes."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", filename="",
+                                                mtime=0) as f:
+        for r in records:
+            f.write((json.dumps(r, separators=(",", ":")) + "\n").encode())
+
+
 def main(argv: Sequence[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m refold.examples.function_names.extract",
                                 description=__doc__.split("\n>>>")[0],
@@ -188,12 +198,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     p.add_argument("--max-nodes", type=int, default=500)
     args = p.parse_args(argv)
     records, stats = extract(args.stdlib, args.max_nodes)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    # No name nor time in the gzip header: the same data gives the same bytes.
-    with open(args.out, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", filename="",
-                                                    mtime=0) as f:
-        for r in records:
-            f.write((json.dumps(r, separators=(",", ":")) + "\n").encode())
+    write_json_lines(args.out, records)
     version = ".".join(map(str, sys.version_info[:3]))
     print(f"Python {version}, {args.stdlib}: {stats['files']} files "
           f"({stats['unparsable_files']} unparsable), {stats['functions']} functions; "

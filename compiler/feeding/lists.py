@@ -10,7 +10,9 @@ step functions (`compiler.training.steps`) ask the feeder for batch i, which mer
 schedules and packs it there and then. That hand-off is a Python call: a `tf.data` producer
 (`from_generator`) cost more per call of `fit` or `predict` (building it traces
 functions, tearing it down waits on its thread) and per step (a `py_func` and
-a copy into the graph) than planning a batch does. The packed arrays are those
+a copy into the graph) than planning a batch does. The one exception: while a traced
+step is first called (TensorFlow optimizes its graph then, outside Python), a thread
+plans the pass's next batches (`BatchFeeder.planning_ahead`). The packed arrays are those
 of the executor plus `metric_bounds` (where each `td.Metric`'s values are in the
 outputs) and `batch_size`, which is all a step, or a SavedModel's signature, needs
 (`compiler.feeding.packed` documents them).

@@ -30,7 +30,7 @@ WORKER = textwrap.dedent("""
     import numpy as np, tensorflow as tf, keras
     warnings.filterwarnings("error", message=".*no block declares")  # replicas' copies
     strategy = tf.distribute.MultiWorkerMirroredStrategy()   # reads TF_CONFIG
-    from tests.compiler.test_multi_worker import data, build, train
+    from tests.compiler.test_multi_worker import data, build, exit_together, train
     out, stop_after = sys.argv[1], int(sys.argv[2])
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     with strategy.scope():
@@ -40,7 +40,7 @@ WORKER = textwrap.dedent("""
         class Stop(keras.callbacks.Callback):   # an interruption, after the backup
             def on_epoch_end(self, epoch, logs=None):
                 if epoch + 1 == stop_after:
-                    os._exit(3)
+                    exit_together(out, task)
         callbacks.append(Stop())
     history = train(model, callbacks)
     cached = model.compiler.cached
@@ -114,6 +114,20 @@ def run_workers(out: str, stop_after: int = 0, n: int = 2, script: str = WORKER)
     assert codes == [3 if stop_after else 0] * n, f"exit codes {codes}:\n" + \
         _tails(out, stop_after, n)
     return codes
+
+
+def exit_together(out: str, task: int, n: int = 2, code: int = 3) -> None:
+    """Ends this worker process with `code` (an interruption) once all `n` workers
+    have reached this point: a worker that left first could close its connections
+    while the other still fetched the last step's collective buffers from it (which
+    failed that worker with "Socket closed" on a loaded machine)."""
+    open(os.path.join(out, f"stopping{task}"), "w").close()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(out, f"stopping{i}")) for i in range(n)):
+        time.sleep(0.05)
+    time.sleep(0.5)  # the other may still be reading this one's marker
+    os._exit(code)
 
 
 def _tails(out: str, stop_after: int, n: int) -> str:

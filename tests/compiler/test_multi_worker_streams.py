@@ -39,6 +39,7 @@ WORKER = textwrap.dedent("""
     import refold as td
     from refold.compiler.distribute.sharded_streams import WorkerFailedError
     from tests.compiler import test_multi_worker_streams as t
+    from tests.compiler.test_multi_worker import exit_together
     out, stop = sys.argv[1], int(sys.argv[2])
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     with strategy.scope():
@@ -48,7 +49,7 @@ WORKER = textwrap.dedent("""
         class Kill(keras.callbacks.Callback):   # mid-epoch, after epoch 0's backup
             def on_train_batch_end(self, batch, logs=None):
                 if self.model.feed.epoch == 1 and batch == 1:
-                    os._exit(3)
+                    exit_together(out, task)
         callbacks.append(Kill())
     history = t.train(model, out, callbacks)
     train_ids = list(t.PARSED["train"])

@@ -19,7 +19,11 @@ size, as the docs' benchmarks page opens with (from `benchmarks/results/peers.js
 `--onednn` adds
 a side "Refold oneDNN": a worker process whose TensorFlow runs with oneDNN's kernels
 (`TF_ENABLE_ONEDNN_OPTS=1`, which TensorFlow leaves off by default on CPUs without
-AVX-512), TensorFlow's default threads.
+AVX-512), Refold's default threads.
+
+Refold's default threads are TensorFlow's, except on a machine of at most two CPUs,
+where `import refold` sets one intra-op thread (`refold.threads`); the run's header
+and its JSON say which (`intra_op_threads`, 0 for TensorFlow's default).
 """
 
 from __future__ import annotations
@@ -155,6 +159,20 @@ def _commit() -> str:
         return "?"
 
 
+def _intra_op_threads() -> int:
+    """TensorFlow's intra-op threads in this process (0: TensorFlow's default)."""
+    import tensorflow as tf
+    return tf.config.threading.get_intra_op_parallelism_threads()
+
+
+def _threads_label() -> str:
+    """How Refold's default sides ran: Refold's default threads, said in full."""
+    n = _intra_op_threads()
+    return ("TensorFlow's default threads" if n == 0 else
+            f"TensorFlow's default inter-op threads and {n} intra-op thread"
+            f"{'s' if n > 1 else ''} (Refold's default here)")
+
+
 def machine() -> str:
     """The machine, for a run's header: the CPU, its cores, whether it has AVX-512,
     TensorFlow's version and whether oneDNN's kernels are on in this process
@@ -189,10 +207,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--items-b1", type=int, help="items per pass at B=1")
     parser.add_argument("--peer", choices=["dynet", "none"], default="dynet")
     parser.add_argument("--tf-threads", default="default,1",
-                        help="Refold variants: 'default' (TensorFlow's threads) and/or 1")
+                        help="Refold variants: 'default' (Refold's default threads) and/or 1")
     parser.add_argument("--depth", action="store_true",
-                        help="also Refold with the depth scheduler (TensorFlow's default "
-                             "threads, in this process); the others use agenda")
+                        help="also Refold with the depth scheduler (default threads, in this "
+                             "process); the others use agenda")
     parser.add_argument("--lr", type=float, default=0.1, help="plain SGD, both sides")
     parser.add_argument("--dynet-gates", choices=["fused", "split"], default="fused")
     parser.add_argument("--jit", action="store_true",
@@ -279,6 +297,7 @@ def main(argv=None) -> dict:
             "machine": machine(),
             "sides": order, "rounds": args.rounds, "lr": args.lr,
             "workers": {n: getattr(w, "hello", {"system": "refold", "threads": "default",
+                                                "intra_op_threads": _intra_op_threads(),
                                                 "scheduler": getattr(w, "scheduler", "agenda"),
                                                 "jit_compile": getattr(w, "jit_compile", False)})
                         for n, w in workers.items()}}
@@ -286,14 +305,14 @@ def main(argv=None) -> dict:
           f"{' '.join(f'{x:.2f}' for x in load_before)} before, "
           f"{' '.join(f'{x:.2f}' for x in meta['load_after'])} after")
     print(f"machine: {meta['machine']}")
+    default = _threads_label()
     print("sides: " + "; ".join(
         {"dynet": "DyNet 2.1.2, autobatch on, 1 thread",
-         "refold": "Refold, TensorFlow's default threads",
+         "refold": f"Refold, {default}",
          "refold-1t": "Refold, TensorFlow on 1 thread",
-         "refold-depth": "Refold, depth scheduler, TensorFlow's default threads",
-         "refold-jit": "Refold, jit_compile=True (XLA), TensorFlow's default threads",
-         "refold-onednn": "Refold, oneDNN's kernels (TF_ENABLE_ONEDNN_OPTS=1), TensorFlow's "
-                          "default threads"}[n]
+         "refold-depth": f"Refold, depth scheduler, {default}",
+         "refold-jit": f"Refold, jit_compile=True (XLA), {default}",
+         "refold-onednn": f"Refold, oneDNN's kernels (TF_ENABLE_ONEDNN_OPTS=1), {default}"}[n]
         for n in order))
     print("train = one Model.fit(epochs=1) call over the items / DyNet's minibatch loop; "
           "infer = one Model.predict call / a forward per minibatch; parse = greedy parsing, "

@@ -5,7 +5,7 @@
 Every task runs on five sides, interleaved round by round as `benchmarks.peers.run`
 does: DyNet 2.1.2 with agenda autobatching, by depth, and with no batching (one
 worker process each, one CPU thread), and Refold's `Model.fit` with the agenda and
-the depth scheduler (TensorFlow's default threads). The table gives each side's
+the depth scheduler (Refold's default threads). The table gives each side's
 median sentences/s (trees/s for the TreeLSTM), Refold agenda ÷ DyNet agenda per
 round (median [min-max]), and the paper's own CPU figures (Neubig et al. 2017,
 Table 1) for reference; those come from other data, sizes and hardware, so only the

@@ -39,6 +39,11 @@ _kernel_cache.start(__path__)
 
 import keras as _keras  # noqa: E402
 
+from refold import threads as _threads  # noqa: E402
+
+# One intra-op thread on a small machine, unless the user chose (`refold.threads`).
+_threads.configure()
+
 from refold.blocks import *  # noqa: F403, E402  (the block language, as Fold's `td`)
 from refold.blocks import __all__ as _blocks_all  # noqa: E402
 from refold.blocks.serialization import registry as _registry  # noqa: E402

@@ -5,9 +5,9 @@ TensorFlow runs a traced step's ops on its inter-op threads, and splits a costly
 each pool has a thread per core. Refold's steps are many small ops side by side, so
 on two cores the two pools are four busy threads: a concat's half waits in the
 intra-op queue behind half of a product the other op started, and the loop's chain
-of launches waits with it. With one intra-op thread (the inter-op threads kept) a
-training step at batch 16 took 0.8-0.9x the time on the standard workloads, batch 1
-and 64 about the same (BENCHMARKS.md, "TensorFlow's threads at small batches").
+of launches waits with it. One intra-op thread (the inter-op threads kept) made
+training at batch 16 faster on every standard workload (BENCHMARKS.md, "TensorFlow's
+threads at small batches").
 
 So `import refold` sets TensorFlow's intra-op threads to one where the process may
 run on at most `SMALL` CPUs, unless the user chose otherwise: TensorFlow fixes its
@@ -55,11 +55,11 @@ def intra_op_threads(cpus: int | None = None, environ: Mapping[str, str] | None 
                              f"got {value!r}")
         return n or None
     if cpus is None:
-        cpus = _cpus()
+        cpus = available_cpus()
     return 1 if cpus <= SMALL else None
 
 
-def _cpus() -> int:
+def available_cpus() -> int:
     """The CPUs this process may run on (its affinity where the system says)."""
     try:
         return len(os.sched_getaffinity(0))
@@ -85,4 +85,4 @@ def configure() -> int | None:
     return n
 
 
-__all__ = ["ENV", "SMALL", "configure", "intra_op_threads"]
+__all__ = ["ENV", "SMALL", "available_cpus", "configure", "intra_op_threads"]

@@ -58,6 +58,8 @@ as one compiled program, bookkeeping included, with no host scalar per iteration
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +93,24 @@ class Feed:
 MANY_ARGS = 4
 """From this many arguments of one type on, a launch outside the loop gathers them in
 one op (`Executor._outside_args`)."""
+
+_HALVES: contextvars.ContextVar = contextvars.ContextVar("refold_outer_halves", default=False)
+
+
+@contextlib.contextmanager
+def launches_outside_loop_in_halves():
+    """Within, while a step is traced: each launch before and after the loop, of an
+    op that handles empty batches, runs as two calls on the two halves of its rows,
+    which TensorFlow's inter-op threads run side by side. Where TensorFlow has one
+    intra-op thread (`refold.threads`) a launch of many rows (a batch's every leaf)
+    would otherwise run on one core; in the loop, halves would double every
+    iteration's ops, which small batches pay for (`compiler.training.tf_executor`
+    enters this for the inference steps it runs on the default executor)."""
+    token = _HALVES.set(True)
+    try:
+        yield
+    finally:
+        _HALVES.reset(token)
 
 
 def _joined(pieces: list):
@@ -492,6 +512,15 @@ class Executor:
             if recorded:
                 outer[o] = (args, n, slots)
 
+    def _in_halves(self, o: int, args: list, n) -> list:
+        """Op o on `n` rows as two calls, on the first and the last half of them
+        (`launches_outside_loop_in_halves`); the outputs joined."""
+        import tensorflow as tf
+        half = n // 2
+        first = self.launches.call(o, [a[:half] for a in args], half)
+        last = self.launches.call(o, [a[half:] for a in args], n - half)
+        return [tf.concat([a, b], 0) for a, b in zip(first, last)]
+
     def _outside_args(self, stage: str, i: int, o: int, made: list, seg, n) -> list:
         """The arguments of launch i of `stage` (op o, `n` rows), gathered from the
         rows made so far. Many arguments of one type (`td.Stack`'s) are gathered in
@@ -515,12 +544,16 @@ class Executor:
         the launches outside the loop")."""
         import tensorflow as tf
 
+        empty_ok = getattr(self.ops[o], "handles_empty", False) is True
+
         def run():
-            if not inputs_only:
-                return self.launches.call(o, args, n)
-            from refold.scheduler.weight_grads import inputs_only as call
-            return call(lambda *a: self.launches.call(o, list(a), n), args)
-        if getattr(self.ops[o], "handles_empty", False) is True:
+            if inputs_only:
+                from refold.scheduler.weight_grads import inputs_only as call
+                return call(lambda *a: self.launches.call(o, list(a), n), args)
+            if empty_ok and args and _HALVES.get():
+                return self._in_halves(o, args, n)
+            return self.launches.call(o, args, n)
+        if empty_ok:
             return run()
         types = [self.layout.value_types[k] for k in self.layout.op_out[o]]
         return tf.cond(n > 0, run,

@@ -101,8 +101,14 @@ class InferenceExecutorChoice:
 
     def tracing(self, single: bool):
         """The scope a step is traced in for choice `single`: its loops and conds
-        stay functional ops, which the single-threaded executor runs."""
-        return self.calling(single)
+        stay functional ops, which the single-threaded executor runs. A step for the
+        default executor runs its launches outside the loop in halves, side by side,
+        where TensorFlow has one intra-op thread and several inter-op threads
+        (`scheduler.executor.launches_outside_loop_in_halves`)."""
+        if single or not halves_pay():
+            return self.calling(single)
+        from refold.scheduler.executor import launches_outside_loop_in_halves
+        return launches_outside_loop_in_halves()
 
     def calling(self, single: bool):
         """The scope a step traced with choice `single` is called in."""
@@ -110,6 +116,19 @@ class InferenceExecutorChoice:
             return contextlib.nullcontext()
         import tensorflow as tf
         return tf.experimental.function_executor_type(self.EXECUTOR)
+
+
+def halves_pay() -> bool:
+    """Whether a launch split in halves can use two cores: TensorFlow runs ops on one
+    intra-op thread (`refold.threads`) and on more than one inter-op thread, on a
+    CPU-only machine of several CPUs."""
+    import tensorflow as tf
+
+    from refold.threads import available_cpus
+    threading = tf.config.threading
+    inter = threading.get_inter_op_parallelism_threads()
+    return (threading.get_intra_op_parallelism_threads() == 1 and inter != 1
+            and available_cpus() > 1 and not _gpu_visible())
 
 
 def by_rows(layout, arrays: dict, max_rows: float, traced: Collection[bool],

@@ -18,6 +18,8 @@ unbatched `ref` formula, from the plain-Python record of the graph (`RawGraph`).
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable
@@ -30,7 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refold.scheduler import SCHEDULERS, OpGraph, Schedule
-from refold.scheduler.executor import Executor
+from refold.scheduler.executor import Executor, launches_outside_loop_in_halves
 from refold.scheduler.planner import Planner
 from tests.scheduler.graphs import Choices, OpSpec, RawGraph, build, concat_raw, draw_graph
 
@@ -129,8 +131,9 @@ class OpSet:
     functions (values; values and gradients) of its executor."""
 
     def __init__(self, ops: list, row_lists: bool = True, batched_weight_grads: bool = False,
-                 replay_backward: bool = False):
+                 replay_backward: bool = False, halves: bool = False):
         self.ops = list(ops)
+        self.halves = halves  # traced with the launches outside the loop in halves
         self.row_lists = row_lists
         self.batched_weight_grads = batched_weight_grads
         self.replay_backward = replay_backward
@@ -156,8 +159,12 @@ class OpSet:
 
         @tf.function(input_signature=[ex.input_signature()], autograph=False)
         def run(arrays):
-            return ex.compute(arrays)
+            with self.scope():
+                return ex.compute(arrays)
         return run
+
+    def scope(self):
+        return launches_outside_loop_in_halves() if self.halves else contextlib.nullcontext()
 
     @functools.cached_property
     def with_gradients(self):
@@ -167,7 +174,7 @@ class OpSet:
         @tf.function(input_signature=[ex.input_signature(), weight_specs], autograph=False)
         def run(arrays, weights):
             consts = arrays["consts_float32"]
-            with tf.GradientTape() as tape:
+            with tf.GradientTape() as tape, self.scope():
                 tape.watch(consts)
                 outs = ex.compute(arrays, self.mode)
                 loss = tf.add_n([tf.constant(0.0)] + [tf.reduce_sum(outs[k] * w)
@@ -202,6 +209,8 @@ ONE_LOOP_OP_REPLAYED = OpSet(ONE_LOOP_OP.ops, replay_backward=True)
 ONE_LOOP_OP_STACKED_REPLAYED = OpSet(ONE_LOOP_OP.ops, row_lists=False, replay_backward=True)
 # Every op said to work on zero rows (they all do): launches outside the loop run unconditionally
 NO_CONDS = OpSet([dataclasses.replace(op, handles_empty=True) for op in OPS])
+# ... and in two halves each (`launches_outside_loop_in_halves`)
+HALVES = OpSet(NO_CONDS.ops, halves=True)
 
 
 def make_const(k, rng):
@@ -398,6 +407,39 @@ def test_values_and_gradients_without_conds_equal_the_oracle(name, data):
     check_values(graph, raw, name, reads, opset=NO_CONDS)
     check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
                     opset=NO_CONDS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=20)
+@given(data=st.data())
+def test_values_and_gradients_with_the_launches_outside_the_loop_in_halves_equal_the_oracle(
+        name, data):
+    graph, raw = random_batch(data.draw, opset=HALVES)
+    reads = draw_reads(data.draw, graph.num_values)
+    check_values(graph, raw, name, reads, opset=HALVES)
+    check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
+                    opset=HALVES)
+
+
+def test_in_halves_each_launch_outside_the_loop_calls_its_op_twice_and_the_loop_s_once():
+    def traced_calls(halves: bool) -> collections.Counter:
+        calls = collections.Counter()
+
+        def counted(op):
+            def fn(*args):
+                calls[op.name] += 1
+                return op.fn(*args)
+            return dataclasses.replace(op, fn=fn)
+        opset = OpSet([counted(op) for op in NO_CONDS.ops], halves=halves)
+        opset.forward.get_concrete_function()
+        return calls
+    plain, halved = traced_calls(False), traced_calls(True)
+    lay = NO_CONDS.executor.layout
+    # a launch outside the loop (an op with arguments) is one call more; the loop's none
+    outside = collections.Counter(OPS[o].name for o in [*lay.outer_ops, *lay.tail_ops]
+                                  if OPS[o].input_types)
+    assert len(outside) >= 5
+    assert halved == plain + outside, (plain, halved, outside)
 
 
 @pytest.mark.parametrize("opset", [ONCE_PER_STEP, ONE_LOOP_OP_ONCE_PER_STEP,

@@ -15,6 +15,7 @@ import refold as td
 from refold.blocks.errors import InputError
 from refold.blocks.evaluation.contexts import reference_eval
 from refold.compiler import Compiler, Model
+from refold.compiler.training import tf_executor
 from refold.compiler.training.tf_executor import InferenceExecutorChoice
 from refold.scheduler.weight_grads import mean_loop_rows
 from tests.compiler import factories
@@ -70,6 +71,29 @@ def test_small_batches_run_single_threaded_and_large_ones_on_the_default_executo
     comp.inference_executor.max_rows = 0  # never: the default's trace serves batch 1 too
     # (equal up to rounding: the two executors' kernels may sum in another order)
     np.testing.assert_allclose(comp.run(trees[:1])[0], small[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("pays", [True, False])
+def test_the_default_executor_s_trace_runs_launches_outside_the_loop_in_halves_if_they_pay(
+        monkeypatch, pays):
+    # where TensorFlow has one intra-op thread and several inter-op ones (`halves_pay`),
+    # the leaf launch before the loop is two calls of its op; the results are the same
+    monkeypatch.setattr(tf_executor, "halves_pay", lambda: pays)
+    trees, _ = sign_data(40, seed=2)
+    plain = Compiler.create(factories.tree_sign())
+    plain.inference_executor.max_rows = 0  # the default executor, no halves: the baseline
+    monkeypatch.setattr(tf_executor, "halves_pay", lambda: False)
+    want = plain.run(trees)
+    monkeypatch.setattr(tf_executor, "halves_pay", lambda: pays)
+    comp = Compiler.create(factories.tree_sign())
+    comp.inference_executor.max_rows = 0
+    got = comp.run(trees)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    calls = {k: sum(op.type in ("StatefulPartitionedCall", "PartitionedCall", "MatMul")
+                    for op in fn[1].graph.get_operations())
+             for k, fn in [("plain", plain._run_flat[False]), ("comp", comp._run_flat[False])]}
+    assert (calls["comp"] > calls["plain"]) == pays, calls
 
 
 def test_a_choice_not_traced_waits_for_patience_batches_far_from_the_threshold():

@@ -24,6 +24,9 @@ How a batch runs (`compute`, one method per stage):
    through `tf.switch_case` when the loop has several ops, directly when it has
    one. With one loop op every argument and output travels as its own row list;
    with several, a value type's rows travel stacked and are split in the branch.
+   A loop no gradient goes through (inference, the forward run of the replayed
+   backward pass) writes each launch's outputs in its own iteration instead
+   (`_loop_writing_own`), so only the buffers are loop variables.
 4. **After the loop** (`_loop_reads`, `_after_loop`): `final_read` writes the
    last launch's outputs and gathers, per type, the rows the tail and the results
    need; the tail ops run on them, then the results are gathered.
@@ -334,6 +337,8 @@ class Executor:
         shapes = [tuple(t.shape) for t in lay.value_types]
         n_in, n_out = self._row_lists()
         stacked = len(lay.loop_ops) > 1 or not self.row_lists
+        if not differentiable and lay.loop_ops:
+            return self._loop_writing_own(bufs, seg, n_in, n_out, stacked, deferred)
         table = LaunchTable(lay, seg, bufs)
 
         def body(g, bufs, ys):
@@ -364,6 +369,43 @@ class Executor:
                                          for k in loop_types], invariants))
         return carried, ys, g_end
 
+    def _loop_writing_own(self, bufs: list, seg, n_in: dict, n_out: dict, stacked: bool,
+                          deferred: dict):
+        """`_loop` for a loop no gradient goes through: iteration g gathers launch g's
+        inputs, runs it and writes its outputs in place, so only the buffers are
+        carried from one iteration to the next (a loop variable costs nodes every
+        iteration; the fused write-then-read of `scheduler.inplace` exists for the
+        gradient). Returns as `_loop` does, with no outputs left to write."""
+        import tensorflow as tf
+        lay = self.layout
+        loop_types = lay.loop_types
+        shapes = [tuple(t.shape) for t in lay.value_types]
+        table = LaunchTable(lay, seg, bufs, own_outputs=True)
+        outputs = {k for o in lay.loop_ops for k in lay.op_out[o]}
+
+        def body(g, bufs):
+            op, size, rows, written = table.launch(g)
+            xs = [[tf.gather(b, r) for r in row_parts(rows[k], n_in[k])]
+                  for b, k in zip(bufs, loop_types)]
+            branches = [lambda o=o: self._branch(o, xs, size, stacked, deferred)
+                        for o in lay.loop_ops]
+            ys = tf.switch_case(op, branches) if len(branches) > 1 else branches[0]()
+            new_bufs = []
+            for b, k, ys_k in zip(bufs, loop_types, ys):
+                if k in outputs:  # (stacked, a type no loop op writes gets no rows)
+                    for y, r in zip(ys_k, row_parts(written[k], n_out[k])):
+                        b = tf.raw_ops.InplaceUpdate(x=b, i=r, v=rows_shaped(y, shapes[k]))
+                new_bufs.append(b)
+            return g + 1, new_bufs
+
+        g0 = tf.constant(0, tf.int32)
+        n_launches = table.count
+        g_end, carried = tf.while_loop(
+            lambda g, *_: g < n_launches, body, (g0, [bufs[k] for k in loop_types]),
+            shape_invariants=(g0.shape, [tf.TensorShape((None, *shapes[k]))
+                                         for k in loop_types]))
+        return carried, [[] for _ in loop_types], g_end
+
     def _loop_reads(self, carried: list, ys: list, g_end, seg, final: dict | None = None
                     ) -> dict:
         """Per loop type, the rows the tail and the results need, read from the
@@ -377,10 +419,13 @@ class Executor:
         _, n_out = self._row_lists()
         post = {}
         for i, k in enumerate(self.layout.loop_types):
-            bounds = seg(f"out_bounds_{k}")
-            written = tf.range(bounds[g_end], bounds[g_end + 1])
-            post[k] = final_read(carried[i], ys[i], row_parts(written, n_out[k]),
-                                 seg(f"post_rows_{k}"))
+            if not ys[i]:  # every output written in the loop (`_loop_writing_own`)
+                post[k] = tf.gather(carried[i], seg(f"post_rows_{k}"))
+            else:
+                bounds = seg(f"out_bounds_{k}")
+                written = tf.range(bounds[g_end], bounds[g_end + 1])
+                post[k] = final_read(carried[i], ys[i], row_parts(written, n_out[k]),
+                                     seg(f"post_rows_{k}"))
             if final is not None:
                 final[k] = carried[i]
         return post
@@ -391,21 +436,11 @@ class Executor:
         `Launches.segments`): each buffer as the loop leaves it, with every value
         the loop made written (the last launch's outputs too). What the replayed
         backward loop (`scheduler.reverse`) runs forward and then reads."""
-        import tensorflow as tf
         lay = self.layout
         by_type = dict(zip(lay.loop_types, starts))
-        carried, ys, g_end = self._loop([by_type.get(k) for k in range(lay.n_types)], seg, {},
-                                        differentiable=False)
-        _, n_out = self._row_lists()
-        final = []
-        for i, k in enumerate(lay.loop_types):
-            bounds = seg(f"out_bounds_{k}")
-            buf = carried[i]
-            for y, rows in zip(ys[i], row_parts(tf.range(bounds[g_end], bounds[g_end + 1]),
-                                                n_out[k])):
-                buf = tf.raw_ops.InplaceUpdate(x=buf, i=rows, v=y)
-            final.append(buf)
-        return final
+        carried, _, _ = self._loop([by_type.get(k) for k in range(lay.n_types)], seg, {},
+                                   differentiable=False)
+        return carried
 
     def _after_loop(self, bufs: list, post: dict, seg) -> list:
         """Runs the tail on the rows read after the loop (`post`: the loop types',

@@ -97,8 +97,9 @@ class LaunchTable:
         seg: the batch's index segments by name (`Launches.segments`).
         buffers: per loop type, its buffer (only its row count is read).
         own_outputs: `written` is each launch's own output rows (the replayed
-            backward loop); without it, the previous launch's (the forward loop
-            writes a launch's outputs one iteration late: `scheduler.inplace`).
+            backward loop, a forward loop no gradient goes through); without it,
+            the previous launch's (the differentiated forward loop writes a
+            launch's outputs one iteration late: `scheduler.inplace`).
     """
 
     def __init__(self, layout: Layout, seg: Callable, buffers: dict, own_outputs: bool = False):

@@ -549,6 +549,29 @@ def test_a_loop_traced_without_a_tape_keeps_no_gradient_bookkeeping():
     assert "EnsureShape" not in body_ops(ONE_LOOP_OP.forward)
 
 
+@pytest.mark.parametrize("opset", [ONE_LOOP_OP, ONE_LOOP_OP_STACKED, ALL],
+                         ids=["row lists", "stacked", "switch"])
+def test_a_loop_traced_without_a_tape_carries_only_its_buffers(opset):
+    """Each iteration writes its own launch's outputs: no loop variable holds them for
+    the next one (a variable costs nodes every iteration), unlike the differentiated
+    loop's fused write-then-read."""
+    def changing(fn) -> list:
+        """Per loop, its variables that an iteration changes (not passed through:
+        the captured tensors are loop variables too)."""
+        graph = fn.get_concrete_function().graph
+        counts = []
+        for op in graph.get_operations():
+            if op.type in ("While", "StatelessWhile"):
+                body = graph._functions[op.get_attr("body").name].graph
+                made = [t.op.inputs[0] if t.op.type == "Identity" else t for t in body.outputs]
+                counts.append(sum(t.op.type != "Placeholder" for t in made))
+        return counts
+    # the loop counter, the launch index, a buffer per loop type the loop writes
+    written = {k for o in opset.executor.layout.loop_ops for k in opset.executor.layout.op_out[o]}
+    assert changing(opset.forward) == [2 + len(written)]
+    assert max(changing(opset.with_gradients)) > 2 + len(written)
+
+
 def test_an_iteration_cuts_its_launch_row_with_one_split():
     graph = ONE_LOOP_OP.forward.get_concrete_function().graph
     body = [op for name, f in graph._functions.items() if "body" in name

@@ -26,7 +26,8 @@ How a batch runs (`compute`, one method per stage):
    with several, a value type's rows travel stacked and are split in the branch.
    A loop no gradient goes through (inference, the forward run of the replayed
    backward pass) writes each launch's outputs in its own iteration instead
-   (`_loop_writing_own`), so only the buffers are loop variables.
+   (`_loop_writing_own`), so only the buffers are loop variables; in a step of
+   small launches (`small_launches`) it moves each value type's rows stacked.
 4. **After the loop** (`_loop_reads`, `_after_loop`): `final_read` writes the
    last launch's outputs and gathers, per type, the rows the tail and the results
    need; the tail ops run on them, then the results are gathered.
@@ -114,6 +115,30 @@ def launches_outside_loop_in_halves():
         yield
     finally:
         _HALVES.reset(token)
+
+
+_SMALL: contextvars.ContextVar = contextvars.ContextVar("refold_small_launches", default=False)
+
+
+@contextlib.contextmanager
+def small_launches():
+    """Within, while a step is traced: its loop's launches are small (a few rows
+    each), so a loop no gradient goes through moves each value type's rows stacked
+    (one gather and one split in, one concat and one write out) instead of a row
+    list per argument and output. Fewer ops an iteration, for a copy of the rows
+    that costs more than it saves from some dozens of rows on: the inference steps
+    of the single-threaded executor (`compiler.training.tf_executor`) and the
+    replayed backward pass (`scheduler.reverse`) enter it."""
+    token = _SMALL.set(True)
+    try:
+        yield
+    finally:
+        _SMALL.reset(token)
+
+
+def launches_are_small() -> bool:
+    """Whether the step being traced is within `small_launches`."""
+    return _SMALL.get()
 
 
 def _joined(pieces: list):
@@ -338,6 +363,9 @@ class Executor:
         n_in, n_out = self._row_lists()
         stacked = len(lay.loop_ops) > 1 or not self.row_lists
         if not differentiable and lay.loop_ops:
+            if _SMALL.get():  # one row list per value type
+                n_in = n_out = {k: 1 for k in loop_types}
+                stacked = True
             return self._loop_writing_own(bufs, seg, n_in, n_out, stacked, deferred)
         table = LaunchTable(lay, seg, bufs)
 
@@ -381,18 +409,19 @@ class Executor:
         loop_types = lay.loop_types
         shapes = [tuple(t.shape) for t in lay.value_types]
         table = LaunchTable(lay, seg, bufs, own_outputs=True)
+        inputs = {k for o in lay.loop_ops for k in lay.op_in[o]}
         outputs = {k for o in lay.loop_ops for k in lay.op_out[o]}
 
         def body(g, bufs):
             op, size, rows, written = table.launch(g)
-            xs = [[tf.gather(b, r) for r in row_parts(rows[k], n_in[k])]
+            xs = [[tf.gather(b, r) for r in row_parts(rows[k], n_in[k])] if k in inputs else []
                   for b, k in zip(bufs, loop_types)]
             branches = [lambda o=o: self._branch(o, xs, size, stacked, deferred)
                         for o in lay.loop_ops]
             ys = tf.switch_case(op, branches) if len(branches) > 1 else branches[0]()
             new_bufs = []
             for b, k, ys_k in zip(bufs, loop_types, ys):
-                if k in outputs:  # (stacked, a type no loop op writes gets no rows)
+                if k in outputs:  # (stacked: a type no loop op writes, no rows)
                     for y, r in zip(ys_k, row_parts(written[k], n_out[k])):
                         b = tf.raw_ops.InplaceUpdate(x=b, i=r, v=rows_shaped(y, shapes[k]))
                 new_bufs.append(b)

@@ -11,7 +11,9 @@ loop with no gradient recorded and gives it a gradient of its own, a second
 
 1. gathers the launch's inputs from the final buffers and its outputs' total
    gradients from the gradient buffers (complete by then: every reader of those
-   outputs is a later launch, already replayed);
+   outputs is a later launch, already replayed), one gather per value type, since
+   replayed launches are small (its forward loop runs as a step of small launches:
+   `scheduler.executor.small_launches`);
 2. runs the op again on them and differentiates it with respect to its inputs
    only (a `tf.GradientTape` inside the body, so ops with a gradient of their own
    under a tape use it);
@@ -59,7 +61,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from refold.scheduler.launches import row_parts
+from refold.scheduler.executor import small_launches
 from refold.scheduler.layout import dtype_name
 
 
@@ -81,7 +83,8 @@ def replay_loop(executor, bufs: list, seg) -> tuple[list, list]:
 
     @tf.custom_gradient
     def loop(*starts):
-        final = executor.loop_values(list(starts), seg)
+        with small_launches():  # replayed batches are those of small launches
+            final = executor.loop_values(list(starts), seg)
         post = [tf.gather(b, r) for b, r in zip(final, post_rows)]
 
         def grad(*g_outs, variables=None):
@@ -130,6 +133,11 @@ def _backward(executor, final: list, g_post: list, g_final: list, post_rows: lis
     return _starts(loop_types, floats, g_bufs)
 
 
+def _cut(rows, m: int) -> list:
+    """`rows` (m same-typed values' rows, one value after the other) cut in m."""
+    return tf.split(rows, m) if m > 1 else [rows]
+
+
 def _starts(loop_types: list, floats: list, g_bufs: list) -> list:
     by_slot = dict(zip(floats, g_bufs))
     return [by_slot.get(i) for i in range(len(loop_types))]
@@ -143,11 +151,13 @@ def _replay(launches, o: int, final: list, g_bufs: list, rows: dict, written: di
     loop_types = list(lay.loop_types)
     slot = {k: i for i, k in enumerate(loop_types)}
     ins, outs = lay.op_in[o], lay.op_out[o]
-    in_parts = {k: row_parts(rows[k], ins.count(k)) for k in set(ins)}
-    out_parts = {k: row_parts(written[k], outs.count(k)) for k in set(outs)}
-    args = [tf.gather(final[slot[k]], in_parts[k][int(lay.arg_typepos[o, a])])
-            for a, k in enumerate(ins)]
     g_slot = {i: s for s, i in enumerate(floats)}
+    # each type's rows in one gather, cut into its arguments (outputs): the launches
+    # replayed are small, so one op less an argument beats the copy
+    values = {k: _cut(tf.gather(final[slot[k]], rows[k]), ins.count(k)) for k in set(ins)}
+    args = [values[k][int(lay.arg_typepos[o, a])] for a, k in enumerate(ins)]
+    out_grads = {k: _cut(tf.gather(g_bufs[g_slot[slot[k]]], written[k]), outs.count(k))
+                 for k in set(outs) if slot[k] in g_slot}
     diff = [a for a, k in enumerate(ins) if slot[k] in g_slot]
     # under a tape, as when TensorFlow differentiates the loop: ops that carry their
     # own gradient under one (`models.gates.lstm_memory`) use it. Weight products keep
@@ -162,8 +172,7 @@ def _replay(launches, o: int, final: list, g_bufs: list, rows: dict, written: di
     for s, k in enumerate(outs):
         if slot[k] in g_slot:
             diff_ys.append(ys[s])
-            g_ys.append(tf.gather(g_bufs[g_slot[slot[k]]],
-                                  out_parts[k][int(lay.slot_typepos[o, s])]))
+            g_ys.append(out_grads[k][int(lay.slot_typepos[o, s])])
     got = tape.gradient(diff_ys, [args[a] for a in diff], output_gradients=g_ys) \
         if diff_ys else [None] * len(diff)
     g_args = {a: None if g is None else tf.convert_to_tensor(g) for a, g in zip(diff, got)}

@@ -84,7 +84,7 @@ class _Part:
         compute = self.executor.compute
         self.choice = choice = InferenceExecutorChoice(self.executor)
         self.single = not _gpu_visible()
-        with choice.tracing(self.single):
+        with choice.calling(self.single):
             self.fn = tf.function(lambda *t: compute(handoff.unfold(t)), autograph=False,
                                   input_signature=handoff.signature).get_concrete_function()
         if self.single and not choice.admits(True, self.fn):  # an Assert: the default

@@ -99,16 +99,23 @@ class InferenceExecutorChoice:
                 self.refused = True
         return not (single and self.refused)
 
+    @contextlib.contextmanager
     def tracing(self, single: bool):
         """The scope a step is traced in for choice `single`: its loops and conds
-        stay functional ops, which the single-threaded executor runs. A step for the
-        default executor runs its launches outside the loop in halves, side by side,
-        where TensorFlow has one intra-op thread and several inter-op threads
+        stay functional ops, which the single-threaded executor runs, and its loop,
+        whose launches are small, moves each value type's rows stacked
+        (`scheduler.executor.small_launches`). A step for the default executor runs
+        its launches outside the loop in halves, side by side, where TensorFlow has
+        one intra-op thread and several inter-op threads
         (`scheduler.executor.launches_outside_loop_in_halves`)."""
-        if single or not halves_pay():
-            return self.calling(single)
-        from refold.scheduler.executor import launches_outside_loop_in_halves
-        return launches_outside_loop_in_halves()
+        from refold.scheduler.executor import launches_outside_loop_in_halves, small_launches
+        with contextlib.ExitStack() as scope:
+            if single:
+                scope.enter_context(self.calling(True))
+                scope.enter_context(small_launches())
+            elif halves_pay():
+                scope.enter_context(launches_outside_loop_in_halves())
+            yield
 
     def calling(self, single: bool):
         """The scope a step traced with choice `single` is called in."""

@@ -96,6 +96,34 @@ def test_the_default_executor_s_trace_runs_launches_outside_the_loop_in_halves_i
     assert (calls["comp"] > calls["plain"]) == pays, calls
 
 
+@pytest.mark.parametrize("single", [True, False])
+def test_only_the_single_threaded_executor_s_trace_is_a_step_of_small_launches(
+        monkeypatch, single):
+    # its batches average at most `max_rows` rows a launch: the loop moves each value
+    # type's rows stacked (`scheduler.executor.small_launches`); the results are the same
+    import contextlib
+
+    from refold.scheduler import executor
+    entered = []
+    small = executor.small_launches
+
+    @contextlib.contextmanager
+    def recorded():
+        entered.append(1)
+        with small():
+            yield
+    monkeypatch.setattr(executor, "small_launches", recorded)
+    trees, _ = sign_data(40, seed=2)
+    want = Compiler.create(factories.tree_sign()).run(trees)
+    entered.clear()
+    comp = Compiler.create(factories.tree_sign())
+    comp.inference_executor.max_rows = float("inf") if single else 0
+    got = comp.run(trees)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    assert bool(entered) == single
+
+
 def test_a_choice_not_traced_waits_for_patience_batches_far_from_the_threshold():
     from types import SimpleNamespace
     layout = SimpleNamespace(loop_ops=[1], segment_id={"group_size": 1})

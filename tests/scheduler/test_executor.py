@@ -32,7 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refold.scheduler import SCHEDULERS, OpGraph, Schedule
-from refold.scheduler.executor import Executor, launches_outside_loop_in_halves
+from refold.scheduler.executor import Executor, launches_outside_loop_in_halves, small_launches
 from refold.scheduler.planner import Planner
 from tests.scheduler.graphs import Choices, OpSpec, RawGraph, build, concat_raw, draw_graph
 
@@ -131,9 +131,10 @@ class OpSet:
     functions (values; values and gradients) of its executor."""
 
     def __init__(self, ops: list, row_lists: bool = True, batched_weight_grads: bool = False,
-                 replay_backward: bool = False, halves: bool = False):
+                 replay_backward: bool = False, halves: bool = False, small: bool = False):
         self.ops = list(ops)
         self.halves = halves  # traced with the launches outside the loop in halves
+        self.small = small  # traced as a step of small launches (rows stacked)
         self.row_lists = row_lists
         self.batched_weight_grads = batched_weight_grads
         self.replay_backward = replay_backward
@@ -164,7 +165,12 @@ class OpSet:
         return run
 
     def scope(self):
-        return launches_outside_loop_in_halves() if self.halves else contextlib.nullcontext()
+        scope = contextlib.ExitStack()
+        if self.halves:
+            scope.enter_context(launches_outside_loop_in_halves())
+        if self.small:
+            scope.enter_context(small_launches())
+        return scope
 
     @functools.cached_property
     def with_gradients(self):
@@ -211,6 +217,8 @@ ONE_LOOP_OP_STACKED_REPLAYED = OpSet(ONE_LOOP_OP.ops, row_lists=False, replay_ba
 NO_CONDS = OpSet([dataclasses.replace(op, handles_empty=True) for op in OPS])
 # ... and in two halves each (`launches_outside_loop_in_halves`)
 HALVES = OpSet(NO_CONDS.ops, halves=True)
+SMALL = OpSet(OPS, small=True)  # several loop ops: rows stacked by any means
+ONE_LOOP_OP_SMALL = OpSet(ONE_LOOP_OP.ops, small=True)  # rows stacked instead of row lists
 
 
 def make_const(k, rng):
@@ -419,6 +427,54 @@ def test_values_and_gradients_with_the_launches_outside_the_loop_in_halves_equal
     check_values(graph, raw, name, reads, opset=HALVES)
     check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
                     opset=HALVES)
+
+
+@pytest.mark.parametrize("opset", [SMALL, ONE_LOOP_OP_SMALL], ids=["several", "one"])
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=15)
+@given(data=st.data())
+def test_values_and_gradients_of_a_step_of_small_launches_equal_the_oracle(opset, name, data):
+    graph, raw = random_batch(data.draw, opset=opset)
+    reads = draw_reads(data.draw, graph.num_values)
+    check_values(graph, raw, name, reads, opset=opset)
+    check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
+                    opset=opset)
+
+
+def _loop_body_ops(fn, index: int = 0) -> collections.Counter:
+    """The op types of the body of the `index`-th loop a traced function holds."""
+    graph = fn.get_concrete_function().graph
+    loops = [op for op in graph.get_operations() if op.type in ("While", "StatelessWhile")]
+    body = graph._functions[loops[index].get_attr("body").name].graph
+    return collections.Counter(op.type for op in body.get_operations())
+
+
+def test_a_step_of_small_launches_moves_each_value_type_s_rows_stacked():
+    """Without a tape, its loop gathers each loop type's rows once (one more gather
+    reads the launch's row of the table) and writes each type it makes once, where
+    row lists take a gather per argument and a write per output."""
+    lay = ONE_LOOP_OP.executor.layout
+    cell = lay.loop_ops[0]
+    read, made = set(lay.op_in[cell]), set(lay.op_out[cell])
+    assert len(lay.op_in[cell]) > len(read) and len(lay.op_out[cell]) > len(made)
+    lists, stacked = _loop_body_ops(ONE_LOOP_OP.forward), _loop_body_ops(ONE_LOOP_OP_SMALL.forward)
+    assert (lists["GatherV2"], lists["InplaceUpdate"]) == (1 + len(lay.op_in[cell]),
+                                                           len(lay.op_out[cell]))
+    assert (stacked["GatherV2"], stacked["InplaceUpdate"]) == (1 + len(read), len(made))
+
+
+def test_the_replayed_backward_pass_reads_each_value_type_s_rows_with_one_gather():
+    """Its forward run is a step of small launches (rows stacked), and each replayed
+    launch gathers its arguments and its outputs' gradients one type at a time."""
+    lay = ONE_LOOP_OP.executor.layout
+    cell = lay.loop_ops[0]
+    forward = _loop_body_ops(ONE_LOOP_OP_REPLAYED.with_gradients, 0)
+    assert forward["InplaceUpdate"] == len(set(lay.op_out[cell]))
+    backward = _loop_body_ops(ONE_LOOP_OP_REPLAYED.with_gradients, 1)
+    floats = set(ONE_LOOP_OP.executor.launches.tapped_types)
+    # the launch table's row, each argument type, each float output type
+    assert backward["GatherV2"] == 1 + len(set(lay.op_in[cell])) + len(
+        set(lay.op_out[cell]) & floats)
 
 
 def test_in_halves_each_launch_outside_the_loop_calls_its_op_twice_and_the_loop_s_once():

@@ -130,13 +130,20 @@ class Op:
             per node (a layer, a TensorFlow function); on a large input the reference
             evaluator may then compute many nodes' rows in one call
             (`blocks.evaluation.deferred`). Defaults to `traceable`.
+        weight_grads: optional `weight_grads(args, arg_grads)`: the gradients of the
+            weights `fn` reads over a batch, `{variable.ref(): gradient}`, from its
+            arguments and their gradients (None where it cannot tell), where those
+            determine them (a recurrent cell's `h U`, whose input part `z` has the
+            gradient of the product: `models.rnn_cells.ProjectedCell`). The engine
+            then takes a loop op's weight gradients once per step without running
+            the op again (`scheduler.executor`).
     """
 
     def __init__(self, name: str, fn: Callable, input_types: Sequence[TensorType],
                  output_types: Sequence[TensorType], key: Hashable | None = None,
                  cost: float = 1.0, prelude_only: bool = False, check: Callable | None = None,
                  handles_empty: bool = False, random: bool = False, traceable: bool = False,
-                 pure: bool | None = None):
+                 pure: bool | None = None, weight_grads: Callable | None = None):
         self.name = name
         self.fn = fn
         self.input_types = tuple(input_types) + ((NODE_KEY,) if random else ())
@@ -157,6 +164,7 @@ class Op:
         self.handles_empty = handles_empty
         self.traceable = traceable
         self.pure = traceable if pure is None else pure
+        self.weight_grads = weight_grads
 
     def prelude_error(self) -> ValueError:
         """The error for a prelude-only op called on the output of another op (every

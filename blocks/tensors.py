@@ -376,7 +376,8 @@ class Function(Block):
                           in_types, out_types, key=key,
                           prelude_only=getattr(self._tf_fn, "reads_sparsely", False),
                           check=getattr(self._tf_fn, "check_inputs", None), handles_empty=empty,
-                          random=random, traceable=layer, pure=layer or _pure(self._tf_fn))
+                          random=random, traceable=layer, pure=layer or _pure(self._tf_fn),
+                          weight_grads=getattr(self._tf_fn, "weight_grads_from_inputs", None))
         return self._op
 
     def ops(self) -> list[Op]:

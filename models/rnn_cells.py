@@ -395,6 +395,22 @@ class CellPair(Layer):
         out_2, state_2 = self.second(inputs[1], states[1])
         return (out_1, out_2), (state_1, state_2)
 
+    def weight_grads_from_inputs(self, args: list, arg_grads: list) -> dict | None:
+        """Both cells' `weight_grads_from_inputs` on their own arguments (flat:
+        `[x_1, x_2, state_1..., state_2...]`), or None unless both give theirs."""
+        n_1 = len(_leaves(self.first.input_type[1]))  # (input, state)
+        parts = (([0], range(2, 2 + n_1)), ([1], range(2 + n_1, len(args))))
+        got: dict = {}
+        for cell, (x, state) in zip((self.first, self.second), parts):
+            fn = getattr(cell, "weight_grads_from_inputs", None)
+            pick = [*x, *state]
+            mine = fn([args[i] for i in pick], [arg_grads[i] for i in pick]) if fn else None
+            if mine is None:
+                return None
+            for ref, g in mine.items():  # one cell twice: its gradients add
+                got[ref] = got[ref] + g if ref in got else g
+        return got
+
 
 class InputProjection(Layer):
     """The input's part of one or more cells' gates, `x -> (x W_1 + b_1, ...)`.
@@ -477,6 +493,23 @@ class ProjectedCell(Layer):
     def _call(self, z_x, state):
         return self.cell._recur(z_x, state)
 
+    def weight_grads_from_inputs(self, args: list, arg_grads: list) -> dict | None:
+        """The recurrent kernel's gradient over a batch of calls, `h^T dz`, from the
+        arguments (`[z_x, h, ...]`, flat) and their gradients, or None where the cell
+        is not of the form `f(z_x + h U)`: there `z_x`'s gradient is the gradient of
+        `z`, as nothing but this call reads `z_x` (`InputProjection` makes it for this
+        cell alone). The engine then takes the weight gradient once per step with one
+        product instead of running the cell again (`blocks.Op.weight_grads`)."""
+        cell = self.cell
+        if self.random or type(cell)._recur not in _ADDITIVE_RECURRENCES or \
+                type(cell)._state_product is not _RecurrentCell._state_product:
+            return None
+        if arg_grads[0] is None:
+            return None
+        kernel = cell.recurrent_kernel.value
+        h, dz = (tf.cast(t, kernel.dtype) for t in (args[1], arg_grads[0]))
+        return {kernel.ref(): tf.matmul(h, dz, transpose_a=True)}
+
 
 def projects_input(cell: Any) -> bool:
     """Whether `cell` can run as `InputProjection` and `ProjectedCell`: one of the
@@ -502,6 +535,13 @@ def rnn_outputs(cell: Any) -> td.Block:
 
 
 _OWN_CALLS = frozenset((SimpleRNNCell._call, LSTMCell._call, GRUCell._call))
+# the cells whose recurrence is f(z_x + h U) (the GRU's reset gate multiplies h U)
+_ADDITIVE_RECURRENCES = frozenset((SimpleRNNCell._recur, LSTMCell._recur))
+
+
+def _leaves(t) -> list:
+    """The tensor types of a (nested) type, in order."""
+    return [leaf for item in t for leaf in _leaves(item)] if isinstance(t, TupleType) else [t]
 
 __all__ = ["SimpleRNNCell", "LSTMCell", "GRUCell", "CellPair", "InputProjection",
            "ProjectedCell", "projects_input", "fold_step", "rnn_outputs"]

@@ -508,9 +508,10 @@ class Executor:
                          launch: tuple | None = None) -> list:
         """Gradients of loop op o's `variables` over all its launches in the loop,
         and its `launch` before it if recorded (`_run_outside_loop`): the op run
-        once on all their nodes (the loop's arguments read from `final`) and
+        once on all their nodes (the arguments read from `final`) and
         differentiated against its outputs' total gradients (`g_buf[k]`: every row
-        of type k's buffer)."""
+        of type k's buffer); or, for an op whose weight gradients follow from its
+        arguments' gradients (`Op.weight_grads`), those, without running it."""
         import tensorflow as tf
         lay = self.layout
         mine = tf.cast(tf.reshape(tf.where(tf.equal(seg("group_op"), int(lay.branch_of[o]))),
@@ -522,9 +523,18 @@ class Executor:
             first = starts + pos * n
             return tf.ragged.range(first, first + n).flat_values
 
-        args = [tf.gather(final[k], tf.gather(seg(f"in_rows_{k}"), rows(
-                    tf.gather(seg(f"in_splits_{k}"), mine), int(lay.arg_typepos[o, a]))))
-                for a, k in enumerate(lay.op_in[o])]
+        index = [tf.gather(seg(f"in_rows_{k}"), rows(tf.gather(seg(f"in_splits_{k}"), mine),
+                                                        int(lay.arg_typepos[o, a])))
+                 for a, k in enumerate(lay.op_in[o])]
+        if launch is not None:  # its launch before the loop reads rows of the same buffers
+            index = [tf.concat([i, r], 0) for i, r in zip(index, launch[0])]
+        args = [tf.gather(final[k], i) for k, i in zip(lay.op_in[o], index)]
+        shortcut = getattr(self.ops[o], "weight_grads", None)
+        if shortcut is not None:  # from the arguments and their gradients, no second run
+            got = shortcut(args, [tf.gather(g_buf[k], i) if k in g_buf else None
+                                  for k, i in zip(lay.op_in[o], index)])
+            if got is not None and all(v.ref() in got for v in variables):
+                return [got[v.ref()] for v in variables]
         slots, g_outs = [], []
         for s, k in enumerate(lay.op_out[o]):
             if k in g_buf:  # launch j's outputs start at out_bounds[j + 1]
@@ -533,9 +543,8 @@ class Executor:
                 slots.append(s)
                 g_outs.append(tf.gather(g_buf[k], written))
         if launch is not None:  # its launch before the loop: more rows of the same call
-            outer_args, outer_rows, outer_slots = launch
+            _, outer_rows, outer_slots = launch
             first = {s: start for s, _, start in outer_slots}
-            args = [tf.concat([a, b], 0) for a, b in zip(args, outer_args)]
             g_outs = [tf.concat([g, tf.gather(g_buf[lay.op_out[o][s]], tf.range(
                 first[s], first[s] + outer_rows))], 0) for s, g in zip(slots, g_outs)]
             total = total + outer_rows
@@ -558,8 +567,8 @@ class Executor:
         order: each gathers its arguments from the rows of type k made so far,
         `made[k]` (a list of row blocks), and appends its outputs there. A launch
         of a `deferred` op leaves its weights' gradients to the tap and is recorded
-        in `outer`: `(args, rows, [(slot, type, its first row in the type's buffer)
-        per float output])`."""
+        in `outer`: `(its arguments' rows in their types' buffers, rows, [(slot,
+        type, its first row in the type's buffer) per float output])`."""
         import tensorflow as tf
         lay = self.layout
         tapped = set(self.launches.tapped_types) if deferred else set()
@@ -573,8 +582,8 @@ class Executor:
                 if recorded and k in tapped:
                     slots.append((s, k, tf.add_n([tf.shape(p)[0] for p in made[k]])))
                 made[k].append(outs[s])
-            if recorded:
-                outer[o] = (args, n, slots)
+            if recorded:  # its arguments' rows in their types' buffers
+                outer[o] = ([seg(f"{stage}_args_{i}_{a}") for a in range(len(args))], n, slots)
 
     def _in_halves(self, o: int, args: list, n) -> list:
         """Op o on `n` rows as two calls, on the first and the last half of them

@@ -131,6 +131,38 @@ def test_fused_cells_equal_the_reference_with_weight_gradients_once_per_step(
 
 
 
+@pytest.mark.parametrize("name, replay, shortcut", [
+    ("stacked_encodings", False, True), ("stacked_encodings", True, True),
+    ("bidirectional_tagger", True, False)])  # an LSTM and a GRU: the cells run again
+@settings(max_examples=2, deadline=None)
+@given(data=st.data())
+def test_a_bilstm_s_kernel_gradients_come_from_its_projections_gradients(
+        name, replay, shortcut, data):
+    """Taken once per step, two LSTMs' recurrent kernels' gradients are `h^T dz` from
+    the gradients their projected inputs got (`ProjectedCell.weight_grads_from_inputs`,
+    the loop op's `Op.weight_grads`), without running the cells again; equal to the
+    reference's."""
+    from hypothesis import assume
+    case = reference.case(name)
+    built = reference.engine_for(case, "agenda")
+    built[0].executor.batched_weight_grads = True  # read when the step is traced
+    built[0].executor.replay_backward = replay
+    lay = built[0].executor.layout
+    (pair,) = [built[0].executor.ops[o] for o in lay.loop_ops]
+    given = []
+
+    def recorded(args, arg_grads, shortcut=pair.weight_grads):
+        got = shortcut(args, arg_grads)
+        given.append(got is not None)
+        return got
+    inputs = data.draw(st.lists(case.inputs, min_size=1, max_size=6))
+    assume(any(len(x) > 1 for x in inputs))  # a loop: a sentence of two words
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pair, "weight_grads", recorded)
+        reference.check_case_batch(case, "agenda", inputs, built)
+    assert given and all(g == shortcut for g in given)
+
+
 @pytest.mark.parametrize("scheduler", ["agenda", "depth"])
 @pytest.mark.parametrize("name", ["tree_lstm", "bidirectional_tagger"])
 @settings(max_examples=2, deadline=None)

@@ -271,3 +271,57 @@ def test_the_loop_of_a_projected_cell_has_no_broadcasting_gradients(cell, replay
     bodies = bodies.values()
     in_loops = [op.type for g in bodies for op in g.get_operations()]
     assert "AddN" in in_loops and "BroadcastGradientArgs" not in in_loops
+
+
+def _projected_call(cell, rows: int = 5, seed: int = 0):
+    """A `ProjectedCell`'s flat arguments on random rows, and the tape's gradient of
+    a random linear function of its outputs, for its weights and its arguments."""
+    import tensorflow as tf
+    rng = np.random.default_rng(seed)
+    projected = rnn_cells.ProjectedCell(cell)
+    flat = [tf.constant(rng.normal(size=(rows, *t.shape)), tf.float32)
+            for t in [cell.projected_type, *rnn_cells._leaves(cell.state_type)]]
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(flat)
+        out, state = projected(flat[0], tuple(flat[1:]) if len(flat) > 2 else flat[1])
+        loss = sum(tf.reduce_sum(y * rng.normal(size=y.shape).astype(np.float32))
+                   for y in tf.nest.flatten((out, state)))
+    kernel = cell.recurrent_kernel.value
+    return projected, flat, tape.gradient(loss, flat), tape.gradient(loss, kernel), kernel
+
+
+@pytest.mark.parametrize("cell", [rnn_cells.LSTMCell, rnn_cells.SimpleRNNCell])
+def test_a_projected_cell_s_kernel_gradient_follows_from_its_projected_input_s(cell):
+    projected, flat, arg_grads, want, kernel = _projected_call(cell(4, input_size=3))
+    got = projected.weight_grads_from_inputs(flat, arg_grads)
+    assert list(got) == [kernel.ref()]
+    np.testing.assert_allclose(got[kernel.ref()], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_cell_pair_s_kernel_gradients_are_each_cell_s():
+    first, second = rnn_cells.LSTMCell(4, input_size=3), rnn_cells.SimpleRNNCell(2, input_size=3)
+    pair = rnn_cells.CellPair(rnn_cells.ProjectedCell(first), rnn_cells.ProjectedCell(second))
+    p1, f1, g1, want1, k1 = _projected_call(first, seed=1)
+    p2, f2, g2, want2, k2 = _projected_call(second, seed=2)
+    got = pair.weight_grads_from_inputs([f1[0], f2[0], *f1[1:], *f2[1:]],
+                                        [g1[0], g2[0], *g1[1:], *g2[1:]])
+    assert set(got) == {k1.ref(), k2.ref()}
+    for k, want in ((k1, want1), (k2, want2)):
+        np.testing.assert_allclose(got[k.ref()], want, rtol=1e-5, atol=1e-6)
+    plain = rnn_cells.CellPair(first, second)  # cells reading x itself: no shortcut
+    assert plain.weight_grads_from_inputs([f1[0], f2[0], *f1[1:], *f2[1:]],
+                                          [g1[0], g2[0], *g1[1:], *g2[1:]]) is None
+
+
+def test_no_kernel_gradient_shortcut_where_h_u_is_not_added_to_the_projection():
+    # the GRU's reset gate multiplies h U; a dropped state differs per call; a
+    # subclass may compute otherwise
+    class Doubled(rnn_cells.LSTMCell):
+        def _recur(self, z_x, state):
+            return super()._recur(2.0 * z_x, state)
+
+    for cell in (rnn_cells.GRUCell(4, input_size=3),
+                 rnn_cells.LSTMCell(4, input_size=3, recurrent_dropout=0.5),
+                 Doubled(4, input_size=3)):
+        projected, flat, arg_grads, _, _ = _projected_call(cell)
+        assert projected.weight_grads_from_inputs(flat, arg_grads) is None, cell

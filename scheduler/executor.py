@@ -136,11 +136,6 @@ def small_launches():
         _SMALL.reset(token)
 
 
-def launches_are_small() -> bool:
-    """Whether the step being traced is within `small_launches`."""
-    return _SMALL.get()
-
-
 def _joined(pieces: list):
     """The pieces concatenated (rows); joins them once and keeps the result."""
     if len(pieces) > 1:

@@ -3,10 +3,12 @@
 The executor keeps every value of one value type in one buffer `[rows, *shape]`:
 each value owns a row and is written exactly once (SSA). Each iteration of a
 differentiated loop writes the previous launch's outputs and reads the next
-launch's inputs with one fused op, `write_read`; `final_read` writes the last outputs and reads the
-results after the loop. Both take a list of outputs, each with its own row list,
-and `write_read` a list of row lists to gather, one per argument: a launch's
-values need not be stacked into one tensor (a copy) or split out of one.
+launch's inputs with one fused op, `write_read`; `final_read` writes the last
+outputs and reads the results after the loop. Both take a list of outputs, each
+with its own row list, and `write_read` a list of row lists to gather, one per
+argument: a launch's values need not be stacked into one tensor (a copy) or split
+out of one. (A loop no gradient goes through writes each launch's outputs in its
+own iteration: `scheduler.executor`.)
 
 Why fused and in place (measured: BENCHMARKS.md, "Why the executor looks as it does"): a buffer
 updated with `tensor_scatter_nd_update` is copied whole every iteration (time

@@ -391,16 +391,20 @@ def test_gradients_sum_over_values_read_by_many_nodes(name, data):
     check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)))
 
 
+def _equal_the_oracle(opset: OpSet, name: str, draw) -> None:
+    """Values and gradients of a random batch of `opset`'s ops equal the oracle's."""
+    graph, raw = random_batch(draw, opset=opset)
+    reads = draw_reads(draw, graph.num_values)
+    check_values(graph, raw, name, reads, opset=opset)
+    check_gradients(graph, raw, name, reads, draw(st.integers(0, 2**31 - 1)), opset=opset)
+
+
 @pytest.mark.parametrize("opset", [ONE_LOOP_OP, ONE_LOOP_OP_STACKED], ids=["lists", "stacked"])
 @pytest.mark.parametrize("name", NAMES)
 @settings(max_examples=20)
 @given(data=st.data())
 def test_values_and_gradients_with_one_loop_op_equal_the_oracle(name, opset, data):
-    graph, raw = random_batch(data.draw, opset=opset)
-    reads = draw_reads(data.draw, graph.num_values)
-    check_values(graph, raw, name, reads, opset=opset)
-    check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
-                    opset=opset)
+    _equal_the_oracle(opset, name, data.draw)
     assert opset.forward.experimental_get_tracing_count() == 1
     assert opset.with_gradients.experimental_get_tracing_count() == 1
 
@@ -410,11 +414,7 @@ def test_values_and_gradients_with_one_loop_op_equal_the_oracle(name, opset, dat
 @given(data=st.data())
 def test_values_and_gradients_without_conds_equal_the_oracle(name, data):
     # random batches leave most of the 14 ops without nodes, outside the loop too
-    graph, raw = random_batch(data.draw, opset=NO_CONDS)
-    reads = draw_reads(data.draw, graph.num_values)
-    check_values(graph, raw, name, reads, opset=NO_CONDS)
-    check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
-                    opset=NO_CONDS)
+    _equal_the_oracle(NO_CONDS, name, data.draw)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -422,11 +422,7 @@ def test_values_and_gradients_without_conds_equal_the_oracle(name, data):
 @given(data=st.data())
 def test_values_and_gradients_with_the_launches_outside_the_loop_in_halves_equal_the_oracle(
         name, data):
-    graph, raw = random_batch(data.draw, opset=HALVES)
-    reads = draw_reads(data.draw, graph.num_values)
-    check_values(graph, raw, name, reads, opset=HALVES)
-    check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
-                    opset=HALVES)
+    _equal_the_oracle(HALVES, name, data.draw)
 
 
 @pytest.mark.parametrize("opset", [SMALL, ONE_LOOP_OP_SMALL], ids=["several", "one"])
@@ -434,11 +430,7 @@ def test_values_and_gradients_with_the_launches_outside_the_loop_in_halves_equal
 @settings(max_examples=15)
 @given(data=st.data())
 def test_values_and_gradients_of_a_step_of_small_launches_equal_the_oracle(opset, name, data):
-    graph, raw = random_batch(data.draw, opset=opset)
-    reads = draw_reads(data.draw, graph.num_values)
-    check_values(graph, raw, name, reads, opset=opset)
-    check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
-                    opset=opset)
+    _equal_the_oracle(opset, name, data.draw)
 
 
 def _loop_body_ops(fn, index: int = 0) -> collections.Counter:

@@ -398,7 +398,7 @@ class CellPair(Layer):
     def weight_grads_from_inputs(self, args: list, arg_grads: list) -> dict | None:
         """Both cells' `weight_grads_from_inputs` on their own arguments (flat:
         `[x_1, x_2, state_1..., state_2...]`), or None unless both give theirs."""
-        n_1 = len(_leaves(self.first.input_type[1]))  # (input, state)
+        n_1 = len(list(self.first.input_type[1].terminal_types()))  # (input, state)
         parts = (([0], range(2, 2 + n_1)), ([1], range(2 + n_1, len(args))))
         got: dict = {}
         for cell, (x, state) in zip((self.first, self.second), parts):
@@ -537,11 +537,6 @@ def rnn_outputs(cell: Any) -> td.Block:
 _OWN_CALLS = frozenset((SimpleRNNCell._call, LSTMCell._call, GRUCell._call))
 # the cells whose recurrence is f(z_x + h U) (the GRU's reset gate multiplies h U)
 _ADDITIVE_RECURRENCES = frozenset((SimpleRNNCell._recur, LSTMCell._recur))
-
-
-def _leaves(t) -> list:
-    """The tensor types of a (nested) type, in order."""
-    return [leaf for item in t for leaf in _leaves(item)] if isinstance(t, TupleType) else [t]
 
 __all__ = ["SimpleRNNCell", "LSTMCell", "GRUCell", "CellPair", "InputProjection",
            "ProjectedCell", "projects_input", "fold_step", "rnn_outputs"]

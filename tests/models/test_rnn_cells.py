@@ -280,7 +280,7 @@ def _projected_call(cell, rows: int = 5, seed: int = 0):
     rng = np.random.default_rng(seed)
     projected = rnn_cells.ProjectedCell(cell)
     flat = [tf.constant(rng.normal(size=(rows, *t.shape)), tf.float32)
-            for t in [cell.projected_type, *rnn_cells._leaves(cell.state_type)]]
+            for t in [cell.projected_type, *cell.state_type.terminal_types()]]
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(flat)
         out, state = projected(flat[0], tuple(flat[1:]) if len(flat) > 2 else flat[1])

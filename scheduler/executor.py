@@ -136,6 +136,41 @@ def small_launches():
         _SMALL.reset(token)
 
 
+def _gather_dense_grad(params, rows):
+    """`tf.gather(params, rows)` whose gradient is a dense tensor (one segment sum),
+    not `tf.IndexedSlices`: a `tf.cond` makes both branches' gradients sparse if
+    one is, and the other branch's dense gradient would then be scattered again."""
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def gather(p):
+        def grad(dy):
+            return tf.math.unsorted_segment_sum(dy, rows, tf.shape(p, out_type=rows.dtype)[0])
+        return tf.gather(p, rows), grad
+    return gather(params)
+
+
+def _tail_rows(pieces: list, rows):
+    """For a tail launch, the rows `rows` of one value type's rows made so far
+    (`pieces`, as `Executor._run_outside_loop` keeps them): when they are exactly
+    the last piece (the latest launch's outputs of that type, in order: an FC after
+    a `Concat`, a loss after its logits), that piece itself. A gather would copy it
+    and send its gradient back as `tf.IndexedSlices` through the join, densified
+    again at every consumer. A `tf.cond` on the fed rows decides (the plan says
+    per batch, the trace cannot); otherwise the rows are gathered."""
+    import tensorflow as tf
+    if len(pieces) < 2:
+        return tf.gather(_joined(pieces), rows)
+    last, before = pieces[-1], tf.add_n([tf.shape(p)[0] for p in pieces[:-1]])
+    n = tf.shape(rows)[0]
+    exact = tf.logical_and(tf.equal(n, tf.shape(last)[0]),
+                           tf.reduce_all(tf.equal(rows, tf.range(before, before + n))))
+    joined = list(pieces)  # joined in the branch that gathers only
+    gather = _gather_dense_grad if last.dtype.is_floating else tf.gather
+    return tf.cond(exact, lambda: tf.identity(last),
+                   lambda: gather(tf.concat(joined, 0), rows))
+
+
 def _joined(pieces: list):
     """The pieces concatenated (rows); joins them once and keeps the result."""
     if len(pieces) > 1:
@@ -598,7 +633,8 @@ class Executor:
         types = self.layout.op_in[o]
         names = [f"{stage}_args_{i}_{a}" for a in range(len(types))]
         if len(types) < MANY_ARGS or len(set(types)) > 1:
-            return [tf.gather(_joined(made[k]), seg(name)) for name, k in zip(names, types)]
+            return [_tail_rows(made[k], seg(name)) if stage == "tail" else
+                    tf.gather(_joined(made[k]), seg(name)) for name, k in zip(names, types)]
         shape = self.layout.value_types[types[0]].shape
         rows = tf.gather(_joined(made[types[0]]), tf.concat([seg(name) for name in names], 0))
         return tf.unstack(tf.reshape(rows, [len(types), n, *shape]), len(types))

@@ -32,6 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refold.scheduler import SCHEDULERS, OpGraph, Schedule
+from refold.scheduler import executor as executor_module
 from refold.scheduler.executor import Executor, launches_outside_loop_in_halves, small_launches
 from refold.scheduler.planner import Planner
 from tests.scheduler.graphs import Choices, OpSpec, RawGraph, build, concat_raw, draw_graph
@@ -219,6 +220,16 @@ NO_CONDS = OpSet([dataclasses.replace(op, handles_empty=True) for op in OPS])
 HALVES = OpSet(NO_CONDS.ops, halves=True)
 SMALL = OpSet(OPS, small=True)  # several loop ops: rows stacked by any means
 ONE_LOOP_OP_SMALL = OpSet(ONE_LOOP_OP.ops, small=True)  # rows stacked instead of row lists
+
+
+# A chain of launches after the loop: `sq` (f -> s), `spread` (s -> p), `pool` (p -> g), and
+# `outer` (f -> p) making more rows of the type `pool` reads. A tail launch reading exactly
+# the latest launch's outputs of its type takes them without a gather (`_tail_rows`).
+SPREAD = Op("spread", (S,), (P,),
+            lambda s: [tf.sin(s)[:, None, None] * W3], lambda s: [tf.sin(s) * W3])
+POOL = Op("pool", (P,), (G,),
+          lambda p: [tf.reduce_sum(p, 1) * WS], lambda p: [tf.reduce_sum(p, 0) * WS])
+TAIL_CHAIN = OpSet(ONE_LOOP_OP.ops + [SPREAD, POOL])
 
 
 def make_const(k, rng):
@@ -514,6 +525,69 @@ def test_gradients_with_the_replayed_backward_loop_equal_the_oracle(name, opset,
     check_gradients(graph, raw, name, reads, data.draw(st.integers(0, 2**31 - 1)),
                     opset=opset)
     assert opset.with_gradients.experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=20)
+@given(data=st.data())
+def test_values_and_gradients_of_a_chain_of_tail_launches_equal_the_oracle(name, data):
+    _equal_the_oracle(TAIL_CHAIN, name, data.draw)
+    assert TAIL_CHAIN.with_gradients.experimental_get_tracing_count() == 1
+
+
+def _tail_chain(extra_read: bool):
+    """Two cells in the loop, then per cell output `sq`, `spread` and `pool`; with
+    `extra_read`, one more `pool` of the first `spread` output (so `pool`'s rows are
+    no longer exactly `spread`'s outputs) and one of an `outer` output."""
+    b = Builder(TAIL_CHAIN)
+    (e,) = b.node("embed2", b.const(TOK, 2))
+    x = b.const(F, [0.1, -0.2, 0.3])
+    spread = []
+    for _ in range(2):
+        x = b.node("cell", x, e, x)[0]
+        spread.append(b.node("spread", b.node("sq", x)[0])[0])
+    for p in spread:
+        b.node("pool", p)
+    if extra_read:
+        b.node("pool", spread[0])
+        b.node("pool", b.node("outer", b.const(F, [0.5, 0.4, -0.3]))[0])
+    return b.graph()
+
+
+@pytest.mark.parametrize("extra_read", [False, True], ids=["exact", "gathered"])
+def test_a_tail_launch_reading_exactly_the_latest_launch_s_outputs_gathers_nothing(
+        extra_read, monkeypatch):
+    gathers: list = []
+    plain = executor_module._gather_dense_grad
+
+    def counted(params, rows):
+        def note():
+            gathers.append(1)
+            return np.int32(0)
+        with tf.control_dependencies([tf.numpy_function(note, [], tf.int32)]):
+            return plain(tf.identity(params), rows)
+
+    monkeypatch.setattr(executor_module, "_gather_dense_grad", counted)
+    opset = OpSet(TAIL_CHAIN.ops)  # traced anew, with the counting gather
+    graph, raw = _tail_chain(extra_read)
+    reads = np.arange(graph.num_values)
+    check_gradients(graph, raw, "agenda", reads, 0, opset=opset)
+    # exact: `spread` reads all of `sq`'s rows and `pool` all of `spread`'s, in order
+    assert (len(gathers) > 0) == extra_read
+
+
+def test_a_gather_with_a_dense_gradient_sums_the_rows_read_twice():
+    params = tf.constant(np.arange(12, dtype=np.float32).reshape(4, 3))
+    rows = tf.constant([2, 0, 2])
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(params)
+        got = executor_module._gather_dense_grad(params, rows)
+        want = tf.gather(params, rows)
+    np.testing.assert_array_equal(got, want)
+    dense = tape.gradient(got, params, output_gradients=tf.ones_like(got) * [[1.0], [2], [3]])
+    assert isinstance(dense, tf.Tensor)
+    sparse = tape.gradient(want, params, output_gradients=tf.ones_like(got) * [[1.0], [2], [3]])
+    np.testing.assert_array_equal(dense, tf.convert_to_tensor(sparse))
 
 
 GRADIENT_RUNS: list = []

@@ -157,7 +157,8 @@ def _tail_rows(pieces: list, rows):
     a `Concat`, a loss after its logits), that piece itself. A gather would copy it
     and send its gradient back as `tf.IndexedSlices` through the join, densified
     again at every consumer. A `tf.cond` on the fed rows decides (the plan says
-    per batch, the trace cannot); otherwise the rows are gathered."""
+    per batch, the trace cannot); otherwise the rows are gathered. Under a gradient
+    tape only: without one the cond costs about what the copy does."""
     import tensorflow as tf
     if len(pieces) < 2:
         return tf.gather(_joined(pieces), rows)
@@ -633,7 +634,8 @@ class Executor:
         types = self.layout.op_in[o]
         names = [f"{stage}_args_{i}_{a}" for a in range(len(types))]
         if len(types) < MANY_ARGS or len(set(types)) > 1:
-            return [_tail_rows(made[k], seg(name)) if stage == "tail" else
+            direct = stage == "tail" and compat.tape_may_record()
+            return [_tail_rows(made[k], seg(name)) if direct else
                     tf.gather(_joined(made[k]), seg(name)) for name, k in zip(names, types)]
         shape = self.layout.value_types[types[0]].shape
         rows = tf.gather(_joined(made[types[0]]), tf.concat([seg(name) for name in names], 0))

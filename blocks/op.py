@@ -137,13 +137,18 @@ class Op:
             gradient of the product: `models.rnn_cells.ProjectedCell`). The engine
             then takes a loop op's weight gradients once per step without running
             the op again (`scheduler.executor`).
+        side_by_side: `fn`'s output is its arguments, all of one type, laid one after
+            another (`td.Concat` along their first axis, `td.Stack`). Outside the
+            loop the engine then gathers their rows side by side into the output,
+            one gather, instead of gathering each and calling `fn`.
     """
 
     def __init__(self, name: str, fn: Callable, input_types: Sequence[TensorType],
                  output_types: Sequence[TensorType], key: Hashable | None = None,
                  cost: float = 1.0, prelude_only: bool = False, check: Callable | None = None,
                  handles_empty: bool = False, random: bool = False, traceable: bool = False,
-                 pure: bool | None = None, weight_grads: Callable | None = None):
+                 pure: bool | None = None, weight_grads: Callable | None = None,
+                 side_by_side: bool = False):
         self.name = name
         self.fn = fn
         self.input_types = tuple(input_types) + ((NODE_KEY,) if random else ())
@@ -165,6 +170,7 @@ class Op:
         self.traceable = traceable
         self.pure = traceable if pure is None else pure
         self.weight_grads = weight_grads
+        self.side_by_side = side_by_side
 
     def prelude_error(self) -> ValueError:
         """The error for a prelude-only op called on the output of another op (every

@@ -624,7 +624,7 @@ class Stack(Block):
             elem = self._element()
             self._op = Op("stack", lambda *xs: [tf.stack(xs, axis=1)], [elem] * self._max,
                           [self.output_type], key=("stack", self._max, elem),
-                          handles_empty=True)
+                          handles_empty=True, side_by_side=True)
         return self._op
 
     def ops(self):

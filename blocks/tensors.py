@@ -377,7 +377,8 @@ class Function(Block):
                           prelude_only=getattr(self._tf_fn, "reads_sparsely", False),
                           check=getattr(self._tf_fn, "check_inputs", None), handles_empty=empty,
                           random=random, traceable=layer, pure=layer or _pure(self._tf_fn),
-                          weight_grads=getattr(self._tf_fn, "weight_grads_from_inputs", None))
+                          weight_grads=getattr(self._tf_fn, "weight_grads_from_inputs", None),
+                          side_by_side=getattr(self._tf_fn, "side_by_side", False) is True)
         return self._op
 
     def ops(self) -> list[Op]:
@@ -532,6 +533,7 @@ class Concat(Function):
 
         concat.__name__ = "concat"
         concat.pure = True  # TensorFlow ops only (`Op`'s `pure`)
+        concat.side_by_side = concat_dim == 0  # its arguments one after another (`Op`'s)
         super().__init__(concat, name=name, infer_output_type=False, handles_empty=True)
 
     def _repr_args(self):

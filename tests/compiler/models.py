@@ -155,6 +155,22 @@ def make_bidirectional_tagger() -> Case:
     return Case("bidirectional_tagger", block, seqs, weights_of(fw, bw, head))
 
 
+def make_features_after_a_loop() -> Case:
+    """Per output of an LSTM, four views of it side by side (a `td.Concat` of four
+    vectors of one type), an FC of those and scores of that: launches after the loop
+    that lay their arguments side by side and read the latest launch's outputs, as
+    the parser's scoring does."""
+    keras.utils.set_random_seed(6)
+    cell = rnn_cells.LSTMCell(H)
+    views = [td.FC(H, activation="tanh") for _ in range(3)]
+    hidden, score = td.FC(H, activation="tanh"), td.FC(2, activation=None)
+    per_output = td.AllOf(td.Identity(), *views) >> td.Concat() >> hidden >> score
+    block = (td.Map(td.Vector(3)) >> td.RNN(cell) >> td.GetItem(0)) >> td.Map(per_output)
+    seqs = st.lists(st.lists(st.floats(-1, 1, width=32), min_size=3, max_size=3),
+                    max_size=6)
+    return Case("features_after_a_loop", block, seqs, weights_of(cell, *views, hidden, score))
+
+
 def make_stacked_encodings() -> Case:
     """`td.Stack`: a BiLSTM's encodings, an element per word made in the loop, as one
     padded `[5, 2H]` tensor that an op indexes by position (the parser's walk on the
@@ -403,7 +419,7 @@ def make_zip_with_python_objects() -> Case:
 
 ALL = [make_tree_lstm, make_tree_lstm_loss_everywhere, make_fold_rnn,
        make_rnn_with_metric_per_step, make_rnn_of_a_library_cell, make_bidirectional_tagger,
-       make_char_tagger, make_stacked_encodings,
+       make_char_tagger, make_stacked_encodings, make_features_after_a_loop,
        make_reduce_and_oneof, make_nested_records, make_custom_block, make_user_block_with_children,
        make_greedy_decoder,
        make_device_decoder, make_transition_system, make_zip_with_python_objects]

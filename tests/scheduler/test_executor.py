@@ -76,6 +76,7 @@ class Op:
     ref: Callable  # one node: [*shape] tensors in, a list out
     prelude_only: bool = False
     handles_empty: bool = False
+    side_by_side: bool = False
 
 
 def _cos(i):
@@ -229,7 +230,12 @@ SPREAD = Op("spread", (S,), (P,),
             lambda s: [tf.sin(s)[:, None, None] * W3], lambda s: [tf.sin(s) * W3])
 POOL = Op("pool", (P,), (G,),
           lambda p: [tf.reduce_sum(p, 1) * WS], lambda p: [tf.reduce_sum(p, 0) * WS])
-TAIL_CHAIN = OpSet(ONE_LOOP_OP.ops + [SPREAD, POOL])
+# `square` lays four scalars side by side (`Op.side_by_side`): gathered, not called
+SQUARE = Op("square", (S, S, S, S), (P,),
+            lambda *s: [tf.reshape(tf.stack(s, 1), [-1, 2, 2])],
+            lambda *s: [tf.reshape(tf.stack(s), [2, 2])], side_by_side=True)
+TAIL_CHAIN = OpSet(ONE_LOOP_OP.ops + [SPREAD, POOL, SQUARE])
+DIRECT = OpSet(ONE_LOOP_OP.ops + [SPREAD, POOL])  # `pool` reads the latest p rows made
 
 
 def make_const(k, rng):
@@ -539,7 +545,7 @@ def _tail_chain(extra_read: bool):
     """Two cells in the loop, then per cell output `sq`, `spread` and `pool`; with
     `extra_read`, one more `pool` of the first `spread` output (so `pool`'s rows are
     no longer exactly `spread`'s outputs) and one of an `outer` output."""
-    b = Builder(TAIL_CHAIN)
+    b = Builder(DIRECT)
     (e,) = b.node("embed2", b.const(TOK, 2))
     x = b.const(F, [0.1, -0.2, 0.3])
     spread = []
@@ -568,12 +574,35 @@ def test_a_tail_launch_reading_exactly_the_latest_launch_s_outputs_gathers_nothi
             return plain(tf.identity(params), rows)
 
     monkeypatch.setattr(executor_module, "_gather_dense_grad", counted)
-    opset = OpSet(TAIL_CHAIN.ops)  # traced anew, with the counting gather
+    opset = OpSet(DIRECT.ops)  # traced anew, with the counting gather
     graph, raw = _tail_chain(extra_read)
     reads = np.arange(graph.num_values)
     check_gradients(graph, raw, "agenda", reads, 0, opset=opset)
     # exact: `spread` reads all of `sq`'s rows and `pool` all of `spread`'s, in order
     assert (len(gathers) > 0) == extra_read
+
+
+def test_an_op_laying_its_arguments_side_by_side_is_one_gather_not_a_call():
+    calls: list = []
+    square = dataclasses.replace(SQUARE, fn=lambda *s: calls.append(1) or SQUARE.fn(*s))
+    opset = OpSet(ONE_LOOP_OP.ops + [SPREAD, POOL, square])
+    b = Builder(opset)
+    (e,) = b.node("embed2", b.const(TOK, 1))
+    x = b.const(F, [0.4, -0.1, 0.2])
+    s = []
+    for _ in range(3):
+        x = b.node("cell", x, e, x)[0]
+        s.append(b.node("sq", x)[0])
+    # the scalars in another order, one twice, one a constant
+    b.node("pool", b.node("square", s[2], s[0], b.const(S, 0.7), s[2])[0])
+    b.node("pool", b.node("square", s[1], s[1], s[0], s[2])[0])
+    graph, raw = b.graph()
+    check_gradients(graph, raw, "agenda", np.arange(graph.num_values), 3, opset=opset)
+    assert calls == []
+    laid_out = OpSet([dataclasses.replace(square, side_by_side=False) if op is square else op
+                      for op in opset.ops])
+    check_gradients(graph, raw, "agenda", np.arange(graph.num_values), 3, opset=laid_out)
+    assert calls  # called when not said to lay its arguments side by side
 
 
 def test_a_gather_with_a_dense_gradient_sums_the_rows_read_twice():

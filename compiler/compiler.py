@@ -507,17 +507,13 @@ class Compiler:
         if plan.grouped:
             raise ValueError("results() needs a plan made with grouped=False")
         read_type, read_pos = rows or (plan.plan.read_type, plan.plan.read_pos)
-        rows = iter(zip(read_type.tolist(), read_pos.tolist()))
+        reads = iter(_read_rows(outputs, read_type, read_pos, tolist))
         out_type = self.program.root.output_type
         names = self.program.metric_names
         results = []
 
         def fill(t, v):
-            if isinstance(t, TensorType):
-                k, p = next(rows)
-                arr = np.array(outputs[k][p])
-                return arr.tolist() if tolist else arr
-            return v
+            return next(reads) if isinstance(t, TensorType) else v
 
         for e in plan.examples:
             value = out_type.for_each_terminal(fill, e.result)
@@ -526,10 +522,25 @@ class Compiler:
                 continue
             found: dict[int, list] = {}
             for m, _, _ in e.metrics:
-                k, p = next(rows)
-                found.setdefault(m, []).append(np.array(outputs[k][p]))
+                found.setdefault(m, []).append(next(reads))
             results.append((value, self._metric_dict(found, tolist)))
         return results
+
+
+def _read_rows(outputs: list, read_type: np.ndarray, read_pos: np.ndarray,
+               tolist: bool) -> list:
+    """The rows read, in read order: `outputs[read_type[i]][read_pos[i]]`, each an
+    array of its own type's rows taken in one copy (or, with `tolist`, a list), not
+    a copy per row: a tagger's prediction is a row per word."""
+    read_type, read_pos = np.asarray(read_type), np.asarray(read_pos)
+    got: list = [None] * len(read_type)
+    for k in np.unique(read_type).tolist():
+        where = np.flatnonzero(read_type == k)
+        block = np.asarray(outputs[k])[read_pos[where]]
+        rows = block.tolist() if tolist else [block[j, ...] for j in range(len(where))]
+        for i, row in zip(where.tolist(), rows):
+            got[i] = row
+    return got
 
 
 def find_bad_input(root, inputs: Iterable[Any], skip: Iterable[int] = ()):

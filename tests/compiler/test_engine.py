@@ -238,3 +238,19 @@ def test_an_expanded_graph_shares_one_record_that_equals_its_arrays():
     back = pickle.loads(pickle.dumps(g))
     assert "merge_record" not in back.__dict__  # made again where it is needed
     assert np.array_equal(back.merge_record, fresh.merge_record)
+
+
+def test_results_read_each_type_s_rows_in_one_copy_in_read_order():
+    from refold.compiler.compiler import _read_rows
+    outputs = [np.arange(12, dtype=np.float32).reshape(4, 3), np.arange(5, dtype=np.int32)]
+    read_type, read_pos = np.array([0, 1, 0, 1, 0]), np.array([2, 4, 0, 1, 2])
+    got = _read_rows(outputs, read_type, read_pos, tolist=False)
+    for g, k, p in zip(got, read_type, read_pos):
+        assert isinstance(g, np.ndarray) and g.dtype == outputs[k].dtype
+        np.testing.assert_array_equal(g, outputs[k][p])
+    assert got[1].shape == ()  # a scalar's row is a 0-d array, as `block.eval` gives
+    got[0][0] = -1.0  # a result is a copy: the outputs and the other results keep theirs
+    assert outputs[0][2, 0] == 6.0 and got[4][0] == 6.0
+    assert _read_rows(outputs, read_type, read_pos, tolist=True) == [
+        [6.0, 7.0, 8.0], 4, [0.0, 1.0, 2.0], 1, [6.0, 7.0, 8.0]]
+    assert _read_rows(outputs, np.zeros(0, int), np.zeros(0, int), tolist=False) == []

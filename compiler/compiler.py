@@ -533,14 +533,22 @@ def _read_rows(outputs: list, read_type: np.ndarray, read_pos: np.ndarray,
     array of its own type's rows taken in one copy (or, with `tolist`, a list), not
     a copy per row: a tagger's prediction is a row per word."""
     read_type, read_pos = np.asarray(read_type), np.asarray(read_pos)
+    if len(read_type) and (read_type == read_type[0]).all():  # one type: in order
+        return _rows(np.asarray(outputs[read_type[0]])[read_pos], tolist)
     got: list = [None] * len(read_type)
     for k in np.unique(read_type).tolist():
         where = np.flatnonzero(read_type == k)
-        block = np.asarray(outputs[k])[read_pos[where]]
-        rows = block.tolist() if tolist else [block[j, ...] for j in range(len(where))]
-        for i, row in zip(where.tolist(), rows):
+        for i, row in zip(where.tolist(),
+                          _rows(np.asarray(outputs[k])[read_pos[where]], tolist)):
             got[i] = row
     return got
+
+
+def _rows(block: np.ndarray, tolist: bool) -> list:
+    """`block`'s rows: lists, arrays (views), 0-d arrays for a block of scalars."""
+    if tolist:
+        return block.tolist()
+    return list(block) if block.ndim > 1 else [block[j, ...] for j in range(len(block))]
 
 
 def find_bad_input(root, inputs: Iterable[Any], skip: Iterable[int] = ()):

@@ -254,3 +254,9 @@ def test_results_read_each_type_s_rows_in_one_copy_in_read_order():
     assert _read_rows(outputs, read_type, read_pos, tolist=True) == [
         [6.0, 7.0, 8.0], 4, [0.0, 1.0, 2.0], 1, [6.0, 7.0, 8.0]]
     assert _read_rows(outputs, np.zeros(0, int), np.zeros(0, int), tolist=False) == []
+    for k in (0, 1):  # reads of one type only
+        one = _read_rows(outputs, np.full(3, k), np.array([2, 0, 2]), tolist=False)
+        assert [g.shape for g in one] == [outputs[k].shape[1:]] * 3
+        np.testing.assert_array_equal(np.stack(one), outputs[k][[2, 0, 2]])
+        one[0][...] = -1
+        assert outputs[k][2].min() >= 0 and one[2].min() >= 0

@@ -529,9 +529,9 @@ class Compiler:
 
 def _read_rows(outputs: list, read_type: np.ndarray, read_pos: np.ndarray,
                tolist: bool) -> list:
-    """The rows read, in read order: `outputs[read_type[i]][read_pos[i]]`, each an
-    array of its own type's rows taken in one copy (or, with `tolist`, a list), not
-    a copy per row: a tagger's prediction is a row per word."""
+    """The rows read, in read order: `outputs[read_type[i]][read_pos[i]]`, as rows
+    of one copy per value type (lists with `tolist`), not a copy per row: a
+    tagger's prediction is a row per word."""
     read_type, read_pos = np.asarray(read_type), np.asarray(read_pos)
     if len(read_type) and (read_type == read_type[0]).all():  # one type: in order
         return _rows(np.asarray(outputs[read_type[0]])[read_pos], tolist)

@@ -30,7 +30,10 @@ How a batch runs (`compute`, one method per stage):
    small launches (`small_launches`) it moves each value type's rows stacked.
 4. **After the loop** (`_loop_reads`, `_after_loop`): `final_read` writes the
    last launch's outputs and gathers, per type, the rows the tail and the results
-   need; the tail ops run on them, then the results are gathered.
+   need; the tail ops run on them, then the results are gathered. In a training
+   step a tail launch whose rows are exactly the latest launch's outputs of their
+   type takes them as they are (`_tail_rows`); outside the loop an op that lays
+   many arguments of one type side by side (`Op.side_by_side`) is one gather.
 
 Under a gradient tape TensorFlow differentiates the loop, unless the executor
 replays it backward itself (`scheduler.reverse`): the `GradientMode` passed to
@@ -617,7 +620,8 @@ class Executor:
                     slots.append((s, k, tf.add_n([tf.shape(p)[0] for p in made[k]])))
                 made[k].append(outs[s])
             if recorded:  # its arguments' rows in their types' buffers
-                outer[o] = ([seg(f"{stage}_args_{i}_{a}") for a in range(len(args))], n, slots)
+                outer[o] = ([seg(f"{stage}_args_{i}_{a}") for a in range(len(lay.op_in[o]))],
+                            n, slots)
 
     def _side_by_side(self, o: int) -> bool:
         """Whether op o's output is its arguments' rows side by side (`Op.side_by_side`:

@@ -495,7 +495,8 @@ class Model(compat.AutoJitOff, keras.Model):
         """One output per input, in input order.
 
         An array `[N, ...]` when the block's output is one tensor; otherwise a list
-        of per-input results in `block.eval`'s form. `x` is a list of inputs or a
+        of per-input results in `block.eval`'s form (for a block with `td.Metric`s,
+        `(output, {metric name: its values})` per input). `x` is a list of inputs or a
         stream of inputs (see `fit`; `steps` batches of it if given, as an endless
         stream needs). `jit_compile`: as in `fit` (for a block whose output is one
         tensor per input; other outputs come from `Compiler.run`, never under XLA).

@@ -220,8 +220,13 @@ class Walk(keras.layers.Layer):
             tf.matmul(tf.reshape(encodings, [-1, shape[2]]),
                       tf.reshape(tf.transpose(w, [1, 0, 2]), [shape[2], SLOTS * mlp])),
             [shape[0], shape[1], SLOTS, mlp])
-        pads = tf.einsum("kd,kdm->km", tf.stack([tf.convert_to_tensor(p) for p in self.pads]),
-                         w[:STACK_FEATURES])
+        # the pads against every slot's kernel (a zero row for the last slot, which has
+        # no pad) and the rows kept after: slicing the kernel instead made its gradient
+        # a `StridedSliceGrad` over the whole kernel, which cost more than the product
+        stacked = tf.stack([tf.convert_to_tensor(p) for p in self.pads])
+        stacked = tf.concat(
+            [stacked, tf.zeros([SLOTS - STACK_FEATURES, shape[2]], stacked.dtype)], 0)
+        pads = tf.einsum("kd,kdm->km", stacked, w)[:STACK_FEATURES]
         return projected, pads
 
     def _arc_labels(self, path, hidden, steps, size):

@@ -105,8 +105,9 @@ def parse(text: str, source: str = "<text>") -> Reading:
     try:
         import conllu  # noqa: F401
     except ModuleNotFoundError:
-        raise ModuleNotFoundError("reading CoNLL-U needs the 'conllu' package: "
-                                  "pip install -e \".[treebanks]\"") from None
+        raise ModuleNotFoundError("reading CoNLL-U needs the 'conllu' package: pip install "
+                                  "conllu (from a clone of Refold: pip install -e "
+                                  "\".[treebanks]\")") from None
     reading = Reading(source)
     for lines in _blocks(text):
         reading.records += 1

@@ -34,7 +34,8 @@ def path(part: str = "web") -> str:
     except importlib.metadata.PackageNotFoundError:
         raise ModuleNotFoundError(
             "the Turkish Web Treebank comes with the 'turkish-treebanks' package: "
-            "pip install -e \".[treebanks]\"") from None
+            "pip install turkish-treebanks conllu (from a clone of Refold: pip install -e "
+            "\".[treebanks]\")") from None
     for f in files:
         if str(f).replace("\\", "/").endswith(f"data/{part}.conllu"):
             return str(f.locate())

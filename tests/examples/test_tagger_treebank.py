@@ -56,6 +56,13 @@ def test_a_malformed_line_leaves_its_sentence_out_and_is_reported(bad, message):
     assert "2 malformed left out (the first at f.conllu:5: " in reading.summary()
 
 
+def test_without_conllu_the_reader_says_what_an_installed_package_needs(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "conllu", None)  # as if not installed
+    with pytest.raises(ModuleNotFoundError, match=r"needs the 'conllu' package: pip install "
+                       r"conllu \(from a clone of Refold: pip install -e"):
+        treebanks.parse("\n".join(GOOD) + "\n\n")
+
+
 def test_the_reader_skips_multiword_tokens_and_empty_nodes_and_reads_heads():
     text = "\n".join(["1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_", "1\tdo\t_\tAUX\t_\t_\t3\taux\t_\t_",
                       "2\tn't\t_\tPART\t_\t_\t3\tadvmod\t_\t_",

@@ -381,7 +381,7 @@ def check_gradients(graph, raw, name, reads, seed, opset=ALL):
 # --- values and gradients on random graphs ---------------------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=30)
+@settings(max_examples=20)
 @given(data=st.data())
 def test_values_of_random_graphs_equal_the_oracle(name, data):
     graph, raw = random_batch(data.draw)
@@ -390,7 +390,7 @@ def test_values_of_random_graphs_equal_the_oracle(name, data):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=30)
+@settings(max_examples=20)
 @given(data=st.data())
 def test_gradients_of_random_graphs_equal_the_oracle(name, data):
     graph, raw = random_batch(data.draw)
@@ -418,7 +418,7 @@ def _equal_the_oracle(opset: OpSet, name: str, draw) -> None:
 
 @pytest.mark.parametrize("opset", [ONE_LOOP_OP, ONE_LOOP_OP_STACKED], ids=["lists", "stacked"])
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=20)
+@settings(max_examples=14)
 @given(data=st.data())
 def test_values_and_gradients_with_one_loop_op_equal_the_oracle(name, opset, data):
     _equal_the_oracle(opset, name, data.draw)
@@ -427,7 +427,7 @@ def test_values_and_gradients_with_one_loop_op_equal_the_oracle(name, opset, dat
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=20)
+@settings(max_examples=14)
 @given(data=st.data())
 def test_values_and_gradients_without_conds_equal_the_oracle(name, data):
     # random batches leave most of the 14 ops without nodes, outside the loop too
@@ -435,7 +435,7 @@ def test_values_and_gradients_without_conds_equal_the_oracle(name, data):
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=20)
+@settings(max_examples=14)
 @given(data=st.data())
 def test_values_and_gradients_with_the_launches_outside_the_loop_in_halves_equal_the_oracle(
         name, data):
@@ -534,7 +534,7 @@ def test_gradients_with_the_replayed_backward_loop_equal_the_oracle(name, opset,
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=20)
+@settings(max_examples=14)
 @given(data=st.data())
 def test_values_and_gradients_of_a_chain_of_tail_launches_equal_the_oracle(name, data):
     _equal_the_oracle(TAIL_CHAIN, name, data.draw)

@@ -148,7 +148,9 @@ def check_case_batch(c: models.Case, scheduler: str, inputs: list, built=None,
 NAMES = [f.__name__[len("make_"):] for f in models.ALL]
 
 
-@pytest.mark.parametrize("scheduler", ["agenda", "depth", "auto"])
+# `scheduler="auto"` plans with agenda until a Model's batches have chosen (so a Compiler's
+# plan here would be agenda's again); its results are test_scheduler_choice's.
+@pytest.mark.parametrize("scheduler", ["agenda", "depth"])
 @pytest.mark.parametrize("name", NAMES)
 @settings(max_examples=4)
 @given(data=st.data())

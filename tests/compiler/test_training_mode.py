@@ -53,7 +53,9 @@ def test_predict_is_deterministic_and_equals_block_eval_and_compiler_run():
     model = bag_model(keras.layers.Dropout(0.5), td.Function)
     model.fit(XS, YS, batch_size=4, epochs=1, verbose=0)
     first = model.predict(XS, batch_size=5, verbose=0)
-    np.testing.assert_array_equal(first, model.predict(XS, batch_size=3, verbose=0))
+    # no dropout in predict: other batches give the same values, up to float rounding
+    # (a product's sums may group differently in batches of another size or executor)
+    np.testing.assert_allclose(first, model.predict(XS, batch_size=3, verbose=0), atol=1e-6)
     want = np.stack([model.block.eval(x) for x in XS])
     np.testing.assert_allclose(first, want, atol=1e-5)
     np.testing.assert_allclose(np.stack(Compiler(model.block).run(XS)), want, atol=1e-5)
@@ -126,7 +128,8 @@ def test_a_function_taking_training_gets_the_flag():
     assert fit_loss != pytest.approx(model.evaluate(XS, YS, batch_size=4, verbose=0))
     assert True in seen and False in seen
     x = XS[0]
-    np.testing.assert_allclose(Compiler(model.block).run([x])[0], model.block.eval(x))
+    np.testing.assert_allclose(Compiler(model.block).run([x])[0], model.block.eval(x),
+                               atol=1e-6)  # equal up to float rounding; doubled is 2x
     assert not np.allclose(model.block.eval(x, training=True), model.block.eval(x))
 
 

@@ -112,11 +112,17 @@ def test_a_sequence_is_traced_once_its_batches_spent_a_trace_on_the_loop():
 
 
 def test_first_predict_of_a_fresh_model_traces_no_straight_line():
+    # each batch's time in the loop taken as 5 ms (about a one-tree batch's on the
+    # developers' machine; a slower host measures more, and may trace sooner, as meant):
+    # 22 batches of each of three sequences spend 0.11 s, under a trace's assumed cost
     c = models.make_tree_lstm()
     model = Model(c.block)
+    straight = model.compiler.straight_inference
+    looped, measured = straight.looped, []
+    straight.looped = lambda seconds: (measured.append(seconds), looped(0.005))
     trees = [((1, 2), (3, 4)), ((0, 1), (2, 3)), (5, (6, 0))] * 22
     model.predict(trees, batch_size=1, verbose=0)
-    assert model.compiler.straight_inference.line.traced == 0
+    assert len(measured) == 66 and straight.line.traced == 0
 
 
 def test_traces_are_bounded_and_a_repeated_sequence_is_traced():
